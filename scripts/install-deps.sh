@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Installs what building and testing rate_limit needs on Debian 12, as root. Idempotent: every step checks
+# first and skips what is already there, so a second run takes seconds.
+#
+#   scripts/install-deps.sh          Debian packages, cargo-pgrx 0.18.0, PostgreSQL 15 (Debian's packages)
+#   scripts/install-deps.sh --all    the same, plus PostgreSQL 13, 17 and 18 built from Debian's source packages
+#                                    into $RATE_LIMIT_PG_CACHE (default /opt/rate_limit-pg), and `cargo pgrx init`
+#                                    for all four versions
+set -euo pipefail
+
+PGRX_VERSION=0.18.0
+PG_CACHE=${RATE_LIMIT_PG_CACHE:-/opt/rate_limit-pg}
+ALL=false
+[ "${1:-}" = "--all" ] && ALL=true
+
+log() { printf '== %s\n' "$*" >&2; }
+
+# --- Debian packages -------------------------------------------------------------------------------------
+PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang sudo pkg-config
+          build-essential bison flex libreadline-dev zlib1g-dev libssl-dev libicu-dev bzip2 dpkg-dev)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# Debian's package creates a default cluster on 5432; our scripts run their own clusters, so it may stay.
+
+# --- cargo-pgrx ----------------------------------------------------------------------------------------------
+export PATH="$HOME/.cargo/bin:$PATH"
+if ! cargo pgrx --version 2>/dev/null | grep -q "$PGRX_VERSION"; then
+  log "installing cargo-pgrx $PGRX_VERSION (about 4 minutes)"
+  cargo install cargo-pgrx --version "$PGRX_VERSION" --locked --quiet
+fi
+
+# --- PostgreSQL 13, 17, 18 from Debian source packages ---------------------------------------------------
+build_pg() { # $1 = major version, $2 = Debian suite that carries it
+  local v=$1 prefix="$PG_CACHE/$1"
+  if [ -x "$prefix/bin/pg_config" ] && [ -f "$prefix/.complete" ]; then return 0; fi
+  log "building PostgreSQL $v into $prefix (about 3 minutes)"
+  local src_list=/etc/apt/sources.list.d/rate-limit-pg-src.sources
+  if [ ! -f "$src_list" ]; then
+    cat >"$src_list" <<'SRC'
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: bullseye trixie sid
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+    apt-get update -qq
+  fi
+  local work="$PG_CACHE/src/$v"
+  mkdir -p "$work"
+  ( cd "$work"
+    ls postgresql-"$v"_*.orig.tar.bz2 >/dev/null 2>&1 || apt-get source --download-only -qq "postgresql-$v" >/dev/null 2>&1 \
+      || { apt-get update -qq && apt-get source --download-only -qq "postgresql-$v" >/dev/null; }
+    rm -rf build && mkdir build
+    tar -xjf postgresql-"$v"_*.orig.tar.bz2 -C build --strip-components=1
+    cd build
+    ./configure --prefix="$prefix" --without-icu --quiet >/dev/null
+    make -j"$(nproc)" -s >/dev/null 2>&1
+    make -s install >/dev/null
+    cd .. && rm -rf build )
+  touch "$prefix/.complete"
+}
+
+pgrx_init_args=(--pg15 /usr/lib/postgresql/15/bin/pg_config)
+if $ALL; then
+  build_pg 13 bullseye
+  build_pg 17 trixie
+  build_pg 18 sid
+  pgrx_init_args+=(--pg13 "$PG_CACHE/13/bin/pg_config" --pg17 "$PG_CACHE/17/bin/pg_config"
+                   --pg18 "$PG_CACHE/18/bin/pg_config")
+fi
+
+# --- cargo pgrx init (writes ~/.pgrx/config.toml) ----------------------------------------------------------
+cfg="$HOME/.pgrx/config.toml"
+need_init=false
+for ((i = 0; i < ${#pgrx_init_args[@]}; i += 2)); do
+  key=${pgrx_init_args[i]#--}
+  grep -q "^$key = \"${pgrx_init_args[i+1]}\"" "$cfg" 2>/dev/null || need_init=true
+done
+if $need_init; then
+  # keep versions initialised earlier, add the requested ones
+  if [ -f "$cfg" ]; then
+    for v in 13 15 17 18; do
+      if ! printf '%s\n' "${pgrx_init_args[@]}" | grep -qx -- "--pg$v"; then
+        path=$(sed -n "s/^pg$v = \"\(.*\)\"/\1/p" "$cfg")
+        [ -n "$path" ] && pgrx_init_args+=(--pg"$v" "$path")
+      fi
+    done
+  fi
+  log "cargo pgrx init ${pgrx_init_args[*]}"
+  cargo pgrx init "${pgrx_init_args[@]}" >/dev/null
+fi
+# The pgrx test runner needs directories the postgres user may write to.
+chmod a+rx "$HOME" "$HOME/.pgrx" 2>/dev/null || true
+log "dependencies ready"

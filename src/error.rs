@@ -1,0 +1,102 @@
+//! The errors a caller can meet, each with its SQLSTATE, a message naming the argument and the valid range,
+//! and a hint saying what to pass instead. No Rust panic text ever reaches a user for bad input.
+
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::spi::SpiError;
+use pgrx::PgSqlErrorCode;
+
+/// The longest id accepted, in bytes. Ids are the primary key of `rate_limit.bucket_state`, and a btree entry
+/// must fit in a third of a page (about 2.7 kB), so the limit leaves room for the index tuple header.
+pub const MAX_ID_BYTES: usize = 2048;
+
+/// 22004: a required argument was NULL. `hint` says what to pass.
+pub fn null_argument(function: &'static str, argument: &str, hint: &str) -> ErrorReport {
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+        format!("{argument} must not be NULL"),
+        function,
+    )
+    .set_hint(hint.to_string())
+}
+
+/// 22023: a number outside its valid range.
+pub fn out_of_range(
+    function: &'static str,
+    argument: &str,
+    got: i64,
+    min: i64,
+    max: i64,
+) -> ErrorReport {
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+        format!("{argument} must be between {min} and {max}, got {got}"),
+        function,
+    )
+    .set_hint(format!(
+        "Pass a whole number from {min} to {max} for {argument}."
+    ))
+}
+
+/// 22003: `refill_per_sec × window_seconds` tokens cannot be counted in the `int` the call returns.
+pub fn capacity_too_large(function: &'static str, capacity: i128, max: i64) -> ErrorReport {
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+        format!("capacity refill_per_sec * window_seconds = {capacity} is too large"),
+        function,
+    )
+    .set_detail(format!(
+        "The remaining tokens are returned as int, so the capacity may be at most {max}."
+    ))
+    .set_hint("Lower refill_per_sec or window_seconds.")
+}
+
+/// 22023: an id longer than [`MAX_ID_BYTES`].
+pub fn id_too_long(function: &'static str, len: usize) -> ErrorReport {
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+        format!("id is {len} bytes long; the longest id accepted is {MAX_ID_BYTES} bytes"),
+        function,
+    )
+    .set_hint("Use a shorter key, or a digest of a long one, e.g. md5(key).")
+}
+
+/// 25006: the table store cannot record a granted call in a read-only transaction.
+pub fn read_only(function: &'static str) -> ErrorReport {
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
+        "cannot take a token in a read-only transaction",
+        function,
+    )
+    .set_detail("The table store records every granted call in rate_limit.bucket_state.")
+    .set_hint("Call it in a read-write transaction on the primary server.")
+}
+
+/// XX000: an SPI failure, which only a bug or a damaged installation can cause.
+pub fn internal(function: &'static str, error: SpiError) -> ErrorReport {
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+        format!("rate_limit internal error: {error}"),
+        function,
+    )
+    .set_hint("Check that the extension is installed intact (ALTER EXTENSION rate_limit UPDATE).")
+}
+
+/// XX000: a stored row that the extension could not have written.
+pub fn corrupt_row(function: &'static str, what: &str) -> ErrorReport {
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
+        format!("rate_limit.bucket_state holds an invalid row: {what}"),
+        function,
+    )
+    .set_hint("Delete the row with rate_limit.reset(id).")
+}
+
+/// 22023: a limit that cannot be counted exactly (see [`crate::bucket::LimitError`]).
+pub fn out_of_range_limit(function: &'static str, what: &str) -> ErrorReport {
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+        what.to_string(),
+        function,
+    )
+    .set_hint("Pass a positive refill rate and capacity.")
+}

@@ -1,0 +1,220 @@
+//! `#[pg_test]`s: SQL behaviour inside a real PostgreSQL. Shared state outlives a test, so every test uses
+//! keys of its own. Errors are checked by SQLSTATE through a PL/pgSQL helper that catches them in a
+//! subtransaction.
+
+#[pgrx::pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    fn int(query: &str) -> i64 {
+        Spi::get_one::<i64>(query)
+            .expect("query runs")
+            .expect("query returns a value")
+    }
+
+    fn text(query: &str) -> Option<String> {
+        Spi::get_one::<String>(query).expect("query runs")
+    }
+
+    /// Runs `query` and returns `SQLSTATE: message` of the error it raises, or None if it succeeds.
+    fn error_of(query: &str) -> Option<String> {
+        Spi::run(
+            "CREATE OR REPLACE FUNCTION pg_temp.error_of(q text) RETURNS text LANGUAGE plpgsql AS $$
+             BEGIN EXECUTE q; RETURN NULL;
+             EXCEPTION WHEN OTHERS THEN RETURN SQLSTATE || ': ' || SQLERRM; END $$",
+        )
+        .expect("helper created");
+        let quoted = query.replace('\'', "''");
+        text(&format!("SELECT pg_temp.error_of('{quoted}')"))
+    }
+
+    fn requests(id: &str, rate: i32, window: i32, n: usize) -> Vec<i64> {
+        (0..n)
+            .map(|_| {
+                int(&format!(
+                    "SELECT rate_limiting_request('{id}', {rate}, {window})::bigint"
+                ))
+            })
+            .collect()
+    }
+
+    #[pg_test]
+    fn first_call_starts_full_and_defaults_apply() {
+        assert_eq!(
+            int("SELECT rate_limiting_request('pt_defaults')::bigint"),
+            119
+        );
+        assert_eq!(
+            int("SELECT rate_limiting_request('pt_defaults', 2)::bigint"),
+            118
+        );
+        assert_eq!(
+            int("SELECT rate_limiting_request('pt_five', 5, 1)::bigint"),
+            4
+        );
+    }
+
+    #[pg_test]
+    fn reference_timeline_then_refill() {
+        assert_eq!(
+            requests("pt_timeline", 1, 10, 12),
+            vec![9, 8, 7, 6, 5, 4, 3, 2, 1, 0, -1, -1]
+        );
+        Spi::run("SELECT pg_sleep(1.2)").expect("sleep");
+        // 1.2 tokens refilled (the denied calls took none): one is taken, 0.2 stays
+        assert_eq!(requests("pt_timeline", 1, 10, 2), vec![0, -1]);
+    }
+
+    #[pg_test]
+    fn peek_consumes_nothing() {
+        assert_eq!(int("SELECT rate_limit.peek('pt_peek', 1, 100)"), 100);
+        requests("pt_peek", 1, 100, 3);
+        assert_eq!(int("SELECT rate_limit.peek('pt_peek', 1, 100)"), 97);
+        assert_eq!(int("SELECT rate_limit.peek('pt_peek', 1, 100)"), 97);
+        assert_eq!(requests("pt_peek", 1, 100, 1), vec![96]);
+    }
+
+    #[pg_test]
+    fn reset_makes_a_bucket_full() {
+        requests("pt_reset", 1, 5, 5);
+        assert_eq!(requests("pt_reset", 1, 5, 1), vec![-1]);
+        assert_eq!(
+            text("SELECT rate_limit.reset('pt_reset')::text").as_deref(),
+            Some("true")
+        );
+        assert_eq!(
+            text("SELECT rate_limit.reset('pt_reset')::text").as_deref(),
+            Some("false")
+        );
+        assert_eq!(requests("pt_reset", 1, 5, 1), vec![4]);
+    }
+
+    #[pg_test]
+    fn purge_deletes_exactly_the_full_buckets() {
+        Spi::run("DELETE FROM rate_limit.bucket_state").expect("clean");
+        requests("pt_purge_drained", 1, 100, 2); // 98 of 100: not full for ~2 s
+        requests("pt_purge_refills", 1000, 1, 1); // 999 of 1000: full again after 1 ms
+        Spi::run("SELECT pg_sleep(0.05)").expect("sleep");
+        assert_eq!(int("SELECT rate_limit.purge()"), 1);
+        assert_eq!(
+            text("SELECT string_agg(id, ',') FROM rate_limit.bucket_state").as_deref(),
+            Some("pt_purge_drained")
+        );
+        assert_eq!(int("SELECT rate_limit.purge()"), 0);
+    }
+
+    #[pg_test]
+    fn buckets_view_shows_exact_tokens() {
+        requests("pt_view", 1, 100, 3);
+        assert_eq!(
+            text(
+                "SELECT format('%s %s %s %s', capacity, refill_per_sec, store, \
+                        tokens BETWEEN 97 AND 97.5) FROM rate_limit.buckets WHERE id = 'pt_view'"
+            )
+            .as_deref(),
+            Some("100 1 table t")
+        );
+    }
+
+    #[pg_test]
+    fn bucket_level_at_is_the_exact_arithmetic() {
+        // 0.5 token at t, 2 tokens/s: 0.25 s later 1.0 token; capped at capacity; a backward clock adds nothing
+        let q = |at: &str| {
+            int(&format!(
+                "SELECT rate_limit.bucket_level_at(500000, '2026-01-01 00:00:00+00', 2, 3, '{at}')"
+            ))
+        };
+        assert_eq!(q("2026-01-01 00:00:00.25+00"), 1_000_000);
+        assert_eq!(q("2026-01-01 01:00:00+00"), 3_000_000);
+        assert_eq!(q("2025-12-31 23:00:00+00"), 500_000);
+    }
+
+    #[pg_test]
+    fn null_arguments_raise_22004() {
+        assert_eq!(
+            error_of("SELECT rate_limiting_request(NULL)").as_deref(),
+            Some("22004: id must not be NULL")
+        );
+        assert_eq!(
+            error_of("SELECT rate_limiting_request('pt_null', NULL)").as_deref(),
+            Some("22004: refill_per_sec must not be NULL")
+        );
+        assert_eq!(
+            error_of("SELECT rate_limiting_request('pt_null', 1, NULL)").as_deref(),
+            Some("22004: window_seconds must not be NULL")
+        );
+        assert_eq!(
+            error_of("SELECT rate_limit.peek(NULL)").as_deref(),
+            Some("22004: id must not be NULL")
+        );
+    }
+
+    #[pg_test]
+    fn out_of_range_arguments_raise_22023_and_22003() {
+        assert_eq!(
+            error_of("SELECT rate_limiting_request('pt_range', 0, 60)").as_deref(),
+            Some("22023: refill_per_sec must be between 1 and 2147483647, got 0")
+        );
+        assert_eq!(
+            error_of("SELECT rate_limiting_request('pt_range', 2, -5)").as_deref(),
+            Some("22023: window_seconds must be between 1 and 2147483647, got -5")
+        );
+        assert_eq!(
+            error_of("SELECT rate_limiting_request('pt_range', 65536, 32769)").as_deref(),
+            Some("22003: capacity refill_per_sec * window_seconds = 2147549184 is too large")
+        );
+        // the largest capacity: 2^31 tokens, so 2^31 - 1 remain after the first call
+        assert_eq!(
+            int("SELECT rate_limiting_request('pt_range_max', 65536, 32768)::bigint"),
+            2_147_483_647
+        );
+        assert_eq!(
+            int("SELECT rate_limit.peek('pt_range_max2', 65536, 32768)"),
+            2_147_483_648
+        );
+    }
+
+    #[pg_test]
+    fn long_ids_work_up_to_the_documented_limit() {
+        assert_eq!(
+            int("SELECT rate_limiting_request(repeat('k', 1024), 1, 5)::bigint"),
+            4
+        );
+        assert_eq!(
+            int("SELECT rate_limiting_request(repeat('k', 2048), 1, 5)::bigint"),
+            4
+        );
+        assert_eq!(
+            int("SELECT rate_limiting_request(repeat('k', 2048), 1, 5)::bigint"),
+            3
+        );
+        assert_eq!(
+            error_of("SELECT rate_limiting_request(repeat('k', 2049), 1, 5)").as_deref(),
+            Some("22023: id is 2049 bytes long; the longest id accepted is 2048 bytes")
+        );
+        // multibyte text counts in bytes; an empty id is a key like any other
+        assert_eq!(
+            int("SELECT rate_limiting_request(repeat('é', 1024), 1, 5)::bigint"),
+            4
+        );
+        assert_eq!(int("SELECT rate_limiting_request('', 1, 5)::bigint"), 4);
+    }
+
+    #[pg_test]
+    fn functions_are_security_definer_with_pinned_search_path() {
+        assert_eq!(
+            text(
+                "SELECT string_agg(p.proname || ':' || p.prosecdef || ':' || array_to_string(p.proconfig, ';'), \
+                        ' ' ORDER BY p.proname) FROM pg_proc p \
+                 WHERE p.proname IN ('rate_limiting_request', 'peek', 'reset', 'purge') \
+                   AND p.pronamespace IN ('rate_limit'::regnamespace, 'public'::regnamespace)"
+            )
+            .as_deref(),
+            Some(
+                "peek:true:search_path=pg_catalog, pg_temp purge:true:search_path=pg_catalog, pg_temp \
+                 rate_limiting_request:true:search_path=pg_catalog, pg_temp \
+                 reset:true:search_path=pg_catalog, pg_temp"
+            )
+        );
+    }
+}

@@ -1,0 +1,4 @@
+//! Where bucket state lives. A store loads, locks and saves [`crate::bucket::Bucket`]s; it does no
+//! arithmetic of its own.
+
+pub mod table;

@@ -1,0 +1,1 @@
+//! Shared helpers for the integration tests live in `tests/common`.
