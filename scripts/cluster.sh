@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Throwaway PostgreSQL clusters for the demo, the tests and the benchmarks. Source it, then:
+#   pg_bindir 15                    -> the bin directory of PostgreSQL 15 (Debian's) or 13/17/18 (built)
+#   cluster_start 15 DIR PORT [conf lines...]   initdb if needed (as the postgres user), start, wait
+#   cluster_stop 15 DIR
+# Clusters listen only on a Unix socket in $RATE_LIMIT_SOCKET_DIR (default /var/tmp/rate_limit-sock),
+# trust authentication, superuser "postgres". PostgreSQL refuses to run as root, so as root every server
+# command runs as the postgres user.
+
+PG_CACHE=${RATE_LIMIT_PG_CACHE:-/opt/rate_limit-pg}
+RATE_LIMIT_SOCKET_DIR=${RATE_LIMIT_SOCKET_DIR:-/var/tmp/rate_limit-sock}
+
+pg_bindir() {
+  if [ "$1" = 15 ]; then echo /usr/lib/postgresql/15/bin; else echo "$PG_CACHE/$1/bin"; fi
+}
+
+as_pg() { # run a command line as the postgres user when we are root
+  if [ "$(id -u)" = 0 ]; then su postgres -s /bin/bash -c "$*"; else bash -c "$*"; fi
+}
+
+cluster_start() {
+  local version=$1 dir=$2 port=$3 bindir
+  shift 3
+  bindir=$(pg_bindir "$version")
+  mkdir -p "$RATE_LIMIT_SOCKET_DIR" "$(dirname "$dir")"
+  if [ "$(id -u)" = 0 ]; then chown postgres "$RATE_LIMIT_SOCKET_DIR" "$(dirname "$dir")"; fi
+  if [ ! -f "$dir/PG_VERSION" ]; then
+    as_pg "'$bindir/initdb' -D '$dir' -A trust -U postgres --no-sync -E UTF8 --locale=C.UTF-8" >/dev/null
+    {
+      echo "port = $port"
+      echo "listen_addresses = ''"
+      echo "unix_socket_directories = '$RATE_LIMIT_SOCKET_DIR'"
+      echo "max_connections = 120"
+      echo "shared_buffers = 256MB"
+      for line in "$@"; do echo "$line"; done
+    } | as_pg "cat >> '$dir/postgresql.conf'"
+  fi
+  if ! as_pg "'$bindir/pg_ctl' -D '$dir' status" >/dev/null 2>&1; then
+    as_pg "'$bindir/pg_ctl' -D '$dir' -l '$dir/server.log' -w -t 60 start" >/dev/null
+  fi
+}
+
+cluster_stop() {
+  local version=$1 dir=$2
+  if [ -f "$dir/postmaster.pid" ]; then
+    as_pg "'$(pg_bindir "$version")/pg_ctl' -D '$dir' -m fast -w stop" >/dev/null 2>&1 || true
+  fi
+}
+
+# psql against a cluster started above: psql_at VERSION PORT [psql args...]
+psql_at() {
+  local version=$1 port=$2
+  shift 2
+  "$(pg_bindir "$version")/psql" -X -v ON_ERROR_STOP=1 -h "$RATE_LIMIT_SOCKET_DIR" -p "$port" -U postgres "$@"
+}

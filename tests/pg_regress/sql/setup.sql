@@ -1,0 +1,2 @@
+-- Runs once when the regression database is created.
+CREATE EXTENSION rate_limit;
