@@ -1,0 +1,1 @@
+SELECT rate_limiting_request('hot', 2, 60);

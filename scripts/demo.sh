@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The main job: build and install rate_limit into PostgreSQL 15, start a local cluster with it, run the seed
+# example and leave the server running. Idempotent: a second run rebuilds only what changed, restarts the
+# server on the new library and recreates the demo database's extension.
+#
+# Data: $RATE_LIMIT_DEMO_DIR (default /var/tmp/rate_limit-demo), port $RATE_LIMIT_DEMO_PORT (default 5440),
+# socket directory $RATE_LIMIT_SOCKET_DIR (default /var/tmp/rate_limit-sock).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+# shellcheck source=cluster.sh
+source scripts/cluster.sh
+
+DEMO_DIR=${RATE_LIMIT_DEMO_DIR:-/var/tmp/rate_limit-demo}
+PORT=${RATE_LIMIT_DEMO_PORT:-5440}
+
+echo "== building and installing rate_limit (release) into PostgreSQL 15"
+cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config \
+  --features pg15 --no-default-features >/dev/null
+
+echo "== starting the cluster in $DEMO_DIR/data on port $PORT"
+cluster_start 15 "$DEMO_DIR/data" "$PORT"
+# new backends must load the library just installed
+as_pg "'$(pg_bindir 15)/pg_ctl' -D '$DEMO_DIR/data' -l '$DEMO_DIR/data/server.log' -w -m fast restart" >/dev/null
+
+if ! psql_at 15 "$PORT" -d postgres -Atc "SELECT 1 FROM pg_database WHERE datname = 'rate_limit_demo'" | grep -q 1; then
+  psql_at 15 "$PORT" -d postgres -qc "CREATE DATABASE rate_limit_demo"
+fi
+psql_at 15 "$PORT" -d rate_limit_demo -q -c "SET client_min_messages = warning" \
+  -c "DROP EXTENSION IF EXISTS rate_limit" -c "CREATE EXTENSION rate_limit"
+
+echo "== the seed example"
+psql_at 15 "$PORT" -d rate_limit_demo -f examples/seed.sql
+
+cat <<TXT
+
+The server keeps running. Connect with:
+    psql -h $RATE_LIMIT_SOCKET_DIR -p $PORT -U postgres rate_limit_demo
+Stop it with:
+    su postgres -c "$(pg_bindir 15)/pg_ctl -D $DEMO_DIR/data stop"
+TXT
