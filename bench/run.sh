@@ -30,6 +30,7 @@ cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config \
 cluster_stop 15 "$DIR/data"
 rm -rf "$DIR/data"
 cluster_start 15 "$DIR/data" "$PORT" "max_connections = 100"
+trap 'cluster_stop 15 "$DIR/data"' EXIT
 psql_at 15 "$PORT" -d postgres -qc "CREATE DATABASE bench"
 psql_at 15 "$PORT" -d bench -q -c "CREATE EXTENSION rate_limit" -f bench/baseline.sql
 # 100 000 ids exist in both stores before the random-key scenarios, so they measure steady state
@@ -42,10 +43,11 @@ PGBENCH="$(pg_bindir 15)/pgbench"
 run() { # run SCENARIO SCRIPT CLIENTS SYNC ISOLATION
   local scenario=$1 script=$2 clients=$3 sync=$4 iso=$5 round out tps retries
   for round in $(seq 1 $ROUNDS); do
-    out=$(PGOPTIONS="-c synchronous_commit=$sync -c default_transaction_isolation=$iso" \
+    # PGOPTIONS separates options by spaces: a space inside a value is escaped with a backslash
+    out=$(PGOPTIONS="-c synchronous_commit=$sync -c default_transaction_isolation=${iso// /\\ }" \
       "$PGBENCH" -n -M prepared -h "$RATE_LIMIT_SOCKET_DIR" -p "$PORT" -U postgres \
       -c "$clients" -j "$(( clients < 2 ? 1 : 2 ))" -T "$SECONDS_PER_ROUND" --max-tries=1000 \
-      -f "bench/$script" bench 2>&1)
+      -f "bench/$script" bench 2>&1) || { echo "$out" >&2; echo "pgbench failed" >&2; exit 1; }
     tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out" | head -1)
     retries=$(sed -n 's/^total number of retries: \([0-9]*\).*/\1/p' <<<"$out")
     committed=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")

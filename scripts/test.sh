@@ -6,8 +6,9 @@
 #
 # Layers, per version:
 #   1. unit + property tests of the arithmetic and #[pg_test]s   (cargo pgrx test pgNN)
-#   2. pg_regress examples in tests/pg_regress                     (against a fresh cluster)
-#   3. integration tests in tests/integration: many connections    (against the same cluster)
+#   2. pg_regress examples in tests/pg_regress                     (against a fresh preloaded cluster)
+#   3. integration tests in tests/integration: many connections    (that cluster, a streaming standby of it,
+#                                                                     a 256-bucket one and an unpreloaded one)
 # Lints (cargo fmt --check, cargo clippy -D warnings) run once first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,13 +62,45 @@ regress() { # regress VERSION PORT
     --use-existing --dbname=rate_limit_regress --host="$RATE_LIMIT_SOCKET_DIR" --port="$port" \
     --user=postgres --inputdir="$ROOT/tests/pg_regress" --outputdir="$out" \
     --bindir="$(pg_bindir "$v")" \
-    setup seed_timeline management transactions errors permissions ||
+    setup seed_timeline management transactions errors permissions memory_store ||
     { cat "$out/regression.diffs" 2>/dev/null; return 1; }
 }
 
-integration() { # integration PORT
-  RATE_LIMIT_TEST_CONNINFO="host=$RATE_LIMIT_SOCKET_DIR port=$1 user=postgres" \
+integration() { # integration VERSION: main (preloaded), small (256 buckets), standby, plain (not preloaded)
+  local v=$1
+  RATE_LIMIT_TEST_CONNINFO="$(conninfo $((5500 + v)))" \
+  RATE_LIMIT_TEST_STANDBY_CONNINFO="$(conninfo $((5600 + v)))" \
+  RATE_LIMIT_TEST_SMALL_CONNINFO="$(conninfo $((5700 + v)))" \
+  RATE_LIMIT_TEST_SMALL_RESTART="$(restart_command "$v" "$TEST_ROOT/small-$v")" \
+  RATE_LIMIT_TEST_PLAIN_CONNINFO="$(conninfo $((5800 + v)))" \
     cargo test -p rate_limit_integration -- --test-threads=1
+}
+
+conninfo() { echo "host=$RATE_LIMIT_SOCKET_DIR port=$1 user=postgres"; }
+
+restart_command() { # the shell command that restarts a cluster, for the restart test
+  local pg_ctl
+  pg_ctl="'$(pg_bindir "$1")/pg_ctl' -D '$2' -l '$2/server.log' -w -t 60 -m fast restart"
+  if [ "$(id -u)" = 0 ]; then echo "su postgres -s /bin/bash -c \"$pg_ctl\" >/dev/null"; else echo "$pg_ctl >/dev/null"; fi
+}
+
+start_clusters() { # start_clusters VERSION: the four servers the regress and integration tests use
+  local v=$1 preload="shared_preload_libraries = 'rate_limit'"
+  stop_clusters "$v"
+  rm -rf "$TEST_ROOT/cluster-$v" "$TEST_ROOT/standby-$v" "$TEST_ROOT/small-$v" "$TEST_ROOT/plain-$v"
+  cluster_start "$v" "$TEST_ROOT/cluster-$v" $((5500 + v)) "fsync = off" "$preload" \
+    "rate_limit.max_buckets = 300000"
+  as_pg "'$(pg_bindir "$v")/pg_basebackup' -h '$RATE_LIMIT_SOCKET_DIR' -p $((5500 + v)) -U postgres \
+    -D '$TEST_ROOT/standby-$v' -R -X stream"
+  echo "port = $((5600 + v))" | as_pg "cat >> '$TEST_ROOT/standby-$v/postgresql.conf'"
+  cluster_start "$v" "$TEST_ROOT/standby-$v" $((5600 + v))
+  cluster_start "$v" "$TEST_ROOT/small-$v" $((5700 + v)) "fsync = off" "$preload" "rate_limit.max_buckets = 256"
+  cluster_start "$v" "$TEST_ROOT/plain-$v" $((5800 + v)) "fsync = off"
+}
+
+stop_clusters() {
+  local v=$1 c
+  for c in standby cluster small plain; do cluster_stop "$v" "$TEST_ROOT/$c-$v"; done
 }
 
 step "lint" lint
@@ -76,14 +109,10 @@ for v in "${VERSIONS[@]}"; do
     cargo pgrx test "pg$v" "${RUNAS[@]}" --pgdata "$TEST_ROOT/pgrx-$v"
   step "PostgreSQL $v: install" \
     cargo pgrx install --pg-config "$(pg_bindir "$v")/pg_config" --features "pg$v" --no-default-features
-  dir="$TEST_ROOT/cluster-$v"
-  port=$((5500 + v))
-  cluster_stop "$v" "$dir"
-  rm -rf "$dir"
-  cluster_start "$v" "$dir" "$port" "fsync = off"
-  step "PostgreSQL $v: pg_regress examples" regress "$v" "$port"
-  step "PostgreSQL $v: integration tests" integration "$port"
-  cluster_stop "$v" "$dir"
+  start_clusters "$v"
+  step "PostgreSQL $v: pg_regress examples" regress "$v" $((5500 + v))
+  step "PostgreSQL $v: integration tests" integration "$v"
+  stop_clusters "$v"
 done
 
 echo

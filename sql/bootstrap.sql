@@ -11,8 +11,10 @@ CREATE TABLE rate_limit.bucket_state (
     level          bigint      NOT NULL,           -- tokens at updated_at, in millionths of a token
     updated_at     timestamptz NOT NULL,           -- server clock (clock_timestamp()) of the last grant
     refill_per_sec integer     NOT NULL,           -- the limit of the last granted call
-    capacity       bigint      NOT NULL,
-    CHECK (level >= 0 AND refill_per_sec > 0 AND capacity > 0)
-);
+    capacity       bigint      NOT NULL
+) WITH (fillfactor = 70);
+-- No CHECK constraint: the functions validate every value, and PostgreSQL re-reads a CHECK expression at
+-- each UPDATE's executor start, which costs more than the rest of the update. fillfactor 70 leaves room on
+-- each page so that updates stay HOT (no index insertion, pruned in place).
 COMMENT ON TABLE rate_limit.bucket_state IS
     'rate_limit table store: one row per bucket; level is in millionths of a token';

@@ -6,6 +6,8 @@ use pgrx::prelude::*;
 
 use crate::bucket::{Bucket, Limit};
 use crate::error::{self, MAX_ID_BYTES};
+use crate::gucs::{self, Store};
+use crate::store::memory;
 use crate::store::table::{self, Request};
 
 /// The largest capacity whose remaining count (`capacity - 1`) fits in the `int` a request returns.
@@ -86,13 +88,16 @@ fn rate_limiting_request(
     const FUNCTION: &str = "rate_limiting_request";
     let id = id_arg(FUNCTION, id)?;
     let limit = per_second_limit(FUNCTION, refill_per_sec, window_seconds)?;
-    let request = Request {
-        function: FUNCTION,
-        id,
-        limit,
-        cost: 1,
+    let taken = match gucs::store() {
+        Store::Table => table::take(&Request {
+            function: FUNCTION,
+            id,
+            limit,
+            cost: 1,
+        })?,
+        Store::Memory => memory::take(FUNCTION, id, &limit, 1)?,
     };
-    match table::take(&request)? {
+    match taken {
         // remaining <= capacity - 1 <= i32::MAX, checked by per_second_limit
         Some(remaining) => Ok(i32::try_from(remaining).unwrap_or(i32::MAX)),
         None => Ok(-1),
@@ -121,7 +126,10 @@ mod rate_limit {
         const FUNCTION: &str = "rate_limit.peek";
         let id = id_arg(FUNCTION, id)?;
         let limit = per_second_limit(FUNCTION, refill_per_sec, window_seconds)?;
-        table::peek(FUNCTION, id, &limit)
+        match gucs::store() {
+            Store::Table => table::peek(FUNCTION, id, &limit),
+            Store::Memory => memory::peek(FUNCTION, id, &limit),
+        }
     }
 
     /// Deletes the bucket `id`, which makes it full again; true if it existed.
@@ -136,7 +144,10 @@ mod rate_limit {
     fn rate_limit_reset(id: Option<&str>) -> Result<bool, ErrorReport> {
         const FUNCTION: &str = "rate_limit.reset";
         let id = id_arg(FUNCTION, id)?;
-        table::reset(FUNCTION, id)
+        match gucs::store() {
+            Store::Table => table::reset(FUNCTION, id),
+            Store::Memory => memory::reset(FUNCTION, id),
+        }
     }
 
     /// Deletes every bucket that is full now (losslessly: a missing bucket is a full one); returns how many.
@@ -149,7 +160,11 @@ mod rate_limit {
     )]
     #[search_path(pg_catalog, pg_temp)]
     fn rate_limit_purge() -> Result<i64, ErrorReport> {
-        table::purge("rate_limit.purge")
+        const FUNCTION: &str = "rate_limit.purge";
+        match gucs::store() {
+            Store::Table => table::purge(FUNCTION),
+            Store::Memory => memory::purge(FUNCTION),
+        }
     }
 
     /// The level in ticks (millionths of a token) at `at` of a stored bucket row: the arithmetic behind the
@@ -180,5 +195,94 @@ mod rate_limit {
             updated_at: updated_at.into_inner(),
         };
         Ok(bucket.level_at(&limit, at.into_inner()))
+    }
+
+    /// The level (millionths of a token) after taking `cost` tokens at `at` from a stored bucket row under
+    /// the limit `refill_per_sec` / `capacity`, or -1 if there are not enough: the arithmetic inside the
+    /// table store's conditional UPDATE.
+    #[pg_extern(immutable, parallel_safe, strict)]
+    fn level_after_take(
+        level: i64,
+        updated_at: TimestampWithTimeZone,
+        refill_per_sec: i32,
+        capacity: i64,
+        at: TimestampWithTimeZone,
+        cost: i64,
+    ) -> Result<i64, ErrorReport> {
+        const FUNCTION: &str = "rate_limit.level_after_take";
+        let limit = Limit::new(
+            refill_per_sec.into(),
+            crate::bucket::MICROS_PER_SECOND,
+            capacity,
+        )
+        .map_err(|e| error::out_of_range_limit(FUNCTION, &e.to_string()))?;
+        let bucket = Bucket {
+            level,
+            updated_at: updated_at.into_inner(),
+        };
+        Ok(match bucket.take(&limit, at.into_inner(), cost) {
+            crate::bucket::Take::Granted { bucket, .. } => bucket.level,
+            crate::bucket::Take::Denied { .. } => -1,
+        })
+    }
+
+    /// Buckets of the memory store (none when the library is not preloaded), for `rate_limit.buckets`.
+    #[pg_extern(volatile, parallel_unsafe, security_definer)]
+    #[search_path(pg_catalog, pg_temp)]
+    fn memory_buckets() -> TableIterator<
+        'static,
+        (
+            name!(id, String),
+            name!(level, i64),
+            name!(capacity, i64),
+            name!(refill_per_sec, i32),
+            name!(updated_at, Option<TimestampWithTimeZone>),
+        ),
+    > {
+        TableIterator::new(memory::list().into_iter().map(|b| {
+            (
+                b.id,
+                b.level,
+                b.capacity,
+                b.refill_per_sec,
+                TimestampWithTimeZone::try_from(b.updated_at).ok(),
+            )
+        }))
+    }
+
+    /// Size and use of the memory store; 55000 when the library is not preloaded.
+    #[allow(clippy::type_complexity)] // the row type is the SQL signature, spelled out for pgrx
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn memory_usage() -> Result<
+        TableIterator<
+            'static,
+            (
+                name!(max_buckets, i64),
+                name!(buckets, i64),
+                name!(partitions, i64),
+                name!(slots, i64),
+                name!(slot_bytes, i64),
+                name!(total_bytes, i64),
+                name!(bytes_per_bucket, i64),
+                name!(lossless_evictions, i64),
+                name!(lossy_evictions, i64),
+                name!(refused_full, i64),
+            ),
+        >,
+        ErrorReport,
+    > {
+        let u = memory::usage("rate_limit.memory_usage")?;
+        Ok(TableIterator::once((
+            u.max_buckets,
+            u.buckets,
+            u.partitions,
+            u.slots,
+            u.slot_bytes,
+            u.total_bytes,
+            u.bytes_per_bucket,
+            u.lossless_evictions,
+            u.lossy_evictions,
+            u.refused_full,
+        )))
     }
 }

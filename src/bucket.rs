@@ -170,6 +170,24 @@ impl Bucket {
         self.level_at(limit, now) == limit.full
     }
 
+    /// The first instant, at or after `now`, at which `cost` tokens could be in the bucket if nobody took
+    /// any: `now` if they are there already, `None` if `cost` exceeds the capacity (never).
+    pub fn available_at(&self, limit: &Limit, now: i64, cost: i64) -> Option<i64> {
+        if cost > limit.burst {
+            return None;
+        }
+        let current = self.refilled(limit, now);
+        let need = i128::from(cost) * i128::from(limit.period_us);
+        let deficit = need - i128::from(current.level);
+        if deficit <= 0 {
+            return Some(now);
+        }
+        // ceil(deficit / rate) microseconds after the bucket's own instant (which is >= now)
+        let wait = (deficit + i128::from(limit.rate) - 1) / i128::from(limit.rate);
+        let at = i128::from(current.updated_at) + wait;
+        Some(i64::try_from(at).unwrap_or(i64::MAX))
+    }
+
     /// Asks for `cost` tokens at `now`. `cost` must be at least 1 (callers validate it).
     pub fn take(&self, limit: &Limit, now: i64, cost: i64) -> Take {
         let current = self.refilled(limit, now);
@@ -315,6 +333,24 @@ mod tests {
     }
 
     #[test]
+    fn available_at_is_the_first_instant_with_enough_tokens() {
+        let limit = per_sec(2, 5); // one token every 500 ms
+        let b = Bucket {
+            level: S / 4,
+            updated_at: 1_000,
+        };
+        // 0.25 token now: 0.75 more take 375 ms
+        let at = b.available_at(&limit, 1_000, 1).unwrap();
+        assert_eq!(at, 1_000 + 375_000);
+        assert!(matches!(b.take(&limit, at - 1, 1), Take::Denied { .. }));
+        assert!(matches!(b.take(&limit, at, 1), Take::Granted { .. }));
+        assert_eq!(b.available_at(&limit, at + 5, 1), Some(at + 5));
+        assert_eq!(b.available_at(&limit, 0, 11), None);
+        // a clock behind the bucket's instant counts from the bucket's instant
+        assert_eq!(b.available_at(&limit, 0, 1), Some(1_000 + 375_000));
+    }
+
+    #[test]
     fn cost_above_capacity_is_denied() {
         let limit = per_sec(1, 3);
         let b = Bucket::full(&limit, 0);
@@ -452,6 +488,25 @@ mod tests {
             let elapsed = instants[calls - 1];
             let exact = (limit.burst() + rate * elapsed / MICROS_PER_SECOND).min(calls as i64);
             prop_assert_eq!(granted, exact);
+        }
+
+        /// `available_at` is exact: denied one microsecond before it, granted at it.
+        #[test]
+        fn available_at_agrees_with_take(level in 0i64..=10_000_000, rate in 1i64..=1000,
+                                        window in 1i64..=10, cost in 1i64..=10, now in 0i64..=10_000_000) {
+            let limit = per_sec(rate, window);
+            let b = Bucket { level: level.min(limit.full_level()), updated_at: 5_000_000 };
+            match b.available_at(&limit, now, cost) {
+                None => prop_assert!(cost > limit.burst()),
+                Some(at) => {
+                    let granted = matches!(b.take(&limit, at, cost), Take::Granted { .. });
+                    prop_assert!(granted);
+                    if at > now.max(5_000_000) {
+                        let denied = matches!(b.take(&limit, at - 1, cost), Take::Denied { .. });
+                        prop_assert!(denied);
+                    }
+                }
+            }
         }
 
         /// Level is always within [0, full] and time never goes backwards, for any stored state and any now.

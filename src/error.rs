@@ -68,7 +68,11 @@ pub fn read_only(function: &'static str) -> ErrorReport {
         function,
     )
     .set_detail("The table store records every granted call in rate_limit.bucket_state.")
-    .set_hint("Call it in a read-write transaction on the primary server.")
+    .set_hint(
+        "Call it in a read-write transaction on the primary, or use the memory store, which works in \
+         read-only transactions and on standbys: SET rate_limit.store = 'memory' (needs \
+         shared_preload_libraries = 'rate_limit').",
+    )
 }
 
 /// XX000: an SPI failure, which only a bug or a damaged installation can cause.

@@ -9,6 +9,7 @@ pub mod api;
 pub mod bucket;
 pub mod clock;
 pub mod error;
+pub mod gucs;
 pub mod store;
 
 #[cfg(any(test, feature = "pg_test"))]
@@ -19,15 +20,63 @@ mod pg_tests;
 extension_sql_file!("../sql/bootstrap.sql", bootstrap);
 extension_sql_file!("../sql/finalize.sql", finalize);
 
+/// Registers the settings; when the library is preloaded, also requests the memory store's shared memory.
+/// Without preloading it stays quiet: the table store needs nothing, and the memory store's functions
+/// raise 55000 with a hint.
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    // SAFETY: a plain global of the postmaster/backend, read on its only thread.
+    let preloading = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
+    gucs::init(preloading);
+    if preloading {
+        store::memory::init_when_preloading();
+    }
+    // SAFETY: registering callbacks is allowed at any time in a backend; the functions live as long as the
+    // library, which is never unloaded.
+    unsafe {
+        pg_sys::RegisterXactCallback(Some(on_xact_event), std::ptr::null_mut());
+        pg_sys::RegisterSubXactCallback(Some(on_subxact_event), std::ptr::null_mut());
+    }
+}
+
+/// A rolled-back transaction may refund tokens: forget the buckets remembered as short.
+#[pg_guard]
+unsafe extern "C-unwind" fn on_xact_event(
+    event: pg_sys::XactEvent::Type,
+    _arg: *mut std::ffi::c_void,
+) {
+    if event == pg_sys::XactEvent::XACT_EVENT_ABORT
+        || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT
+    {
+        store::short::forget_all();
+    }
+}
+
+/// Likewise for ROLLBACK TO SAVEPOINT.
+#[pg_guard]
+unsafe extern "C-unwind" fn on_subxact_event(
+    event: pg_sys::SubXactEvent::Type,
+    _my: pg_sys::SubTransactionId,
+    _parent: pg_sys::SubTransactionId,
+    _arg: *mut std::ffi::c_void,
+) {
+    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
+        store::short::forget_all();
+    }
+}
+
 /// Required by `cargo pgrx test`: one-off set-up and the `postgresql.conf` of the test cluster.
 #[cfg(test)]
 pub mod pg_test {
     /// Nothing to prepare before the test cluster starts.
     pub fn setup(_options: Vec<&str>) {}
 
-    /// No extra settings: the table store needs none.
+    /// Preload the library so that the memory store is tested too.
     #[must_use]
     pub fn postgresql_conf_options() -> Vec<&'static str> {
-        vec![]
+        vec![
+            "shared_preload_libraries = 'rate_limit'",
+            "rate_limit.max_buckets = 4096",
+        ]
     }
 }

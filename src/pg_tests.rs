@@ -217,4 +217,122 @@ mod tests {
             )
         );
     }
+
+    // ---- the memory store (the test cluster preloads the library, rate_limit.max_buckets = 4096) ----
+
+    #[pg_test]
+    fn memory_store_follows_the_reference_timeline() {
+        Spi::run("SET rate_limit.store = 'memory'").expect("memory store");
+        assert_eq!(
+            requests("pm_timeline", 1, 10, 12),
+            vec![9, 8, 7, 6, 5, 4, 3, 2, 1, 0, -1, -1]
+        );
+        // nothing went to the table
+        Spi::run("SET rate_limit.store = 'table'").expect("table store");
+        assert_eq!(
+            int("SELECT count(*) FROM rate_limit.bucket_state WHERE id = 'pm_timeline'"),
+            0
+        );
+    }
+
+    /// The same calls, with the same pauses, give the same answers from both stores.
+    #[pg_test]
+    fn both_stores_give_identical_answers() {
+        let run = |store: &str| {
+            Spi::run(&format!("SET rate_limit.store = '{store}'")).expect("store");
+            let id = format!("pm_same_{store}");
+            let mut out = requests(&id, 10, 1, 12);
+            Spi::run("SELECT pg_sleep(0.25)").expect("sleep"); // 2.5 tokens come back
+            out.extend(requests(&id, 10, 1, 3));
+            out.push(int(&format!("SELECT rate_limit.peek('{id}', 10, 1)")));
+            out
+        };
+        let table = run("table");
+        let memory = run("memory");
+        assert_eq!(
+            table,
+            vec![9, 8, 7, 6, 5, 4, 3, 2, 1, 0, -1, -1, 1, 0, -1, 0]
+        );
+        assert_eq!(memory, table);
+    }
+
+    #[pg_test]
+    fn memory_store_peek_reset_purge_and_view() {
+        Spi::run("SET rate_limit.store = 'memory'").expect("memory store");
+        requests("pm_manage", 1, 100, 3);
+        requests("pm_refills", 1000, 1, 1); // full again after 1 ms
+        assert_eq!(int("SELECT rate_limit.peek('pm_manage', 1, 100)"), 97);
+        assert_eq!(
+            text(
+                "SELECT format('%s %s %s %s', store, capacity, refill_per_sec, tokens BETWEEN 97 AND 97.5) \
+                 FROM rate_limit.buckets WHERE id = 'pm_manage'"
+            )
+            .as_deref(),
+            Some("memory 100 1 t")
+        );
+        Spi::run("SELECT pg_sleep(0.01)").expect("sleep");
+        assert!(int("SELECT rate_limit.purge()") >= 1);
+        assert_eq!(
+            int("SELECT count(*) FROM rate_limit.buckets WHERE id = 'pm_refills'"),
+            0
+        );
+        assert_eq!(
+            int("SELECT count(*) FROM rate_limit.buckets WHERE id = 'pm_manage'"),
+            1
+        );
+        assert_eq!(
+            text("SELECT rate_limit.reset('pm_manage')::text").as_deref(),
+            Some("true")
+        );
+        assert_eq!(
+            text("SELECT rate_limit.reset('pm_manage')::text").as_deref(),
+            Some("false")
+        );
+        assert_eq!(int("SELECT rate_limit.peek('pm_manage', 1, 100)"), 100);
+    }
+
+    #[pg_test]
+    fn memory_store_lists_long_ids_by_prefix() {
+        Spi::run("SET rate_limit.store = 'memory'").expect("memory store");
+        let long = "L".repeat(1000);
+        assert_eq!(
+            int(&format!(
+                "SELECT rate_limiting_request('{long}', 1, 5)::bigint"
+            )),
+            4
+        );
+        assert_eq!(
+            int(&format!(
+                "SELECT rate_limiting_request('{long}', 1, 5)::bigint"
+            )),
+            3
+        );
+        let shown = format!("{}…", "L".repeat(40));
+        assert_eq!(
+            int(&format!(
+                "SELECT count(*) FROM rate_limit.buckets WHERE id = '{shown}'"
+            )),
+            1
+        );
+    }
+
+    #[pg_test]
+    fn memory_usage_reports_size_within_128_bytes_per_bucket() {
+        assert_eq!(
+            text(
+                "SELECT format('%s %s %s', max_buckets, slot_bytes, bytes_per_bucket <= 128) \
+                 FROM rate_limit.memory_usage()"
+            )
+            .as_deref(),
+            Some("4096 88 t")
+        );
+    }
+
+    #[pg_test]
+    fn store_setting_is_validated() {
+        assert_eq!(
+            error_of("SET rate_limit.store = 'redis'").as_deref(),
+            Some("22023: invalid value for parameter \"rate_limit.store\": \"redis\"")
+        );
+    }
 }

@@ -1,4 +1,6 @@
 //! Where bucket state lives. A store loads, locks and saves [`crate::bucket::Bucket`]s; it does no
 //! arithmetic of its own.
 
+pub mod memory;
+pub mod short;
 pub mod table;

@@ -1,23 +1,22 @@
 //! The table store: one row per id in `rate_limit.bucket_state`, durable, replicated and transactional.
 //!
 //! Concurrency contract. Every statement below is an SPI plan prepared once per backend and kept
-//! (`SPI_keepplan`); all of them name `rate_limit.bucket_state` with its schema, and the SQL functions that
-//! run them are `SECURITY DEFINER` with `search_path = pg_catalog, pg_temp`, so a caller cannot redirect them.
+//! (`SPI_keepplan`); all of them name their objects with their schema, and the SQL functions that run them
+//! are `SECURITY DEFINER` with `search_path = pg_catalog, pg_temp`, so a caller cannot redirect them.
 //!
-//! 1. `READ` the row without a lock. If, refilled to the clock read just after, it holds fewer tokens than
-//!    asked, the call is denied and nothing is written: no row lock, no WAL, no dirty page. This is sound
-//!    because the read sees committed state, and between refills other sessions can only remove tokens: a
-//!    bucket that is short now stays short whatever commits concurrently. (A concurrent `reset` that
-//!    commits after the read is ordered after this call.)
-//! 2. A granted call on an existing row writes with compare-and-set: `UPDATE … WHERE id = $1 AND level = read
-//!    AND updated_at = read`. One round trip when uncontended. If another transaction changed the row first,
-//!    READ COMMITTED re-checks the newest version, the condition fails and no row is updated; REPEATABLE READ
-//!    and SERIALIZABLE raise 40001 instead, which the caller retries.
+//! 0. A bucket this backend recently saw short is denied from memory, without any SQL (see `short.rs`).
+//! 1. `TAKE`: one conditional `UPDATE … WHERE id = $1 AND rate_limit.level_after_take(…) >= 0`. The
+//!    arithmetic runs inside the statement on the newest row version: in READ COMMITTED a concurrent update
+//!    is waited for and re-checked, so concurrent callers serialise on the row and no token is granted
+//!    twice; REPEATABLE READ and SERIALIZABLE raise 40001 instead, which the caller retries. A granted call
+//!    on an existing bucket is this one statement. A denied one matches no row: it locks and writes nothing.
+//! 2. If `TAKE` updated nothing, `READ` (a fresh snapshot) tells a short bucket (denied: remembered until the
+//!    instant a token can exist) from a missing one.
 //! 3. A missing row is created with `INSERT … ON CONFLICT (id) DO NOTHING`: two sessions creating the same
-//!    id never see a unique_violation; the loser updates no row (READ COMMITTED) or gets 40001.
-//! 4. After a lost race (2 or 3), `LOCK` the row with `SELECT … FOR UPDATE`, recompute from the locked
-//!    version with the clock read after the lock was granted, and `UPDATE` it. If the row vanished in between
-//!    (a concurrent reset or purge), start again from 1.
+//!    id never see a unique_violation; the loser updates no row (READ COMMITTED, and starts again at 1) or
+//!    gets 40001.
+//!
+//! In a read-only transaction, only `READ` runs: a denial needs no write, a grant raises 25006.
 //!
 //! Because the writes are ordinary row changes in the caller's transaction, a ROLLBACK refunds the token.
 
@@ -32,17 +31,18 @@ use pgrx::PgSqlErrorCode;
 use crate::bucket::{Bucket, Limit, Take};
 use crate::clock;
 use crate::error;
+use crate::store::short;
 
-/// How often a call starts again because its row was deleted under it before it gives up with 40001.
+/// How often a call starts again (its row changed, vanished or appeared under it) before it gives up
+/// with 40001.
 const MAX_ATTEMPTS: usize = 16;
 
 const READ: &str = "SELECT level, updated_at FROM rate_limit.bucket_state WHERE id = $1";
-const LOCK: &str = "SELECT level, updated_at FROM rate_limit.bucket_state WHERE id = $1 FOR UPDATE";
-const COMPARE_AND_SET: &str = "UPDATE rate_limit.bucket_state \
-     SET level = $2, updated_at = $3, refill_per_sec = $4, capacity = $5 \
-     WHERE id = $1 AND level = $6 AND updated_at = $7";
-const UPDATE: &str = "UPDATE rate_limit.bucket_state \
-     SET level = $2, updated_at = $3, refill_per_sec = $4, capacity = $5 WHERE id = $1";
+const TAKE: &str = "UPDATE rate_limit.bucket_state \
+     SET level = rate_limit.level_after_take(level, updated_at, $2, $3, $4, $5), \
+         updated_at = greatest(updated_at, $4), refill_per_sec = $2, capacity = $3 \
+     WHERE id = $1 AND rate_limit.level_after_take(level, updated_at, $2, $3, $4, $5) >= 0 \
+     RETURNING level";
 const INSERT: &str =
     "INSERT INTO rate_limit.bucket_state (id, level, updated_at, refill_per_sec, capacity) \
      VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING";
@@ -53,10 +53,11 @@ const PURGE: &str = "DELETE FROM rate_limit.bucket_state s \
 
 /// The saved plans of this backend.
 struct Plans {
+    /// `READ` in the caller's snapshot (peek: it never writes).
     read: OwnedPreparedStatement,
-    lock: OwnedPreparedStatement,
-    compare_and_set: OwnedPreparedStatement,
-    update: OwnedPreparedStatement,
+    /// `READ` in a fresh snapshot, after `TAKE` in the same call.
+    read_fresh: OwnedPreparedStatement,
+    take: OwnedPreparedStatement,
     insert: OwnedPreparedStatement,
     delete: OwnedPreparedStatement,
 }
@@ -76,15 +77,15 @@ fn prepare_plans(client: &SpiClient<'_>) -> Result<Plans, SpiError> {
     let int8 = oid(pg_sys::INT8OID);
     let int4 = oid(pg_sys::INT4OID);
     let tstz = oid(pg_sys::TIMESTAMPTZOID);
-    let write_args = [text, int8, tstz, int4, int8];
     Ok(Plans {
         read: client.prepare(READ, &[text])?.keep(),
-        lock: client.prepare_mut(LOCK, &[text])?.keep(),
-        compare_and_set: client
-            .prepare_mut(COMPARE_AND_SET, &[text, int8, tstz, int4, int8, int8, tstz])?
+        read_fresh: client.prepare_mut(READ, &[text])?.keep(),
+        take: client
+            .prepare_mut(TAKE, &[text, int4, int8, tstz, int8])?
             .keep(),
-        update: client.prepare_mut(UPDATE, &write_args)?.keep(),
-        insert: client.prepare_mut(INSERT, &write_args)?.keep(),
+        insert: client
+            .prepare_mut(INSERT, &[text, int8, tstz, int4, int8])?
+            .keep(),
         delete: client.prepare_mut(DELETE, &[text])?.keep(),
     })
 }
@@ -117,17 +118,10 @@ pub struct Request<'a> {
 }
 
 impl Request<'_> {
-    fn write_args(&self, next: &Bucket) -> Result<[DatumWithOid<'static>; 5], ErrorReport> {
+    fn refill_per_sec(&self) -> Result<i32, ErrorReport> {
         // The refill rate of a per-second limit is at most i32::MAX: api.rs builds limits from int arguments.
-        let refill = i32::try_from(self.limit.rate())
-            .map_err(|_| error::corrupt_row(self.function, "refill_per_sec does not fit in int"))?;
-        Ok([
-            self.id.into(),
-            next.level.into(),
-            timestamptz(next.updated_at, self.function)?.into(),
-            refill.into(),
-            self.limit.burst().into(),
-        ])
+        i32::try_from(self.limit.rate())
+            .map_err(|_| error::corrupt_row(self.function, "refill_per_sec does not fit in int"))
     }
 }
 
@@ -165,63 +159,76 @@ fn load(
     }
 }
 
-/// Raises 25006 if this transaction cannot write: the granted call could not be recorded.
-fn ensure_writable(function: &'static str) -> Result<(), ErrorReport> {
-    // SAFETY: XactReadOnly is a plain global of the backend, read on the backend's only thread.
-    let read_only = unsafe { pg_sys::XactReadOnly };
-    if read_only {
-        Err(error::read_only(function))
-    } else {
-        Ok(())
-    }
-}
-
 /// Takes `cost` tokens from the bucket of `id`: `Some(remaining)` when granted, `None` when denied.
 pub fn take(request: &Request<'_>) -> Result<Option<i64>, ErrorReport> {
     let function = request.function;
+    let (id, limit, cost) = (request.id, &request.limit, request.cost);
+    // 0. known short: deny without SQL
+    if short::is_short(id, limit.rate(), limit.burst(), clock::now_us()) {
+        return Ok(None);
+    }
+    // SAFETY: XactReadOnly is a plain global of the backend, read on the backend's only thread.
+    let read_only = unsafe { pg_sys::XactReadOnly };
+    let refill = request.refill_per_sec()?;
     Spi::connect_mut(|client| {
         let plans = spi(function, plans(client))?;
         for _ in 0..MAX_ATTEMPTS {
-            // 1. unlocked read: a denial ends here and writes nothing
-            let stored = load(client, &plans.read, false, request.id, function)?;
             let now = clock::now_us();
-            let current = stored.unwrap_or_else(|| Bucket::full(&request.limit, now));
-            let (next, remaining) = match current.take(&request.limit, now, request.cost) {
-                Take::Denied { .. } => return Ok(None),
+            if !read_only {
+                // 1. one conditional UPDATE: granted if it returns the new level
+                let args: [DatumWithOid<'_>; 5] = [
+                    id.into(),
+                    refill.into(),
+                    limit.burst().into(),
+                    timestamptz(now, function)?.into(),
+                    cost.into(),
+                ];
+                let table = spi(function, client.update(&plans.take, None, &args))?;
+                if !table.is_empty() {
+                    let level = spi(function, table.first().get_one::<i64>())?
+                        .ok_or_else(|| error::corrupt_row(function, "level is NULL"))?;
+                    return Ok(Some(level / limit.ticks_per_token()));
+                }
+            }
+            // 2. nothing updated: short, or missing?
+            let plan = if read_only {
+                &plans.read
+            } else {
+                &plans.read_fresh
+            };
+            let stored = load(client, plan, !read_only, id, function)?;
+            let now = clock::now_us();
+            let current = stored.unwrap_or_else(|| Bucket::full(limit, now));
+            let (next, remaining) = match current.take(limit, now, cost) {
+                Take::Denied { .. } => {
+                    if let Some(until) = current.available_at(limit, now, cost) {
+                        short::remember(id, limit.rate(), limit.burst(), until);
+                    }
+                    return Ok(None);
+                }
                 Take::Granted { bucket, remaining } => (bucket, remaining),
             };
-            ensure_writable(function)?;
-            let mut args: Vec<DatumWithOid<'_>> = request.write_args(&next)?.into();
-            let written = match stored {
-                // 2. compare-and-set against what was read
-                Some(read) => {
-                    args.push(read.level.into());
-                    args.push(timestamptz(read.updated_at, function)?.into());
-                    spi(function, client.update(&plans.compare_and_set, None, &args))?.len()
-                }
-                // 3. create; a concurrent creator makes this a no-op
-                None => spi(function, client.update(&plans.insert, None, &args))?.len(),
-            };
-            if written == 1 {
+            if read_only {
+                return Err(error::read_only(function));
+            }
+            if stored.is_some() {
+                continue; // a token arrived since TAKE looked: take it with TAKE
+            }
+            // 3. create the row; a concurrent creator makes this a no-op and we start again
+            let args: [DatumWithOid<'_>; 5] = [
+                id.into(),
+                next.level.into(),
+                timestamptz(next.updated_at, function)?.into(),
+                refill.into(),
+                limit.burst().into(),
+            ];
+            if spi(function, client.update(&plans.insert, None, &args))?.len() == 1 {
                 return Ok(Some(remaining));
             }
-            // 4. lost a race: lock the newest version and decide on it
-            let Some(locked) = load(client, &plans.lock, true, request.id, function)? else {
-                continue; // deleted under us by a reset or purge: start again
-            };
-            let now = clock::now_us();
-            return match locked.take(&request.limit, now, request.cost) {
-                Take::Denied { .. } => Ok(None),
-                Take::Granted { bucket, remaining } => {
-                    let args = request.write_args(&bucket)?;
-                    spi(function, client.update(&plans.update, None, &args))?;
-                    Ok(Some(remaining))
-                }
-            };
         }
         Err(ErrorReport::new(
             PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
-            "could not take a token: the bucket was deleted concurrently too often",
+            "could not take a token: the bucket kept changing under this call",
             function,
         )
         .set_hint("Retry the call."))
@@ -242,6 +249,7 @@ pub fn peek(function: &'static str, id: &str, limit: &Limit) -> Result<i64, Erro
 
 /// Deletes the bucket of `id` (it is full again); true if there was one.
 pub fn reset(function: &'static str, id: &str) -> Result<bool, ErrorReport> {
+    short::forget(id);
     Spi::connect_mut(|client| {
         let plans = spi(function, plans(client))?;
         let args: [DatumWithOid<'_>; 1] = [id.into()];

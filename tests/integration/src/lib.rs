@@ -7,12 +7,17 @@ use std::time::Duration;
 use postgres::error::SqlState;
 use postgres::{Client, IsolationLevel, NoTls};
 
-/// The connection string of the server under test, without a database name.
+/// The connection string of the main server under test (rate_limit preloaded), without a database name.
 pub fn conninfo() -> String {
-    std::env::var("RATE_LIMIT_TEST_CONNINFO").unwrap_or_else(|_| {
+    env("RATE_LIMIT_TEST_CONNINFO")
+}
+
+/// A setting `scripts/test.sh` passes to the tests (the servers it started).
+pub fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
         panic!(
-            "RATE_LIMIT_TEST_CONNINFO is not set: run the integration tests through scripts/test.sh, \
-             which starts a server with rate_limit installed"
+            "{name} is not set: run the integration tests through scripts/test.sh, which starts the \
+             servers they need"
         )
     })
 }
@@ -20,13 +25,19 @@ pub fn conninfo() -> String {
 /// A database of its own for one test, dropped when the test ends.
 pub struct TestDb {
     name: String,
+    server: String,
 }
 
 impl TestDb {
-    /// Creates database `rl_it_<name>` (dropping a leftover one) and installs the extension in it.
+    /// Creates database `rl_it_<name>` on the main server (dropping a leftover one) with the extension.
     pub fn new(name: &str) -> TestDb {
+        TestDb::on(&conninfo(), name)
+    }
+
+    /// The same, on the server at `server` (a connection string without a database name).
+    pub fn on(server: &str, name: &str) -> TestDb {
         let name = format!("rl_it_{name}");
-        let mut admin = Client::connect(&format!("{} dbname=postgres", conninfo()), NoTls)
+        let mut admin = Client::connect(&format!("{server} dbname=postgres"), NoTls)
             .expect("connect to the test server");
         admin
             .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
@@ -34,23 +45,40 @@ impl TestDb {
         admin
             .batch_execute(&format!("CREATE DATABASE {name}"))
             .expect("create the test database");
-        let db = TestDb { name };
+        let db = TestDb {
+            name,
+            server: server.to_string(),
+        };
         db.connect()
             .batch_execute("CREATE EXTENSION rate_limit")
             .expect("create the extension");
         db
     }
 
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// A new connection to this test's database.
     pub fn connect(&self) -> Client {
-        Client::connect(&format!("{} dbname={}", conninfo(), self.name), NoTls)
+        Client::connect(&format!("{} dbname={}", self.server, self.name), NoTls)
             .expect("connect to the test database")
+    }
+
+    /// A new connection whose session uses the memory store.
+    pub fn connect_memory(&self) -> Client {
+        let mut client = self.connect();
+        client
+            .batch_execute("SET rate_limit.store = 'memory'")
+            .expect("select the memory store");
+        client
     }
 }
 
 impl Drop for TestDb {
     fn drop(&mut self) {
-        if let Ok(mut admin) = Client::connect(&format!("{} dbname=postgres", conninfo()), NoTls) {
+        if let Ok(mut admin) = Client::connect(&format!("{} dbname=postgres", self.server), NoTls) {
             let _ = admin.batch_execute(&format!(
                 "DROP DATABASE IF EXISTS {} WITH (FORCE)",
                 self.name
@@ -125,4 +153,115 @@ pub fn sleep_until(deadline: std::time::Instant) {
 /// A short pause used between retries of an observation that background activity can disturb.
 pub fn settle() {
     std::thread::sleep(Duration::from_millis(200));
+}
+
+/// The exact tokens in bucket `id` (to the millionth, from `rate_limit.buckets`, either store) and the
+/// server time they were read at, in seconds.
+pub fn tokens_now(client: &mut Client, id: &str) -> (f64, f64) {
+    let row = client
+        .query_one(
+            "SELECT tokens::float8, extract(epoch FROM clock_timestamp())::float8 \
+             FROM rate_limit.buckets WHERE id = $1",
+            &[&id],
+        )
+        .expect("read the bucket");
+    (row.get(0), row.get(1))
+}
+
+/// Floods bucket `id` (50 tokens/s, capacity 200) from `connections` connections for 4 seconds, each call
+/// its own transaction at `level` (40001 retried), on the memory store if `memory`, and checks exactness:
+/// - a new bucket grants exactly its capacity (one statement drains it);
+/// - then granted + tokens left = tokens at the start + rate × elapsed, within 2% or 2 tokens, and
+///   granted never exceeds it (the flood starts from an empty bucket, so it never refills to the cap,
+///   where refill is rightly wasted and conservation would not hold);
+/// - the bucket was really flooded and kept drained.
+pub fn flood(
+    db: &std::sync::Arc<TestDb>,
+    id: &str,
+    connections: usize,
+    level: IsolationLevel,
+    memory: bool,
+) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Arc, Barrier};
+
+    let (rate, window) = (50, 4);
+    let open = move |db: &TestDb| {
+        if memory {
+            db.connect_memory()
+        } else {
+            db.connect()
+        }
+    };
+    let granted = Arc::new(AtomicU64::new(0));
+    let calls = Arc::new(AtomicU64::new(0));
+    let retries = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Arc::new(Barrier::new(connections + 1));
+    let workers: Vec<_> = (0..connections)
+        .map(|_| {
+            let (db, id) = (Arc::clone(db), id.to_string());
+            let (granted, calls, retries) = (granted.clone(), calls.clone(), retries.clone());
+            let (stop, start) = (stop.clone(), start.clone());
+            std::thread::spawn(move || {
+                let mut client = open(&db);
+                start.wait();
+                while !stop.load(Ordering::Relaxed) {
+                    let c = request_in_transaction(&mut client, level, &id, rate, window);
+                    calls.fetch_add(1, Ordering::Relaxed);
+                    retries.fetch_add(u64::from(c.retries), Ordering::Relaxed);
+                    if c.remaining >= 0 {
+                        granted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut clock = open(db);
+    let drained: i64 = clock
+        .query_one(
+            "SELECT count(*) FILTER (WHERE rate_limiting_request($1, $2::int, $3::int) >= 0) \
+             FROM generate_series(1, $2::int * $3::int + 50)",
+            &[&id, &rate, &window],
+        )
+        .expect("drain the bucket")
+        .get(0);
+    let capacity = i64::from(rate * window);
+    assert!(
+        drained == capacity || drained == capacity + 1,
+        "{id}: a new bucket granted {drained} calls in a row, capacity is {capacity}"
+    );
+    let (at_start, t0) = tokens_now(&mut clock, id);
+    start.wait();
+    std::thread::sleep(Duration::from_secs(4));
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().expect("worker thread");
+    }
+    let (left, t1) = tokens_now(&mut clock, id);
+    let granted = granted.load(Ordering::Relaxed) as f64;
+    let calls = calls.load(Ordering::Relaxed) as f64;
+    let expected = at_start + f64::from(rate) * (t1 - t0);
+    let tolerance = (expected * 0.02).max(2.0);
+    eprintln!(
+        "{id} ({connections} connections, {level:?}): {calls} calls, {granted} granted, {left:.3} left, \
+         expected {expected:.1}, {} retries",
+        retries.load(Ordering::Relaxed)
+    );
+    assert!(
+        granted <= expected.floor(),
+        "{id}: granted {granted} > tokens at start + rate x elapsed = {expected:.2}"
+    );
+    assert!(
+        (granted + left - expected).abs() <= tolerance,
+        "{id}: granted {granted} + left {left:.3}, expected {expected:.1} ± {tolerance:.1}"
+    );
+    assert!(
+        left <= tolerance,
+        "{id}: {left:.3} tokens left: the flood did not keep the bucket drained"
+    );
+    assert!(
+        calls > granted * 1.5,
+        "{id}: the key was not flooded ({calls} calls)"
+    );
 }

@@ -1,0 +1,681 @@
+//! The memory store: buckets in a hash table in PostgreSQL's shared memory. No WAL, no table, nothing
+//! transactional: it works in read-only transactions and on hot standbys, and its state is lost when the
+//! server restarts (or crash-restarts).
+//!
+//! Locking contract.
+//! - The table is split into `partitions` partitions, each a fixed ring of slots with its own LWLock (tranche
+//!   `rate_limit`). A key's 128-bit hash picks its partition, so one call takes exactly one lock.
+//! - Taking tokens, inserting, evicting and deleting hold the partition's lock EXCLUSIVE; `peek` and listing
+//!   hold it SHARED. While a lock is held nothing allocates, waits, does I/O, takes another lock or raises an
+//!   error: errors are raised after the lock is released.
+//! - The header (seed, sizes, lock pointers) is written once, in the shmem startup hook under
+//!   AddinShmemInitLock, and only read afterwards. Statistics are atomics, updated without a lock.
+//!
+//! Keys. A slot stores the 128-bit SipHash-1-3 of the id, keyed with a random seed drawn when the table is
+//! created, so ids chosen by an attacker cannot be made to collide or pile up in one partition. Two distinct
+//! ids share a bucket only if their keyed hashes collide: with n buckets the chance is below n² / 2^129
+//! (for a million buckets, about 1.5e-27). The first [`ID_PREFIX`] bytes of the id are kept for display
+//! in `rate_limit.buckets`; the id itself may be up to 2048 bytes, like in the table store.
+//!
+//! Slots use linear probing inside their partition and backward-shift deletion (no tombstones), so a probe
+//! stops at the first empty slot. Each partition holds at most `ceil(max_buckets / partitions)` buckets in
+//! 25% more slots. When a partition is full, a bucket that is full now is evicted first (lossless: a
+//! missing bucket is a full one); failing that, `rate_limit.on_full` decides.
+
+use std::ffi::CStr;
+use std::hash::Hasher;
+use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use pgrx::pg_sys;
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::PgSqlErrorCode;
+use siphasher::sip128::{Hasher128, SipHasher13};
+
+use crate::bucket::{Bucket, Limit, Take, MICROS_PER_SECOND};
+use crate::clock;
+use crate::gucs::{self, OnFull};
+
+/// Bytes of an id kept in a slot for display.
+pub const ID_PREFIX: usize = 40;
+
+const SEGMENT_NAME: &CStr = c"rate_limit memory store";
+const TRANCHE_NAME: &CStr = c"rate_limit";
+/// Index of AddinShmemInitLock in MainLWLockArray (lwlocknames.txt, the same from PostgreSQL 13 to 18).
+const ADDIN_SHMEM_INIT_LOCK: usize = 21;
+
+/// One bucket. `used == 0` marks an empty slot.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Slot {
+    hash: [u64; 2],
+    level: i64,
+    updated_at: i64,
+    capacity: i64,
+    refill_per_sec: i32,
+    used: u8,
+    id_len: u8,
+    id_truncated: u8,
+    id_prefix: [u8; ID_PREFIX],
+}
+
+/// Per-partition bookkeeping, protected by the partition's lock.
+#[repr(C)]
+struct PartitionHeader {
+    count: u32,
+    _pad: u32,
+}
+
+/// The start of the segment; fixed after creation except for the atomics.
+#[repr(C)]
+struct Header {
+    seed: [u64; 2],
+    partitions: u32,
+    slots_per_partition: u32,
+    limit_per_partition: u32,
+    max_buckets: u32,
+    locks: *mut pg_sys::LWLockPadded,
+    lossless_evictions: AtomicU64,
+    lossy_evictions: AtomicU64,
+    refused_full: AtomicU64,
+}
+
+/// Sizes derived from `rate_limit.max_buckets`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Partitions (one LWLock each).
+    pub partitions: u32,
+    /// Buckets a partition may hold.
+    pub limit_per_partition: u32,
+    /// Slots in a partition (25% more than its limit, so probes stay short).
+    pub slots_per_partition: u32,
+}
+
+impl Geometry {
+    /// About 64 buckets per partition for small tables, at most 128 partitions (as core's buffer table).
+    pub fn for_max_buckets(max_buckets: u32) -> Geometry {
+        let partitions = (max_buckets / 64).clamp(1, 128);
+        let limit_per_partition = max_buckets.div_ceil(partitions);
+        let slots_per_partition = limit_per_partition + limit_per_partition.div_ceil(4) + 1;
+        Geometry {
+            partitions,
+            limit_per_partition,
+            slots_per_partition,
+        }
+    }
+
+    fn partition_headers_offset() -> usize {
+        size_of::<Header>().next_multiple_of(64)
+    }
+
+    fn slots_offset(&self) -> usize {
+        (Self::partition_headers_offset() + self.partitions as usize * size_of::<PartitionHeader>())
+            .next_multiple_of(64)
+    }
+
+    /// Bytes of shared memory the table needs.
+    pub fn segment_bytes(&self) -> usize {
+        self.slots_offset()
+            + self.partitions as usize * self.slots_per_partition as usize * size_of::<Slot>()
+    }
+}
+
+/// Bytes of one slot.
+pub const SLOT_BYTES: usize = size_of::<Slot>();
+
+/// The segment, once attached; copied into every backend by fork.
+static mut SEGMENT: *mut Header = ptr::null_mut();
+/// Whether `_PG_init` ran while preloading (only then is there a segment).
+static mut PRELOADED: bool = false;
+
+static mut PREV_SHMEM_STARTUP_HOOK: pg_sys::shmem_startup_hook_type = None;
+#[cfg(not(feature = "pg13"))]
+static mut PREV_SHMEM_REQUEST_HOOK: pg_sys::shmem_request_hook_type = None;
+
+fn geometry() -> Geometry {
+    Geometry::for_max_buckets(gucs::max_buckets().max(1) as u32)
+}
+
+/// Requests the segment and the partition locks. Called from `_PG_init` only while preloading.
+pub fn init_when_preloading() {
+    // SAFETY: _PG_init runs once, single-threaded, in the postmaster; the hooks are process globals that
+    // PostgreSQL expects extensions to chain exactly like this.
+    unsafe {
+        PRELOADED = true;
+        #[cfg(feature = "pg13")]
+        request_shmem();
+        #[cfg(not(feature = "pg13"))]
+        {
+            PREV_SHMEM_REQUEST_HOOK = pg_sys::shmem_request_hook;
+            pg_sys::shmem_request_hook = Some(shmem_request);
+        }
+        PREV_SHMEM_STARTUP_HOOK = pg_sys::shmem_startup_hook;
+        pg_sys::shmem_startup_hook = Some(shmem_startup);
+    }
+}
+
+#[cfg(not(feature = "pg13"))]
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn shmem_request() {
+    // SAFETY: called by the postmaster in its shmem request phase; the previous hook was saved by
+    // init_when_preloading and is called first, as every extension does.
+    unsafe {
+        if let Some(prev) = PREV_SHMEM_REQUEST_HOOK {
+            prev();
+        }
+        request_shmem();
+    }
+}
+
+/// # Safety
+/// Only in the postmaster while shared memory may still be requested.
+unsafe fn request_shmem() {
+    let g = geometry();
+    // SAFETY: the caller guarantees we are in the request phase; the name is a static C string.
+    unsafe {
+        pg_sys::RequestAddinShmemSpace(g.segment_bytes());
+        pg_sys::RequestNamedLWLockTranche(TRANCHE_NAME.as_ptr(), g.partitions as i32);
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn shmem_startup() {
+    // SAFETY: called by the postmaster (at start and after every crash-restart) with shared memory set up;
+    // the segment is created or found under AddinShmemInitLock, as pg_stat_statements does, and initialised
+    // only by whoever created it. All pointers stay inside the segment sized by request_shmem.
+    unsafe {
+        if let Some(prev) = PREV_SHMEM_STARTUP_HOOK {
+            prev();
+        }
+        let g = geometry();
+        let init_lock = &raw mut (*pg_sys::MainLWLockArray.add(ADDIN_SHMEM_INIT_LOCK)).lock;
+        pg_sys::LWLockAcquire(init_lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
+        let mut found = false;
+        let segment = pg_sys::ShmemInitStruct(SEGMENT_NAME.as_ptr(), g.segment_bytes(), &mut found)
+            .cast::<Header>();
+        if !found {
+            ptr::write_bytes(segment.cast::<u8>(), 0, g.segment_bytes());
+            let mut seed = [0u64; 2];
+            if !pg_sys::pg_strong_random(seed.as_mut_ptr().cast(), size_of_val(&seed)) {
+                // no strong randomness: still keyed, from the clock and the pid (never a fixed key)
+                seed = [
+                    clock::now_us() as u64,
+                    u64::from(std::process::id()).rotate_left(32),
+                ];
+            }
+            segment.write(Header {
+                seed,
+                partitions: g.partitions,
+                slots_per_partition: g.slots_per_partition,
+                limit_per_partition: g.limit_per_partition,
+                max_buckets: gucs::max_buckets().max(1) as u32,
+                locks: pg_sys::GetNamedLWLockTranche(TRANCHE_NAME.as_ptr()),
+                lossless_evictions: AtomicU64::new(0),
+                lossy_evictions: AtomicU64::new(0),
+                refused_full: AtomicU64::new(0),
+            });
+        }
+        SEGMENT = segment;
+        pg_sys::LWLockRelease(init_lock);
+    }
+}
+
+/// 55000 with a hint, for every memory-store call in a server that did not preload the library.
+fn not_preloaded(function: &'static str) -> ErrorReport {
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        "the rate_limit memory store is not available: the library was not preloaded",
+        function,
+    )
+    .set_hint(
+        "Add rate_limit to shared_preload_libraries in postgresql.conf and restart the server, \
+         or SET rate_limit.store = 'table'.",
+    )
+}
+
+/// The attached segment.
+struct Table {
+    header: &'static Header,
+}
+
+impl Table {
+    fn attach(function: &'static str) -> Result<Table, ErrorReport> {
+        // SAFETY: SEGMENT is written only by shmem_startup in the postmaster before any backend exists,
+        // then inherited read-only; a non-null pointer points at an initialised Header.
+        let segment = unsafe { SEGMENT };
+        // SAFETY: see above; PRELOADED is written only in _PG_init.
+        let preloaded = unsafe { PRELOADED };
+        if !preloaded || segment.is_null() {
+            return Err(not_preloaded(function));
+        }
+        // SAFETY: non-null and initialised (see above); the header is never freed while the server runs.
+        let header = unsafe { &*segment };
+        Ok(Table { header })
+    }
+
+    fn hash(&self, id: &str) -> [u64; 2] {
+        let mut hasher = SipHasher13::new_with_keys(self.header.seed[0], self.header.seed[1]);
+        hasher.write(id.as_bytes());
+        let h = hasher.finish128();
+        [h.h1, h.h2]
+    }
+
+    /// Locks partition `p` and gives access to its slots until the guard is dropped.
+    fn lock(&self, p: u32, exclusive: bool) -> PartitionGuard<'_> {
+        let h = self.header;
+        let g = Geometry {
+            partitions: h.partitions,
+            limit_per_partition: h.limit_per_partition,
+            slots_per_partition: h.slots_per_partition,
+        };
+        let base = (h as *const Header).cast::<u8>();
+        // SAFETY: p < partitions (callers take it modulo partitions), so every offset below lies inside the
+        // segment laid out by Geometry; the lock pointer comes from the tranche of `partitions` locks.
+        unsafe {
+            let lock = &raw mut (*h.locks.add(p as usize)).lock;
+            let mode = if exclusive {
+                pg_sys::LWLockMode::LW_EXCLUSIVE
+            } else {
+                pg_sys::LWLockMode::LW_SHARED
+            };
+            pg_sys::LWLockAcquire(lock, mode);
+            let header = base
+                .add(Geometry::partition_headers_offset())
+                .cast::<PartitionHeader>()
+                .add(p as usize)
+                .cast_mut();
+            let slots = base
+                .add(g.slots_offset())
+                .cast::<Slot>()
+                .add(p as usize * g.slots_per_partition as usize)
+                .cast_mut();
+            PartitionGuard {
+                lock,
+                header: &mut *header,
+                slots: std::slice::from_raw_parts_mut(slots, g.slots_per_partition as usize),
+                limit: h.limit_per_partition,
+                _table: std::marker::PhantomData,
+            }
+        }
+    }
+
+    fn partition_of(&self, hash: &[u64; 2]) -> u32 {
+        (hash[0] % u64::from(self.header.partitions)) as u32
+    }
+}
+
+/// A locked partition. Shared guards only read through it.
+struct PartitionGuard<'a> {
+    lock: *mut pg_sys::LWLock,
+    header: &'a mut PartitionHeader,
+    slots: &'a mut [Slot],
+    limit: u32,
+    _table: std::marker::PhantomData<&'a Table>,
+}
+
+impl Drop for PartitionGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the lock was acquired in Table::lock by this guard and is released exactly once here.
+        unsafe { pg_sys::LWLockRelease(self.lock) }
+    }
+}
+
+enum Probe {
+    Found(usize),
+    Empty(usize),
+}
+
+impl PartitionGuard<'_> {
+    fn home(&self, hash: &[u64; 2]) -> usize {
+        (hash[1] % self.slots.len() as u64) as usize
+    }
+
+    fn probe(&self, hash: &[u64; 2]) -> Probe {
+        let n = self.slots.len();
+        let start = self.home(hash);
+        for i in 0..n {
+            let idx = (start + i) % n;
+            let slot = &self.slots[idx];
+            if slot.used == 0 {
+                return Probe::Empty(idx);
+            }
+            if slot.hash == *hash {
+                return Probe::Found(idx);
+            }
+        }
+        // unreachable while count <= limit < slots; an empty slot is always found
+        Probe::Empty(start)
+    }
+
+    /// Removes slot `hole`, shifting later entries of its probe chain back (no tombstones).
+    fn remove(&mut self, mut hole: usize) {
+        let n = self.slots.len();
+        self.slots[hole].used = 0;
+        self.header.count = self.header.count.saturating_sub(1);
+        let mut j = hole;
+        loop {
+            j = (j + 1) % n;
+            if self.slots[j].used == 0 {
+                return;
+            }
+            let home = self.home(&self.slots[j].hash);
+            // the entry at j may move to the hole unless its home lies cyclically in (hole, j]
+            let stays = if hole <= j {
+                hole < home && home <= j
+            } else {
+                hole < home || home <= j
+            };
+            if !stays {
+                self.slots[hole] = self.slots[j];
+                self.slots[j].used = 0;
+                hole = j;
+            }
+        }
+    }
+
+    /// Frees one slot of a full partition: a bucket that is full now if any, else per `on_full`.
+    /// Returns false if nothing may be evicted.
+    fn make_room(&mut self, now: i64, on_full: OnFull, stats: &Header) -> bool {
+        let full_now = (0..self.slots.len()).find(|&i| {
+            let s = &self.slots[i];
+            s.used != 0 && slot_limit(s).is_some_and(|l| bucket_of(s).is_full_at(&l, now))
+        });
+        if let Some(i) = full_now {
+            self.remove(i);
+            stats.lossless_evictions.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        if on_full == OnFull::EvictOldest {
+            let oldest = (0..self.slots.len())
+                .filter(|&i| self.slots[i].used != 0)
+                .min_by_key(|&i| self.slots[i].updated_at);
+            if let Some(i) = oldest {
+                self.remove(i);
+                stats.lossy_evictions.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+        }
+        false
+    }
+}
+
+fn bucket_of(slot: &Slot) -> Bucket {
+    Bucket {
+        level: slot.level,
+        updated_at: slot.updated_at,
+    }
+}
+
+fn slot_limit(slot: &Slot) -> Option<Limit> {
+    Limit::new(
+        i64::from(slot.refill_per_sec),
+        MICROS_PER_SECOND,
+        slot.capacity,
+    )
+    .ok()
+}
+
+/// The first bytes of `id` (at most [`ID_PREFIX`], cut at a character boundary) and their length.
+fn id_prefix(id: &str) -> ([u8; ID_PREFIX], u8) {
+    let mut end = id.len().min(ID_PREFIX);
+    while !id.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut prefix = [0u8; ID_PREFIX];
+    prefix[..end].copy_from_slice(&id.as_bytes()[..end]);
+    (prefix, end as u8)
+}
+
+fn full_error(function: &'static str, max_buckets: u32) -> ErrorReport {
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+        "the rate_limit memory store is full",
+        function,
+    )
+    .set_detail(format!(
+        "No bucket could be evicted: none is full and rate_limit.on_full = 'error' (rate_limit.max_buckets = \
+         {max_buckets})."
+    ))
+    .set_hint(
+        "Raise rate_limit.max_buckets (takes a restart), or set rate_limit.on_full = 'evict_oldest'.",
+    )
+}
+
+/// Takes `cost` tokens from bucket `id`: `Some(remaining)` when granted, `None` when denied.
+pub fn take(
+    function: &'static str,
+    id: &str,
+    limit: &Limit,
+    cost: i64,
+) -> Result<Option<i64>, ErrorReport> {
+    let table = Table::attach(function)?;
+    let hash = table.hash(id);
+    let on_full = gucs::on_full();
+    let mut part = table.lock(table.partition_of(&hash), true);
+    let now = clock::now_us();
+    let empty = match part.probe(&hash) {
+        Probe::Found(idx) => {
+            let slot = &mut part.slots[idx];
+            return Ok(match bucket_of(slot).take(limit, now, cost) {
+                Take::Granted { bucket, remaining } => {
+                    slot.level = bucket.level;
+                    slot.updated_at = bucket.updated_at;
+                    slot.capacity = limit.burst();
+                    slot.refill_per_sec = limit.rate() as i32;
+                    Some(remaining)
+                }
+                Take::Denied { .. } => None,
+            });
+        }
+        Probe::Empty(idx) => idx,
+    };
+    let (next, remaining) = match Bucket::full(limit, now).take(limit, now, cost) {
+        Take::Granted { bucket, remaining } => (bucket, remaining),
+        Take::Denied { .. } => return Ok(None),
+    };
+    let mut empty = empty;
+    if part.header.count >= part.limit {
+        if !part.make_room(now, on_full, table.header) {
+            drop(part);
+            table.header.refused_full.fetch_add(1, Ordering::Relaxed);
+            return Err(full_error(function, table.header.max_buckets));
+        }
+        // removal shifted entries: find the empty slot again
+        empty = match part.probe(&hash) {
+            Probe::Empty(idx) | Probe::Found(idx) => idx,
+        };
+    }
+    let (prefix, prefix_len) = id_prefix(id);
+    part.slots[empty] = Slot {
+        hash,
+        level: next.level,
+        updated_at: next.updated_at,
+        capacity: limit.burst(),
+        refill_per_sec: limit.rate() as i32,
+        used: 1,
+        id_len: prefix_len,
+        id_truncated: u8::from(usize::from(prefix_len) < id.len()),
+        id_prefix: prefix,
+    };
+    part.header.count += 1;
+    Ok(Some(remaining))
+}
+
+/// Whole tokens in bucket `id` now under `limit` (a missing bucket is full); writes nothing.
+pub fn peek(function: &'static str, id: &str, limit: &Limit) -> Result<i64, ErrorReport> {
+    let table = Table::attach(function)?;
+    let hash = table.hash(id);
+    let part = table.lock(table.partition_of(&hash), false);
+    let now = clock::now_us();
+    Ok(match part.probe(&hash) {
+        Probe::Found(idx) => bucket_of(&part.slots[idx]).tokens_at(limit, now),
+        Probe::Empty(_) => limit.burst(),
+    })
+}
+
+/// Deletes bucket `id`; true if it existed.
+pub fn reset(function: &'static str, id: &str) -> Result<bool, ErrorReport> {
+    let table = Table::attach(function)?;
+    let hash = table.hash(id);
+    let mut part = table.lock(table.partition_of(&hash), true);
+    Ok(match part.probe(&hash) {
+        Probe::Found(idx) => {
+            part.remove(idx);
+            true
+        }
+        Probe::Empty(_) => false,
+    })
+}
+
+/// Deletes every bucket that is full now; returns how many.
+pub fn purge(function: &'static str) -> Result<i64, ErrorReport> {
+    let table = Table::attach(function)?;
+    let mut purged = 0i64;
+    for p in 0..table.header.partitions {
+        let mut part = table.lock(p, true);
+        let now = clock::now_us();
+        let mut i = 0;
+        while i < part.slots.len() {
+            let s = &part.slots[i];
+            if s.used != 0 && slot_limit(s).is_some_and(|l| bucket_of(s).is_full_at(&l, now)) {
+                part.remove(i); // an entry may have moved into i: look at i again
+                purged += 1;
+            } else {
+                i += 1;
+            }
+        }
+    }
+    Ok(purged)
+}
+
+/// One row of `rate_limit.buckets` from the memory store.
+pub struct Listed {
+    /// The id, or its first bytes followed by `…` when it was longer than [`ID_PREFIX`] bytes.
+    pub id: String,
+    /// Level in millionths of a token, now.
+    pub level: i64,
+    /// Capacity of the last granted limit.
+    pub capacity: i64,
+    /// Refill rate of that limit.
+    pub refill_per_sec: i32,
+    /// Server time of the last grant, in microseconds.
+    pub updated_at: i64,
+}
+
+/// Every bucket of the memory store, refilled to now; empty when the library is not preloaded.
+pub fn list() -> Vec<Listed> {
+    let Ok(table) = Table::attach("rate_limit.buckets") else {
+        return Vec::new();
+    };
+    let mut rows = Vec::new();
+    // Copied out under the lock into a buffer that never grows there (no allocation while locked),
+    // turned into rows after the lock is released.
+    let mut copied: Vec<Slot> = Vec::with_capacity(table.header.slots_per_partition as usize);
+    for p in 0..table.header.partitions {
+        copied.clear();
+        let now = {
+            let part = table.lock(p, false);
+            copied.extend(part.slots.iter().filter(|s| s.used != 0).copied());
+            clock::now_us()
+        };
+        for s in &copied {
+            let mut id = String::from_utf8_lossy(&s.id_prefix[..s.id_len as usize]).into_owned();
+            if s.id_truncated != 0 {
+                id.push('…');
+            }
+            let level = slot_limit(s).map_or(s.level, |l| bucket_of(s).level_at(&l, now));
+            rows.push(Listed {
+                id,
+                level,
+                capacity: s.capacity,
+                refill_per_sec: s.refill_per_sec,
+                updated_at: s.updated_at,
+            });
+        }
+    }
+    rows
+}
+
+/// Size and use of the memory store.
+pub struct Usage {
+    /// `rate_limit.max_buckets` at server start.
+    pub max_buckets: i64,
+    /// Buckets stored now.
+    pub buckets: i64,
+    /// Partitions (locks).
+    pub partitions: i64,
+    /// Slots (max_buckets plus 25% headroom).
+    pub slots: i64,
+    /// Bytes of one slot.
+    pub slot_bytes: i64,
+    /// Shared memory of the whole table.
+    pub total_bytes: i64,
+    /// `total_bytes / max_buckets`.
+    pub bytes_per_bucket: i64,
+    /// Buckets evicted because they were full (no information lost).
+    pub lossless_evictions: i64,
+    /// Buckets evicted by `on_full = 'evict_oldest'`.
+    pub lossy_evictions: i64,
+    /// Calls refused with 53200.
+    pub refused_full: i64,
+}
+
+/// Reports the memory store's size and use.
+pub fn usage(function: &'static str) -> Result<Usage, ErrorReport> {
+    let table = Table::attach(function)?;
+    let h = table.header;
+    let g = Geometry {
+        partitions: h.partitions,
+        limit_per_partition: h.limit_per_partition,
+        slots_per_partition: h.slots_per_partition,
+    };
+    let mut buckets = 0i64;
+    for p in 0..h.partitions {
+        buckets += i64::from(table.lock(p, false).header.count);
+    }
+    let total = g.segment_bytes() as i64;
+    Ok(Usage {
+        max_buckets: i64::from(h.max_buckets),
+        buckets,
+        partitions: i64::from(h.partitions),
+        slots: i64::from(h.partitions) * i64::from(h.slots_per_partition),
+        slot_bytes: SLOT_BYTES as i64,
+        total_bytes: total,
+        bytes_per_bucket: total / i64::from(h.max_buckets.max(1)),
+        lossless_evictions: h.lossless_evictions.load(Ordering::Relaxed) as i64,
+        lossy_evictions: h.lossy_evictions.load(Ordering::Relaxed) as i64,
+        refused_full: h.refused_full.load(Ordering::Relaxed) as i64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometry_fits_128_bytes_per_bucket() {
+        assert_eq!(SLOT_BYTES, 88);
+        for max in [64u32, 1000, 100_000, 1_000_000, 10_000_000] {
+            let g = Geometry::for_max_buckets(max);
+            assert!(g.partitions >= 1 && g.partitions <= 128);
+            assert!(g.partitions * g.limit_per_partition >= max);
+            assert!(g.slots_per_partition > g.limit_per_partition);
+            let per_bucket = g.segment_bytes() as f64 / f64::from(max);
+            assert!(per_bucket <= 128.0, "{max}: {per_bucket} bytes per bucket");
+        }
+    }
+
+    #[test]
+    fn id_prefix_cuts_at_a_character_boundary() {
+        let (p, n) = id_prefix("short");
+        assert_eq!(&p[..n as usize], b"short");
+        let long = "é".repeat(30); // 60 bytes
+        let (p, n) = id_prefix(&long);
+        assert_eq!(n, 40);
+        assert!(std::str::from_utf8(&p[..n as usize]).is_ok());
+        let odd = format!("a{}", "é".repeat(30)); // the 40th byte falls inside a character
+        let (p, n) = id_prefix(&odd);
+        assert_eq!(n, 39);
+        assert!(std::str::from_utf8(&p[..n as usize]).is_ok());
+    }
+}

@@ -1,0 +1,333 @@
+//! The memory store against real servers (the main test server preloads rate_limit):
+//! - exactness on one hot key from 32 connections (conservation: granted + left = start + rate × elapsed);
+//! - 100 000 distinct keys from 8 connections, every key called 8 times: exactly 4 grants per key;
+//! - not transactional (ROLLBACK does not refund) and usable in read-only transactions;
+//! - a full table under both `rate_limit.on_full` settings, lossless eviction first, restart and a backend
+//!   killed with SIGKILL (a small server with rate_limit.max_buckets = 256);
+//! - a hot standby rate-limiting through the memory store, where the table store refuses with 25006;
+//! - a server without preloading: 55000 with a hint, the table store still works.
+
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use postgres::error::SqlState;
+use postgres::{Client, IsolationLevel, NoTls};
+use rate_limit_integration::{env, flood, TestDb};
+
+fn request(client: &mut Client, id: &str, rate: i32, window: i32) -> Result<i32, postgres::Error> {
+    client
+        .query_one(
+            "SELECT rate_limiting_request($1, $2, $3)",
+            &[&id, &rate, &window],
+        )
+        .map(|row| row.get(0))
+}
+
+fn usage(client: &mut Client, column: &str) -> i64 {
+    client
+        .query_one(
+            &format!("SELECT {column} FROM rate_limit.memory_usage()"),
+            &[],
+        )
+        .expect("memory_usage")
+        .get(0)
+}
+
+#[test]
+fn hot_key_from_32_connections_is_exact() {
+    let db = Arc::new(TestDb::new("memory_hot"));
+    flood(&db, "memory_hot", 32, IsolationLevel::ReadCommitted, true);
+}
+
+#[test]
+fn distinct_keys_from_many_connections_get_exact_totals() {
+    const KEYS: i32 = 100_000;
+    const CONNECTIONS: usize = 8;
+    const CHUNK: i32 = 2_000;
+    let db = Arc::new(TestDb::new("memory_keys"));
+    let start = Arc::new(Barrier::new(CONNECTIONS));
+    let workers: Vec<_> = (0..CONNECTIONS)
+        .map(|_| {
+            let (db, start) = (Arc::clone(&db), Arc::clone(&start));
+            thread::spawn(move || {
+                let mut client = db.connect_memory();
+                let mut granted = vec![0u8; KEYS as usize];
+                for first in (0..KEYS).step_by(CHUNK as usize) {
+                    // every connection works on the same chunk at the same time: the 8 calls on a key
+                    // fall well within one second, in which a key refills less than one token
+                    start.wait();
+                    let rows = client
+                        .query(
+                            "SELECT g, rate_limiting_request('key' || g, 1, 4) \
+                             FROM generate_series($1::int, $2::int) AS g",
+                            &[&first, &(first + CHUNK - 1)],
+                        )
+                        .expect("chunk");
+                    for row in rows {
+                        let (g, remaining): (i32, i32) = (row.get(0), row.get(1));
+                        if remaining >= 0 {
+                            granted[g as usize] += 1;
+                        }
+                    }
+                }
+                granted
+            })
+        })
+        .collect();
+    let mut per_key = vec![0u32; KEYS as usize];
+    for w in workers {
+        for (k, g) in w.join().expect("worker").into_iter().enumerate() {
+            per_key[k] += u32::from(g);
+        }
+    }
+    let wrong: Vec<(usize, u32)> = per_key
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|&(_, g)| g != 4)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{} keys did not get exactly 4 grants, e.g. {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(5)]
+    );
+    let mut client = db.connect();
+    let listed: i64 = client
+        .query_one(
+            "SELECT count(*) FROM rate_limit.buckets WHERE store = 'memory' AND id LIKE 'key%'",
+            &[],
+        )
+        .expect("count")
+        .get(0);
+    assert!(listed >= i64::from(KEYS), "{listed} memory buckets listed");
+}
+
+#[test]
+fn memory_store_is_not_transactional_and_works_read_only() {
+    let db = TestDb::new("memory_tx");
+    let mut client = db.connect_memory();
+    assert_eq!(request(&mut client, "m_tx", 1, 10).unwrap(), 9);
+    let mut tx = client.transaction().expect("begin");
+    let taken: i32 = tx
+        .query_one("SELECT rate_limiting_request('m_tx', 1, 10)", &[])
+        .expect("request")
+        .get(0);
+    assert_eq!(taken, 8);
+    tx.rollback().expect("rollback");
+    assert_eq!(
+        request(&mut client, "m_tx", 1, 10).unwrap(),
+        7,
+        "a token taken stays taken"
+    );
+
+    client
+        .batch_execute("SET default_transaction_read_only = on")
+        .expect("read-only");
+    assert_eq!(
+        request(&mut client, "m_ro", 1, 10).unwrap(),
+        9,
+        "grants work read-only"
+    );
+    assert_eq!(request(&mut client, "m_ro", 1, 10).unwrap(), 8);
+}
+
+#[test]
+fn small_table_full_eviction_restart_and_crash() {
+    let server = env("RATE_LIMIT_TEST_SMALL_CONNINFO");
+    let restart = env("RATE_LIMIT_TEST_SMALL_RESTART");
+    let db = TestDb::on(&server, "memory_small");
+    let mut client = db.connect_memory();
+    assert_eq!(usage(&mut client, "max_buckets"), 256);
+
+    // 1. full, rate_limit.on_full = 'error' (default), no bucket evictable (each needs 1000 s to refill)
+    let mut stored: i64 = 0;
+    let err = loop {
+        match request(&mut client, &format!("keep{stored}"), 1, 1000) {
+            Ok(_) => stored += 1,
+            Err(e) => break e,
+        }
+        assert!(stored <= 256, "more than max_buckets buckets were stored");
+    };
+    assert_eq!(err.code(), Some(&SqlState::OUT_OF_MEMORY));
+    let db_err = err.as_db_error().expect("server error");
+    assert_eq!(db_err.message(), "the rate_limit memory store is full");
+    assert!(db_err
+        .hint()
+        .unwrap_or_default()
+        .contains("rate_limit.max_buckets"));
+    assert!(
+        stored > 128,
+        "only {stored} buckets fitted in a table of 256"
+    );
+    assert!(usage(&mut client, "refused_full") >= 1);
+
+    // 2. rate_limit.on_full = 'evict_oldest': every new bucket fits, the oldest ones go
+    client
+        .batch_execute("SET rate_limit.on_full = 'evict_oldest'")
+        .expect("evict_oldest");
+    for i in 0..300 {
+        request(&mut client, &format!("more{i}"), 1, 1000).expect("evict_oldest never refuses");
+    }
+    // every bucket is accounted for: what was stored, plus the 300, minus what was evicted
+    let (buckets, lossy) = (
+        usage(&mut client, "buckets"),
+        usage(&mut client, "lossy_evictions"),
+    );
+    assert!(buckets <= 256, "{buckets} buckets in a table of 256");
+    assert_eq!(
+        buckets,
+        stored + 300 - lossy,
+        "stored {stored}, 300 added, {lossy} evicted"
+    );
+    assert!(lossy >= stored + 300 - 256);
+    assert_eq!(
+        request(&mut client, "more299", 1, 1000).unwrap(),
+        998,
+        "the newest bucket was kept"
+    );
+
+    // 3. restart: the memory store starts empty
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&restart)
+        .status()
+        .expect("restart");
+    assert!(status.success(), "restart command failed");
+    let mut client = db.connect_memory();
+    assert_eq!(
+        usage(&mut client, "buckets"),
+        0,
+        "state is lost on restart, as documented"
+    );
+
+    // 4. lossless eviction first: 200 buckets full again after 1 ms make room for 150 that are not
+    for i in 0..200 {
+        request(&mut client, &format!("quick{i}"), 1000, 1).expect("quick bucket");
+    }
+    thread::sleep(Duration::from_millis(20));
+    for i in 0..150 {
+        request(&mut client, &format!("slow{i}"), 1, 1000)
+            .expect("room made by evicting full buckets");
+    }
+    assert!(usage(&mut client, "lossless_evictions") >= 94);
+    assert_eq!(usage(&mut client, "lossy_evictions"), 0);
+    assert_eq!(usage(&mut client, "refused_full"), 0);
+
+    // 5. a backend killed with SIGKILL while hammering the store: the server crash-restarts, the store
+    //    comes back empty and usable
+    let mut victim = db.connect_memory();
+    let pid: i32 = victim
+        .query_one("SELECT pg_backend_pid()", &[])
+        .expect("pid")
+        .get(0);
+    let load = thread::spawn(move || {
+        let _ = victim.query_one(
+            "SELECT count(*) FROM generate_series(1, 100000000) AS g \
+             WHERE rate_limiting_request('crash' || (g % 1000), 1000, 1) >= 0",
+            &[],
+        );
+    });
+    thread::sleep(Duration::from_millis(500));
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    load.join().expect("load thread");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut client = loop {
+        thread::sleep(Duration::from_millis(500));
+        if let Ok(mut c) = Client::connect(&format!("{server} dbname={}", db.name()), NoTls) {
+            if c.batch_execute("SET rate_limit.store = 'memory'").is_ok() {
+                break c;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server did not come back after the crash"
+        );
+    };
+    assert_eq!(
+        usage(&mut client, "buckets"),
+        0,
+        "a crash-restart empties the memory store"
+    );
+    assert_eq!(request(&mut client, "after_crash", 1, 10).unwrap(), 9);
+}
+
+#[test]
+fn hot_standby_rate_limits_through_the_memory_store() {
+    let standby = env("RATE_LIMIT_TEST_STANDBY_CONNINFO");
+    let db = TestDb::new("standby");
+    let mut primary = db.connect();
+    primary
+        .batch_execute("CREATE TABLE replicated_marker ()")
+        .expect("marker");
+    // wait until the standby has replayed the database, the extension and the marker
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut client = loop {
+        if let Ok(mut c) = Client::connect(&format!("{standby} dbname={}", db.name()), NoTls) {
+            if c.query_one("SELECT to_regclass('replicated_marker') IS NOT NULL", &[])
+                .map(|r| r.get::<_, bool>(0))
+                .unwrap_or(false)
+            {
+                break c;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the standby did not replay the test database"
+        );
+        thread::sleep(Duration::from_millis(200));
+    };
+    let in_recovery: bool = client
+        .query_one("SELECT pg_is_in_recovery()", &[])
+        .unwrap()
+        .get(0);
+    assert!(in_recovery);
+
+    let err =
+        request(&mut client, "standby_user", 1, 10).expect_err("the table store cannot write here");
+    assert_eq!(err.code(), Some(&SqlState::READ_ONLY_SQL_TRANSACTION));
+    assert!(err
+        .as_db_error()
+        .and_then(|e| e.hint())
+        .unwrap_or_default()
+        .contains("rate_limit.store = 'memory'"));
+
+    client
+        .batch_execute("SET rate_limit.store = 'memory'")
+        .expect("memory store");
+    let got: Vec<i32> = (0..12)
+        .map(|_| request(&mut client, "standby_user", 1, 10).unwrap())
+        .collect();
+    assert_eq!(got, vec![9, 8, 7, 6, 5, 4, 3, 2, 1, 0, -1, -1]);
+}
+
+#[test]
+fn without_preloading_the_memory_store_raises_55000_and_the_table_store_works() {
+    let db = TestDb::on(&env("RATE_LIMIT_TEST_PLAIN_CONNINFO"), "plain");
+    let mut client = db.connect();
+    assert_eq!(request(&mut client, "plain", 1, 10).unwrap(), 9);
+    client
+        .batch_execute("SET rate_limit.store = 'memory'")
+        .expect("the setting exists");
+    let err = request(&mut client, "plain", 1, 10).expect_err("no shared memory");
+    assert_eq!(
+        err.code(),
+        Some(&SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE)
+    );
+    let hint = err
+        .as_db_error()
+        .and_then(|e| e.hint())
+        .unwrap_or_default()
+        .to_string();
+    assert!(hint.contains("shared_preload_libraries"), "hint: {hint}");
+    let listed: i64 = client
+        .query_one("SELECT count(*) FROM rate_limit.buckets", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(listed, 1, "the view still lists the table store");
+}

@@ -1,0 +1,26 @@
+-- The memory store (needs shared_preload_libraries = 'rate_limit'): the same calls and answers, kept in
+-- shared memory instead of a table. Choose it per session, role or database with rate_limit.store.
+SET rate_limit.store = 'memory';
+SELECT n, rate_limiting_request('mem_seed', 1, 10) AS remaining FROM generate_series(1, 12) AS n;
+
+-- Not transactional: a token taken stays taken, even if the transaction rolls back.
+BEGIN;
+SELECT rate_limiting_request('mem_tx', 1, 10) AS remaining;
+ROLLBACK;
+SELECT rate_limiting_request('mem_tx', 1, 10) AS remaining;
+
+-- Works in read-only transactions (and on hot standbys), where the table store cannot record a grant.
+BEGIN READ ONLY;
+SELECT rate_limiting_request('mem_ro', 1, 10) AS remaining;
+ROLLBACK;
+
+-- peek, the view (which says where each bucket lives) and reset act on the memory store too
+SELECT rate_limit.peek('mem_tx', 1, 10) AS tokens;
+SELECT id, tokens BETWEEN 8 AND 8.5 AS about_8, capacity, refill_per_sec, store
+FROM rate_limit.buckets WHERE id = 'mem_tx';
+SELECT rate_limit.reset('mem_tx') AS existed;
+
+-- Size of the table in shared memory (max_buckets is set at server start)
+SELECT slot_bytes, bytes_per_bucket <= 128 AS at_most_128_bytes_per_bucket
+FROM rate_limit.memory_usage();
+RESET rate_limit.store;
