@@ -7,7 +7,7 @@ import sys
 from collections import defaultdict
 from datetime import datetime, timezone
 
-raw_path, command = sys.argv[1], sys.argv[2]
+raw_path, usage_path, command = sys.argv[1], sys.argv[2], sys.argv[3]
 tps = defaultdict(list)
 retries = defaultdict(int)
 committed = defaultdict(int)
@@ -60,31 +60,44 @@ w("| goal | figure | met |")
 w("| --- | --- | --- |")
 if 8 in clients_list:
     hot = med("extension_hot", 8) / med("select1", 8)
-    w(f"| hot-key flood, 8 clients: ≥ 0.5× `SELECT 1` | {hot:.2f}× | {'yes' if hot >= 0.5 else 'no'} |")
+    w(f"| table store, hot-key flood, 8 clients: ≥ 0.5× `SELECT 1` | {hot:.2f}× | {'yes' if hot >= 0.5 else 'no'} |")
     r_off = med("extension_random", 8, "off") / med("baseline_random", 8, "off")
-    w(f"| 100 000 random keys, 8 clients, synchronous_commit=off: ≥ 1.5× baseline | {r_off:.2f}× | "
+    w(f"| table store, 100 000 random keys, 8 clients, synchronous_commit=off: ≥ 1.5× baseline | {r_off:.2f}× | "
       f"{'yes' if r_off >= 1.5 else 'no'} |")
     r_on = med("extension_random", 8, "on") / med("baseline_random", 8, "on")
-    w(f"| 100 000 random keys, 8 clients, synchronous_commit=on: ≥ 1× baseline | {r_on:.2f}× | "
+    w(f"| table store, 100 000 random keys, 8 clients, synchronous_commit=on: ≥ 1× baseline | {r_on:.2f}× | "
       f"{'yes' if r_on >= 1.0 else 'no'} |")
     ser = med("extension_hot", 8, "on", SER) / med("baseline_hot", 8, "on", SER)
     key = ("extension_hot", 8, "on", SER)
     rpc = retries[key] / committed[key] if committed[key] else float("nan")
-    w(f"| SERIALIZABLE hot key, 8 clients: committed TPS ≥ 10× baseline | {ser:.1f}× | "
+    w(f"| table store, SERIALIZABLE hot key, 8 clients: committed TPS ≥ 10× baseline | {ser:.1f}× | "
       f"{'yes' if ser >= 10 else 'no'} |")
-    w(f"| SERIALIZABLE hot key, 8 clients: ≤ 0.1 retries per committed call | {rpc:.4f} | "
+    w(f"| table store, SERIALIZABLE hot key, 8 clients: ≤ 0.1 retries per committed call | {rpc:.4f} | "
       f"{'yes' if rpc <= 0.1 else 'no'} |")
+for c in (8, 32):
+    if c in clients_list:
+        for scenario, label in (("memory_hot", "hot key"), ("memory_random", "100 000 random keys")):
+            r = med(scenario, c) / med("select1", c)
+            w(f"| memory store, {label}, {c} clients: ≥ 0.9× `SELECT 1` | {r:.2f}× | {'yes' if r >= 0.9 else 'no'} |")
+try:
+    max_b, used, slot_bytes, total, per_bucket = open(usage_path).read().split()
+    w(f"| memory store: ≤ 128 bytes of shared memory per bucket (ids up to 32 bytes; any length, ids are hashed) | "
+      f"{per_bucket} bytes ({slot_bytes}-byte slots; {int(total):,} bytes for {int(max_b):,} buckets) | "
+      f"{'yes' if int(per_bucket) <= 128 else 'no'} |")
+except (OSError, ValueError):
+    pass
 w("")
 
 w("## READ COMMITTED (TPS, and × `SELECT 1` at the same client count)\n")
-w("| clients | synchronous_commit | SELECT 1 | extension hot | baseline hot | extension random | "
-  "baseline random | random: extension / baseline |")
-w("| --- | --- | --- | --- | --- | --- | --- | --- |")
+w("| clients | synchronous_commit | SELECT 1 | table store hot | baseline hot | memory store hot | "
+  "table store random | baseline random | memory store random | random: table store / baseline |")
+w("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for c in clients_list:
     s1 = med("select1", c)
     for sync in ("on", "off"):
         cells = []
-        for scenario in ("extension_hot", "baseline_hot", "extension_random", "baseline_random"):
+        for scenario in ("extension_hot", "baseline_hot", "memory_hot", "extension_random", "baseline_random",
+                         "memory_random"):
             v = med(scenario, c, sync)
             cells.append(f"{v:,.0f} ({v / s1:.2f}×)")
         ratio = med("extension_random", c, sync) / med("baseline_random", c, sync)
@@ -92,11 +105,12 @@ for c in clients_list:
 w("")
 
 w("## SERIALIZABLE hot key (committed TPS; pgbench --max-tries=1000 retries 40001)\n")
-w("| clients | extension | retries per commit | baseline | retries per commit | extension / baseline |")
-w("| --- | --- | --- | --- | --- | --- |")
+w("| clients | table store | retries per commit | baseline | retries per commit | memory store | "
+  "retries per commit | table store / baseline |")
+w("| --- | --- | --- | --- | --- | --- | --- | --- |")
 for c in clients_list:
     cells = []
-    for scenario in ("extension_hot", "baseline_hot"):
+    for scenario in ("extension_hot", "baseline_hot", "memory_hot"):
         key = (scenario, c, "on", SER)
         rpc = retries[key] / committed[key] if committed[key] else float("nan")
         cells.append(f"{med(scenario, c, 'on', SER):,.0f} | {rpc:.4f}")

@@ -41,8 +41,10 @@ COMMENT ON FUNCTION rate_limit.purge() IS 'Delete every bucket that is full now 
 COMMENT ON FUNCTION rate_limit.bucket_level_at(bigint, timestamptz, integer, bigint, timestamptz) IS
     'Level, in millionths of a token, of a stored bucket row at a given time';
 COMMENT ON FUNCTION rate_limit.memory_buckets() IS
-    'Buckets of the memory store (ids longer than 40 bytes end with an ellipsis); owner only';
+    'Buckets of the memory store in this database (ids longer than 36 bytes end with an ellipsis); owner only';
 COMMENT ON FUNCTION rate_limit.memory_usage() IS
     'Size and use of the memory store: buckets, slots, bytes per bucket, evictions';
 COMMENT ON FUNCTION rate_limit.level_after_take(bigint, timestamptz, integer, bigint, timestamptz, bigint) IS
     'Level, in millionths of a token, of a stored bucket row after taking cost tokens at a given time; -1 if short';
+COMMENT ON FUNCTION rate_limit.tokens(text, integer, integer) IS
+    'Tokens in bucket id now under the given limit, exact to the millionth; consumes nothing';

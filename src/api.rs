@@ -1,6 +1,6 @@
 //! The SQL-facing functions: validate the arguments, call the store, shape the result.
 
-use pgrx::datum::TimestampWithTimeZone;
+use pgrx::datum::{AnyNumeric, TimestampWithTimeZone};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
@@ -53,6 +53,22 @@ fn positive_int_arg(
         ));
     }
     Ok(value.into())
+}
+
+/// The level (millionths of a token) of bucket `id` now in the selected store, and the validated limit.
+fn level_now(
+    function: &'static str,
+    id: Option<&str>,
+    refill_per_sec: Option<i32>,
+    window_seconds: Option<i32>,
+) -> Result<(i64, Limit), ErrorReport> {
+    let id = id_arg(function, id)?;
+    let limit = per_second_limit(function, refill_per_sec, window_seconds)?;
+    let level = match gucs::store() {
+        Store::Table => table::level_now(function, id, &limit)?,
+        Store::Memory => memory::level_now(function, id, &limit)?,
+    };
+    Ok((level, limit))
 }
 
 /// The limit of `rate_limiting_request(id, refill_per_sec, window_seconds)`, validated.
@@ -110,26 +126,35 @@ mod rate_limit {
     use super::*;
 
     /// Whole tokens in the bucket `id` now under the given limit, taking none and writing nothing.
-    #[pg_extern(
-        volatile,
-        parallel_unsafe,
-        security_definer,
-        schema = "rate_limit",
-        name = "peek"
-    )]
+    #[pg_extern(volatile, parallel_unsafe, security_definer)]
     #[search_path(pg_catalog, pg_temp)]
-    fn rate_limit_peek(
+    fn peek(
         id: Option<&str>,
         refill_per_sec: default!(Option<i32>, 2),
         window_seconds: default!(Option<i32>, 60),
     ) -> Result<i64, ErrorReport> {
-        const FUNCTION: &str = "rate_limit.peek";
-        let id = id_arg(FUNCTION, id)?;
-        let limit = per_second_limit(FUNCTION, refill_per_sec, window_seconds)?;
-        match gucs::store() {
-            Store::Table => table::peek(FUNCTION, id, &limit),
-            Store::Memory => memory::peek(FUNCTION, id, &limit),
-        }
+        let (level, limit) = level_now("rate_limit.peek", id, refill_per_sec, window_seconds)?;
+        Ok(level / limit.ticks_per_token())
+    }
+
+    /// Tokens in the bucket `id` now under the given limit, exact to the millionth; takes none.
+    #[pg_extern(volatile, parallel_unsafe, security_definer)]
+    #[search_path(pg_catalog, pg_temp)]
+    fn tokens(
+        id: Option<&str>,
+        refill_per_sec: default!(Option<i32>, 2),
+        window_seconds: default!(Option<i32>, 60),
+    ) -> Result<AnyNumeric, ErrorReport> {
+        const FUNCTION: &str = "rate_limit.tokens";
+        let (level, _) = level_now(FUNCTION, id, refill_per_sec, window_seconds)?;
+        let text = crate::bucket::millionths_to_decimal(level);
+        AnyNumeric::try_from(text.as_str()).map_err(|e| {
+            ErrorReport::new(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                e.to_string(),
+                FUNCTION,
+            )
+        })
     }
 
     /// Deletes the bucket `id`, which makes it full again; true if it existed.

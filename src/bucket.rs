@@ -17,6 +17,16 @@ use std::fmt;
 /// Microseconds in one second: the period of every `rate_limiting_request` limit.
 pub const MICROS_PER_SECOND: i64 = 1_000_000;
 
+/// A non-negative level in millionths of a token as an exact decimal, e.g. `1500000` → `"1.500000"`.
+pub fn millionths_to_decimal(level: i64) -> String {
+    let level = level.max(0);
+    format!(
+        "{}.{:06}",
+        level / MICROS_PER_SECOND,
+        level % MICROS_PER_SECOND
+    )
+}
+
 /// Why a limit cannot be represented exactly.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LimitError {
@@ -348,6 +358,16 @@ mod tests {
         assert_eq!(b.available_at(&limit, 0, 11), None);
         // a clock behind the bucket's instant counts from the bucket's instant
         assert_eq!(b.available_at(&limit, 0, 1), Some(1_000 + 375_000));
+    }
+
+    #[test]
+    fn millionths_print_exactly() {
+        assert_eq!(millionths_to_decimal(1_500_000), "1.500000");
+        assert_eq!(millionths_to_decimal(7), "0.000007");
+        assert_eq!(
+            millionths_to_decimal(2_147_483_648_000_000),
+            "2147483648.000000"
+        );
     }
 
     #[test]

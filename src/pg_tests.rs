@@ -75,6 +75,21 @@ mod tests {
     }
 
     #[pg_test]
+    fn tokens_is_exact_and_consumes_nothing() {
+        assert_eq!(
+            text("SELECT rate_limit.tokens('pt_tokens', 1, 100)::text").as_deref(),
+            Some("100.000000")
+        );
+        requests("pt_tokens", 1, 100, 3);
+        assert_eq!(
+            text("SELECT (rate_limit.tokens('pt_tokens', 1, 100) BETWEEN 97 AND 97.5)::text")
+                .as_deref(),
+            Some("true")
+        );
+        assert_eq!(requests("pt_tokens", 1, 100, 1), vec![96]);
+    }
+
+    #[pg_test]
     fn reset_makes_a_bucket_full() {
         requests("pt_reset", 1, 5, 5);
         assert_eq!(requests("pt_reset", 1, 5, 1), vec![-1]);
@@ -307,7 +322,7 @@ mod tests {
             )),
             3
         );
-        let shown = format!("{}…", "L".repeat(40));
+        let shown = format!("{}…", "L".repeat(36));
         assert_eq!(
             int(&format!(
                 "SELECT count(*) FROM rate_limit.buckets WHERE id = '{shown}'"

@@ -14,7 +14,8 @@
 //! Keys. A slot stores the 128-bit SipHash-1-3 of the id, keyed with a random seed drawn when the table is
 //! created, so ids chosen by an attacker cannot be made to collide or pile up in one partition. Two distinct
 //! ids share a bucket only if their keyed hashes collide: with n buckets the chance is below n² / 2^129
-//! (for a million buckets, about 1.5e-27). The first [`ID_PREFIX`] bytes of the id are kept for display
+//! (for a million buckets, about 1.5e-27). The current database's OID is hashed with the id, so buckets
+//! are per database, as in the table store. The first [`ID_PREFIX`] bytes of the id are kept for display
 //! in `rate_limit.buckets`; the id itself may be up to 2048 bytes, like in the table store.
 //!
 //! Slots use linear probing inside their partition and backward-shift deletion (no tombstones), so a probe
@@ -37,7 +38,7 @@ use crate::clock;
 use crate::gucs::{self, OnFull};
 
 /// Bytes of an id kept in a slot for display.
-pub const ID_PREFIX: usize = 40;
+pub const ID_PREFIX: usize = 36;
 
 const SEGMENT_NAME: &CStr = c"rate_limit memory store";
 const TRANCHE_NAME: &CStr = c"rate_limit";
@@ -53,6 +54,7 @@ struct Slot {
     updated_at: i64,
     capacity: i64,
     refill_per_sec: i32,
+    database: u32,
     used: u8,
     id_len: u8,
     id_truncated: u8,
@@ -253,8 +255,10 @@ impl Table {
         Ok(Table { header })
     }
 
+    /// The keyed hash of (current database, id): like the table store, buckets are per database.
     fn hash(&self, id: &str) -> [u64; 2] {
         let mut hasher = SipHasher13::new_with_keys(self.header.seed[0], self.header.seed[1]);
+        hasher.write_u32(current_database());
         hasher.write(id.as_bytes());
         let h = hasher.finish128();
         [h.h1, h.h2]
@@ -399,6 +403,11 @@ impl PartitionGuard<'_> {
     }
 }
 
+fn current_database() -> u32 {
+    // SAFETY: MyDatabaseId is a plain global of the backend, set at connection and read on its only thread.
+    unsafe { pg_sys::MyDatabaseId }.to_u32()
+}
+
 fn bucket_of(slot: &Slot) -> Bucket {
     Bucket {
         level: slot.level,
@@ -492,6 +501,7 @@ pub fn take(
         updated_at: next.updated_at,
         capacity: limit.burst(),
         refill_per_sec: limit.rate() as i32,
+        database: current_database(),
         used: 1,
         id_len: prefix_len,
         id_truncated: u8::from(usize::from(prefix_len) < id.len()),
@@ -501,15 +511,16 @@ pub fn take(
     Ok(Some(remaining))
 }
 
-/// Whole tokens in bucket `id` now under `limit` (a missing bucket is full); writes nothing.
-pub fn peek(function: &'static str, id: &str, limit: &Limit) -> Result<i64, ErrorReport> {
+/// The level (millionths of a token) of bucket `id` now under `limit` (a missing bucket is full); writes
+/// nothing.
+pub fn level_now(function: &'static str, id: &str, limit: &Limit) -> Result<i64, ErrorReport> {
     let table = Table::attach(function)?;
     let hash = table.hash(id);
     let part = table.lock(table.partition_of(&hash), false);
     let now = clock::now_us();
     Ok(match part.probe(&hash) {
-        Probe::Found(idx) => bucket_of(&part.slots[idx]).tokens_at(limit, now),
-        Probe::Empty(_) => limit.burst(),
+        Probe::Found(idx) => bucket_of(&part.slots[idx]).level_at(limit, now),
+        Probe::Empty(_) => limit.full_level(),
     })
 }
 
@@ -562,7 +573,8 @@ pub struct Listed {
     pub updated_at: i64,
 }
 
-/// Every bucket of the memory store, refilled to now; empty when the library is not preloaded.
+/// Every bucket of the memory store in the current database, refilled to now; empty when the library is
+/// not preloaded.
 pub fn list() -> Vec<Listed> {
     let Ok(table) = Table::attach("rate_limit.buckets") else {
         return Vec::new();
@@ -571,11 +583,17 @@ pub fn list() -> Vec<Listed> {
     // Copied out under the lock into a buffer that never grows there (no allocation while locked),
     // turned into rows after the lock is released.
     let mut copied: Vec<Slot> = Vec::with_capacity(table.header.slots_per_partition as usize);
+    let database = current_database();
     for p in 0..table.header.partitions {
         copied.clear();
         let now = {
             let part = table.lock(p, false);
-            copied.extend(part.slots.iter().filter(|s| s.used != 0).copied());
+            copied.extend(
+                part.slots
+                    .iter()
+                    .filter(|s| s.used != 0 && s.database == database)
+                    .copied(),
+            );
             clock::now_us()
         };
         for s in &copied {
@@ -671,11 +689,11 @@ mod tests {
         assert_eq!(&p[..n as usize], b"short");
         let long = "é".repeat(30); // 60 bytes
         let (p, n) = id_prefix(&long);
-        assert_eq!(n, 40);
+        assert_eq!(n, 36);
         assert!(std::str::from_utf8(&p[..n as usize]).is_ok());
-        let odd = format!("a{}", "é".repeat(30)); // the 40th byte falls inside a character
+        let odd = format!("a{}", "é".repeat(30)); // the 36th byte falls inside a character
         let (p, n) = id_prefix(&odd);
-        assert_eq!(n, 39);
+        assert_eq!(n, 35);
         assert!(std::str::from_utf8(&p[..n as usize]).is_ok());
     }
 }

@@ -235,15 +235,15 @@ pub fn take(request: &Request<'_>) -> Result<Option<i64>, ErrorReport> {
     })
 }
 
-/// Whole tokens in the bucket of `id` now, without taking any and without writing.
-pub fn peek(function: &'static str, id: &str, limit: &Limit) -> Result<i64, ErrorReport> {
+/// The level (millionths of a token) of the bucket of `id` now, without taking any and without writing.
+pub fn level_now(function: &'static str, id: &str, limit: &Limit) -> Result<i64, ErrorReport> {
     Spi::connect_mut(|client| {
         let plans = spi(function, plans(client))?;
         let stored = load(client, &plans.read, false, id, function)?;
         let now = clock::now_us();
         Ok(stored
-            .map(|b| b.tokens_at(limit, now))
-            .unwrap_or_else(|| limit.burst()))
+            .map(|b| b.level_at(limit, now))
+            .unwrap_or_else(|| limit.full_level()))
     })
 }
 

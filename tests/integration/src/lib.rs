@@ -155,13 +155,12 @@ pub fn settle() {
     std::thread::sleep(Duration::from_millis(200));
 }
 
-/// The exact tokens in bucket `id` (to the millionth, from `rate_limit.buckets`, either store) and the
-/// server time they were read at, in seconds.
+/// The exact tokens in bucket `id` (50 tokens/s, capacity 200; to the millionth, `rate_limit.tokens`, in
+/// the session's store) and the server time they were read at, in seconds.
 pub fn tokens_now(client: &mut Client, id: &str) -> (f64, f64) {
     let row = client
         .query_one(
-            "SELECT tokens::float8, extract(epoch FROM clock_timestamp())::float8 \
-             FROM rate_limit.buckets WHERE id = $1",
+            "SELECT rate_limit.tokens($1, 50, 4)::float8, extract(epoch FROM clock_timestamp())::float8",
             &[&id],
         )
         .expect("read the bucket");
@@ -186,6 +185,12 @@ pub fn flood(
     use std::sync::{Arc, Barrier};
 
     let (rate, window) = (50, 4);
+    // the memory store outlives test databases: a fresh id per run
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or_default();
+    let id = &format!("{id}_{nonce}");
     let open = move |db: &TestDb| {
         if memory {
             db.connect_memory()

@@ -1,7 +1,7 @@
 //! The memory store against real servers (the main test server preloads rate_limit):
 //! - exactness on one hot key from 32 connections (conservation: granted + left = start + rate × elapsed);
 //! - 100 000 distinct keys from 8 connections, every key called 8 times: exactly 4 grants per key;
-//! - not transactional (ROLLBACK does not refund) and usable in read-only transactions;
+//! - buckets are per database; not transactional (ROLLBACK does not refund); usable read-only;
 //! - a full table under both `rate_limit.on_full` settings, lossless eviction first, restart and a backend
 //!   killed with SIGKILL (a small server with rate_limit.max_buckets = 256);
 //! - a hot standby rate-limiting through the memory store, where the table store refuses with 25006;
@@ -102,6 +102,28 @@ fn distinct_keys_from_many_connections_get_exact_totals() {
         .expect("count")
         .get(0);
     assert!(listed >= i64::from(KEYS), "{listed} memory buckets listed");
+}
+
+#[test]
+fn memory_buckets_are_per_database() {
+    let (one, two) = (TestDb::new("memory_db_one"), TestDb::new("memory_db_two"));
+    let (mut a, mut b) = (one.connect_memory(), two.connect_memory());
+    let id = format!("shared_name_{}", std::process::id());
+    assert_eq!(request(&mut a, &id, 1, 10).unwrap(), 9);
+    assert_eq!(request(&mut a, &id, 1, 10).unwrap(), 8);
+    assert_eq!(
+        request(&mut b, &id, 1, 10).unwrap(),
+        9,
+        "another database has its own bucket"
+    );
+    let listed: i64 = b
+        .query_one(
+            "SELECT count(*) FROM rate_limit.buckets WHERE id = $1",
+            &[&id],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(listed, 1, "the view lists this database's buckets only");
 }
 
 #[test]
