@@ -6,6 +6,7 @@ import subprocess
 import sys
 from collections import defaultdict
 from datetime import datetime, timezone
+from pathlib import Path
 
 raw_path, usage_path, command = sys.argv[1], sys.argv[2], sys.argv[3]
 tps = defaultdict(list)
@@ -117,4 +118,7 @@ for c in clients_list:
     ratio = med("extension_hot", c, "on", SER) / med("baseline_hot", c, "on", SER)
     w(f"| {c} | " + " | ".join(cells) + f" | {ratio:.1f}× |")
 w("")
+notes = Path(__file__).with_name("NOTES.md")
+if notes.exists():
+    out.append(notes.read_text().rstrip())
 print("\n".join(out))

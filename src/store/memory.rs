@@ -36,6 +36,7 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 use crate::bucket::{Bucket, Limit, Take, MICROS_PER_SECOND};
 use crate::clock;
 use crate::gucs::{self, OnFull};
+use crate::store::short;
 
 /// Bytes of an id kept in a slot for display.
 pub const ID_PREFIX: usize = 36;
@@ -458,6 +459,10 @@ pub fn take(
     cost: i64,
 ) -> Result<Option<i64>, ErrorReport> {
     let table = Table::attach(function)?;
+    // known short in this backend: deny without hashing or locking (see short.rs for why this is sound)
+    if short::is_short(true, id, limit.rate(), limit.burst(), clock::now_us()) {
+        return Ok(None);
+    }
     let hash = table.hash(id);
     let on_full = gucs::on_full();
     let mut part = table.lock(table.partition_of(&hash), true);
@@ -465,7 +470,8 @@ pub fn take(
     let empty = match part.probe(&hash) {
         Probe::Found(idx) => {
             let slot = &mut part.slots[idx];
-            return Ok(match bucket_of(slot).take(limit, now, cost) {
+            let current = bucket_of(slot);
+            return Ok(match current.take(limit, now, cost) {
                 Take::Granted { bucket, remaining } => {
                     slot.level = bucket.level;
                     slot.updated_at = bucket.updated_at;
@@ -473,7 +479,13 @@ pub fn take(
                     slot.refill_per_sec = limit.rate() as i32;
                     Some(remaining)
                 }
-                Take::Denied { .. } => None,
+                Take::Denied { .. } => {
+                    drop(part);
+                    if let Some(until) = current.available_at(limit, now, cost) {
+                        short::remember(true, id, limit.rate(), limit.burst(), until);
+                    }
+                    None
+                }
             });
         }
         Probe::Empty(idx) => idx,
@@ -527,6 +539,7 @@ pub fn level_now(function: &'static str, id: &str, limit: &Limit) -> Result<i64,
 /// Deletes bucket `id`; true if it existed.
 pub fn reset(function: &'static str, id: &str) -> Result<bool, ErrorReport> {
     let table = Table::attach(function)?;
+    short::forget(id);
     let hash = table.hash(id);
     let mut part = table.lock(table.partition_of(&hash), true);
     Ok(match part.probe(&hash) {

@@ -1,5 +1,5 @@
 //! Per-backend memory of buckets seen short, so that a flood of calls on a drained bucket is denied without
-//! touching the table at all.
+//! touching the table or the shared hash table at all.
 //!
 //! Soundness: a denial is remembered with the instant [`crate::bucket::Bucket::available_at`] computed from
 //! the committed state it read. Between refills, other sessions can only remove tokens from a bucket, so
@@ -11,7 +11,7 @@
 //!   once their remembered instant has passed, at most one token's refill time (`1 / refill_per_sec`
 //!   seconds) later.
 //!
-//! Entries are keyed by id and limit; the memory holds at most [`CAPACITY`] ids and is emptied when full.
+//! Entries are keyed by store, id and limit; the memory holds at most [`CAPACITY`] ids and is emptied when full.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -20,6 +20,7 @@ use std::collections::HashMap;
 pub const CAPACITY: usize = 4096;
 
 struct Entry {
+    memory: bool,
     rate: i64,
     burst: i64,
     until: i64,
@@ -29,23 +30,30 @@ thread_local! {
     static SHORT: RefCell<HashMap<String, Entry>> = RefCell::new(HashMap::new());
 }
 
-/// True if `id` under this limit is known to be short of tokens at `now`.
-pub fn is_short(id: &str, rate: i64, burst: i64, now: i64) -> bool {
+/// True if `id` of the table store (`memory == false`) or the memory store, under this limit, is known to
+/// be short of tokens at `now`.
+pub fn is_short(memory: bool, id: &str, rate: i64, burst: i64, now: i64) -> bool {
     SHORT.with(|m| {
-        m.borrow()
-            .get(id)
-            .is_some_and(|e| e.rate == rate && e.burst == burst && now < e.until)
+        m.borrow().get(id).is_some_and(|e| {
+            e.memory == memory && e.rate == rate && e.burst == burst && now < e.until
+        })
     })
 }
 
-/// Remembers that `id` under this limit cannot grant before `until`.
-pub fn remember(id: &str, rate: i64, burst: i64, until: i64) {
+/// Remembers that `id` of that store under this limit cannot grant before `until`.
+pub fn remember(memory: bool, id: &str, rate: i64, burst: i64, until: i64) {
     SHORT.with(|m| {
         let mut m = m.borrow_mut();
         if m.len() >= CAPACITY && !m.contains_key(id) {
             m.clear();
         }
-        m.insert(id.to_string(), Entry { rate, burst, until });
+        let entry = Entry {
+            memory,
+            rate,
+            burst,
+            until,
+        };
+        m.insert(id.to_string(), entry);
     });
 }
 
@@ -68,20 +76,24 @@ mod tests {
     #[test]
     fn remembers_until_the_instant_and_only_for_the_same_limit() {
         forget_all();
-        remember("a", 2, 120, 1_000);
-        assert!(is_short("a", 2, 120, 999));
-        assert!(!is_short("a", 2, 120, 1_000));
-        assert!(!is_short("a", 3, 120, 999));
-        assert!(!is_short("b", 2, 120, 999));
+        remember(false, "a", 2, 120, 1_000);
+        assert!(is_short(false, "a", 2, 120, 999));
+        assert!(!is_short(false, "a", 2, 120, 1_000));
+        assert!(!is_short(false, "a", 3, 120, 999));
+        assert!(!is_short(false, "b", 2, 120, 999));
+        assert!(
+            !is_short(true, "a", 2, 120, 999),
+            "the other store's bucket is another bucket"
+        );
         forget("a");
-        assert!(!is_short("a", 2, 120, 999));
+        assert!(!is_short(false, "a", 2, 120, 999));
     }
 
     #[test]
     fn stays_bounded() {
         forget_all();
         for i in 0..CAPACITY + 10 {
-            remember(&format!("k{i}"), 1, 1, i64::MAX);
+            remember(false, &format!("k{i}"), 1, 1, i64::MAX);
         }
         SHORT.with(|m| assert!(m.borrow().len() <= CAPACITY));
     }

@@ -164,7 +164,7 @@ pub fn take(request: &Request<'_>) -> Result<Option<i64>, ErrorReport> {
     let function = request.function;
     let (id, limit, cost) = (request.id, &request.limit, request.cost);
     // 0. known short: deny without SQL
-    if short::is_short(id, limit.rate(), limit.burst(), clock::now_us()) {
+    if short::is_short(false, id, limit.rate(), limit.burst(), clock::now_us()) {
         return Ok(None);
     }
     // SAFETY: XactReadOnly is a plain global of the backend, read on the backend's only thread.
@@ -202,7 +202,7 @@ pub fn take(request: &Request<'_>) -> Result<Option<i64>, ErrorReport> {
             let (next, remaining) = match current.take(limit, now, cost) {
                 Take::Denied { .. } => {
                     if let Some(until) = current.available_at(limit, now, cost) {
-                        short::remember(id, limit.rate(), limit.burst(), until);
+                        short::remember(false, id, limit.rate(), limit.burst(), until);
                     }
                     return Ok(None);
                 }
