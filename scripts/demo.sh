@@ -21,7 +21,9 @@ cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config \
 
 echo "== starting the cluster in $DEMO_DIR/data on port $PORT"
 cluster_start 15 "$DEMO_DIR/data" "$PORT"
-# new backends must load the library just installed
+# preload the library so that the memory store can be tried too (SET rate_limit.store = 'memory')
+psql_at 15 "$PORT" -d postgres -qc "ALTER SYSTEM SET shared_preload_libraries = 'rate_limit'"
+# the restart loads the preloaded library, and new backends the library just installed
 as_pg "'$(pg_bindir 15)/pg_ctl' -D '$DEMO_DIR/data' -l '$DEMO_DIR/data/server.log' -w -m fast restart" >/dev/null
 
 if ! psql_at 15 "$PORT" -d postgres -Atc "SELECT 1 FROM pg_database WHERE datname = 'rate_limit_demo'" | grep -q 1; then
