@@ -194,13 +194,7 @@ mod rate_limit {
 
     /// The level in ticks (millionths of a token) at `at` of a stored bucket row: the arithmetic behind the
     /// `rate_limit.buckets` view and `purge()`.
-    #[pg_extern(
-        immutable,
-        parallel_safe,
-        strict,
-        schema = "rate_limit",
-        name = "bucket_level_at"
-    )]
+    #[pg_extern(immutable, parallel_safe, strict)]
     fn bucket_level_at(
         level: i64,
         updated_at: TimestampWithTimeZone,
@@ -208,17 +202,13 @@ mod rate_limit {
         capacity: i64,
         at: TimestampWithTimeZone,
     ) -> Result<i64, ErrorReport> {
-        const FUNCTION: &str = "rate_limit.bucket_level_at";
-        let limit = Limit::new(
-            refill_per_sec.into(),
-            crate::bucket::MICROS_PER_SECOND,
-            capacity,
-        )
-        .map_err(|e| error::out_of_range_limit(FUNCTION, &e.to_string()))?;
-        let bucket = Bucket {
+        let (bucket, limit) = stored_row(
+            "rate_limit.bucket_level_at",
             level,
-            updated_at: updated_at.into_inner(),
-        };
+            updated_at,
+            refill_per_sec,
+            capacity,
+        )?;
         Ok(bucket.level_at(&limit, at.into_inner()))
     }
 
@@ -234,21 +224,38 @@ mod rate_limit {
         at: TimestampWithTimeZone,
         cost: i64,
     ) -> Result<i64, ErrorReport> {
-        const FUNCTION: &str = "rate_limit.level_after_take";
+        let (bucket, limit) = stored_row(
+            "rate_limit.level_after_take",
+            level,
+            updated_at,
+            refill_per_sec,
+            capacity,
+        )?;
+        Ok(match bucket.take(&limit, at.into_inner(), cost) {
+            crate::bucket::Take::Granted { bucket, .. } => bucket.level,
+            crate::bucket::Take::Denied { .. } => -1,
+        })
+    }
+
+    /// A stored row of `rate_limit.bucket_state` as a bucket and the limit it was last granted under.
+    fn stored_row(
+        function: &'static str,
+        level: i64,
+        updated_at: TimestampWithTimeZone,
+        refill_per_sec: i32,
+        capacity: i64,
+    ) -> Result<(Bucket, Limit), ErrorReport> {
         let limit = Limit::new(
             refill_per_sec.into(),
             crate::bucket::MICROS_PER_SECOND,
             capacity,
         )
-        .map_err(|e| error::out_of_range_limit(FUNCTION, &e.to_string()))?;
+        .map_err(|e| error::out_of_range_limit(function, &e.to_string()))?;
         let bucket = Bucket {
             level,
             updated_at: updated_at.into_inner(),
         };
-        Ok(match bucket.take(&limit, at.into_inner(), cost) {
-            crate::bucket::Take::Granted { bucket, .. } => bucket.level,
-            crate::bucket::Take::Denied { .. } => -1,
-        })
+        Ok((bucket, limit))
     }
 
     /// Buckets of the memory store (none when the library is not preloaded), for `rate_limit.buckets`.

@@ -256,10 +256,11 @@ mod tests {
         let run = |store: &str| {
             Spi::run(&format!("SET rate_limit.store = '{store}'")).expect("store");
             let id = format!("pm_same_{store}");
-            let mut out = requests(&id, 10, 1, 12);
-            Spi::run("SELECT pg_sleep(0.25)").expect("sleep"); // 2.5 tokens come back
-            out.extend(requests(&id, 10, 1, 3));
-            out.push(int(&format!("SELECT rate_limit.peek('{id}', 10, 1)")));
+            // 2 tokens/s: the quick calls have 500 ms before a token comes back, the pause gives 2.5
+            let mut out = requests(&id, 2, 5, 12);
+            Spi::run("SELECT pg_sleep(1.25)").expect("sleep");
+            out.extend(requests(&id, 2, 5, 3));
+            out.push(int(&format!("SELECT rate_limit.peek('{id}', 2, 5)")));
             out
         };
         let table = run("table");

@@ -129,7 +129,7 @@ fn spi<T>(function: &'static str, r: Result<T, SpiError>) -> Result<T, ErrorRepo
     r.map_err(|e| error::internal(function, e))
 }
 
-/// Reads a bucket's row with the given plan (`READ` or `LOCK`).
+/// Reads a bucket's row with a `READ` plan (in the caller's snapshot, or a fresh one if `mutating`).
 fn load(
     client: &mut SpiClient<'_>,
     plan: &OwnedPreparedStatement,
