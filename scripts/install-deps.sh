@@ -60,9 +60,8 @@ SRC
     rm -rf build && mkdir build
     tar -xjf postgresql-"$v"_*.orig.tar.bz2 -C build --strip-components=1
     cd build
-    ./configure --prefix="$prefix" --without-icu --quiet >/dev/null
-    make -j"$(nproc)" -s >/dev/null 2>&1
-    make -s install >/dev/null
+    { ./configure --prefix="$prefix" --without-icu --quiet && make -j"$(nproc)" -s && make -s install; } \
+      >"$work/build.log" 2>&1 || { tail -n 40 "$work/build.log" >&2; exit 1; }
     cd .. && rm -rf build )
   touch "$prefix/.complete"
 }
