@@ -51,7 +51,10 @@ const PURGE: &str = "DELETE FROM rate_limit.bucket_state s \
      WHERE rate_limit.bucket_level_at(s.level, s.updated_at, s.refill_per_sec, s.capacity, $1) \
            >= s.capacity * 1000000";
 
-/// The saved plans of this backend.
+/// The saved plans of this backend. The statements that may write are prepared as mutating (SPI runs them
+/// in a fresh snapshot, not read-only) but executed with `SpiClient::select`, never `update`: pgrx's
+/// `update` forces a transaction id to be assigned, which would make every denied call commit a WAL record.
+/// PostgreSQL assigns one itself when a row is really changed.
 struct Plans {
     /// `READ` in the caller's snapshot (peek: it never writes).
     read: OwnedPreparedStatement,
@@ -129,20 +132,16 @@ fn spi<T>(function: &'static str, r: Result<T, SpiError>) -> Result<T, ErrorRepo
     r.map_err(|e| error::internal(function, e))
 }
 
-/// Reads a bucket's row with a `READ` plan (in the caller's snapshot, or a fresh one if `mutating`).
+/// Reads a bucket's row with a `READ` plan: `plans.read` runs in the caller's snapshot, `plans.read_fresh`
+/// (prepared as mutating) in a fresh one.
 fn load(
-    client: &mut SpiClient<'_>,
+    client: &SpiClient<'_>,
     plan: &OwnedPreparedStatement,
-    mutating: bool,
     id: &str,
     function: &'static str,
 ) -> Result<Option<Bucket>, ErrorReport> {
     let args: [DatumWithOid<'_>; 1] = [id.into()];
-    let table = if mutating {
-        spi(function, client.update(plan, Some(1), &args))?
-    } else {
-        spi(function, client.select(plan, Some(1), &args))?
-    };
+    let table = spi(function, client.select(plan, Some(1), &args))?;
     if table.is_empty() {
         return Ok(None);
     }
@@ -183,7 +182,7 @@ pub fn take(request: &Request<'_>) -> Result<Option<i64>, ErrorReport> {
                     timestamptz(now, function)?.into(),
                     cost.into(),
                 ];
-                let table = spi(function, client.update(&plans.take, None, &args))?;
+                let table = spi(function, client.select(&plans.take, None, &args))?;
                 if !table.is_empty() {
                     let level = spi(function, table.first().get_one::<i64>())?
                         .ok_or_else(|| error::corrupt_row(function, "level is NULL"))?;
@@ -196,7 +195,7 @@ pub fn take(request: &Request<'_>) -> Result<Option<i64>, ErrorReport> {
             } else {
                 &plans.read_fresh
             };
-            let stored = load(client, plan, !read_only, id, function)?;
+            let stored = load(client, plan, id, function)?;
             let now = clock::now_us();
             let current = stored.unwrap_or_else(|| Bucket::full(limit, now));
             let (next, remaining) = match current.take(limit, now, cost) {
@@ -222,7 +221,7 @@ pub fn take(request: &Request<'_>) -> Result<Option<i64>, ErrorReport> {
                 refill.into(),
                 limit.burst().into(),
             ];
-            if spi(function, client.update(&plans.insert, None, &args))?.len() == 1 {
+            if spi(function, client.select(&plans.insert, None, &args))?.len() == 1 {
                 return Ok(Some(remaining));
             }
         }
@@ -239,7 +238,7 @@ pub fn take(request: &Request<'_>) -> Result<Option<i64>, ErrorReport> {
 pub fn level_now(function: &'static str, id: &str, limit: &Limit) -> Result<i64, ErrorReport> {
     Spi::connect_mut(|client| {
         let plans = spi(function, plans(client))?;
-        let stored = load(client, &plans.read, false, id, function)?;
+        let stored = load(client, &plans.read, id, function)?;
         let now = clock::now_us();
         Ok(stored
             .map(|b| b.level_at(limit, now))
@@ -253,7 +252,7 @@ pub fn reset(function: &'static str, id: &str) -> Result<bool, ErrorReport> {
     Spi::connect_mut(|client| {
         let plans = spi(function, plans(client))?;
         let args: [DatumWithOid<'_>; 1] = [id.into()];
-        Ok(!spi(function, client.update(&plans.delete, None, &args))?.is_empty())
+        Ok(!spi(function, client.select(&plans.delete, None, &args))?.is_empty())
     })
 }
 
