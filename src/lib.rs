@@ -5,6 +5,7 @@
 
 use pgrx::prelude::*;
 
+pub mod algorithm;
 pub mod api;
 pub mod bucket;
 pub mod clock;
