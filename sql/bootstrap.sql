@@ -18,3 +18,49 @@ CREATE TABLE rate_limit.bucket_state (
 -- each page so that updates stay HOT (no index insertion, pruned in place).
 COMMENT ON TABLE rate_limit.bucket_state IS
     'rate_limit table store: one row per bucket; level is in millionths of a token';
+
+-- What every call of the full limiter API returns (rate_limit.take, peek, wait, refund).
+CREATE TYPE rate_limit.decision AS (
+    allowed     boolean,   -- were the tokens granted (by every policy of a multi-limit call)
+    remaining   bigint,    -- whole tokens left in the reported bucket, never negative
+    "limit"     bigint,    -- that bucket's capacity (burst)
+    retry_after interval,  -- when denied: time until the cost could be granted; NULL if allowed or never
+    reset_after interval,  -- time until the reported bucket is full again
+    policy      text       -- the reported policy: the violated one when denied; NULL for ad-hoc limits
+);
+COMMENT ON TYPE rate_limit.decision IS
+    'Result of rate_limit.take / peek / wait / refund: allowed, remaining, limit, retry_after, reset_after, policy';
+
+-- Named policies. Readable by everyone, written only through rate_limit.create_policy / alter_policy /
+-- drop_policy (owner only). An extension configuration table: pg_dump dumps its rows.
+CREATE TABLE rate_limit.policies (
+    name       text COLLATE "C" PRIMARY KEY,
+    algorithm  text        NOT NULL CHECK (algorithm IN ('token_bucket', 'fixed_window', 'sliding_window')),
+    rate       bigint      NOT NULL CHECK (rate >= 1),
+    per        interval    NOT NULL CHECK (per > interval '0'),
+    burst      bigint      NOT NULL CHECK (burst >= 1),
+    store      text        CHECK (store IN ('table', 'memory')),  -- NULL: the session's rate_limit.store
+    created_at timestamptz NOT NULL,
+    changed_at timestamptz NOT NULL   -- when the numbers last changed: buckets carry over from this instant
+);
+COMMENT ON TABLE rate_limit.policies IS
+    'rate_limit named policies: rate tokens per per, at most burst; change them with rate_limit.alter_policy';
+SELECT pg_catalog.pg_extension_config_dump('rate_limit.policies', '');
+
+-- One row per (policy, key) bucket of the table store; policy '' holds the ad-hoc limits'
+-- buckets. level is in the unit of the row's own algorithm and numbers (see src/algorithm.rs): ticks of
+-- 1/per_us token for token_bucket, tokens used in the current window for fixed_window, and
+-- previous << 32 | current for sliding_window. Read it through rate_limit.policy_buckets.
+CREATE TABLE rate_limit.policy_state (
+    policy     text COLLATE "C" NOT NULL,
+    key        text COLLATE "C" NOT NULL,
+    level      bigint      NOT NULL,
+    updated_at timestamptz NOT NULL,
+    algorithm  text        NOT NULL,   -- the numbers the level was written under
+    rate       bigint      NOT NULL,
+    per_us     bigint      NOT NULL,
+    burst      bigint      NOT NULL,
+    PRIMARY KEY (policy, key)
+) WITH (fillfactor = 70);
+COMMENT ON TABLE rate_limit.policy_state IS
+    'rate_limit table store of policy and ad-hoc buckets; read it through rate_limit.policy_buckets';

@@ -48,3 +48,55 @@ COMMENT ON FUNCTION rate_limit.level_after_take(bigint, timestamptz, integer, bi
     'Level, in millionths of a token, of a stored bucket row after taking cost tokens at a given time; -1 if short';
 COMMENT ON FUNCTION rate_limit.tokens(text, integer, integer) IS
     'Tokens in bucket id now under the given limit, exact to the millionth; consumes nothing';
+
+-- ---- the full limiter API -------------------------------------------------------------------------------
+
+CREATE TRIGGER policies_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON rate_limit.policies
+    FOR EACH STATEMENT EXECUTE FUNCTION rate_limit.policies_changed();
+
+-- Policy and ad-hoc buckets of the table store, with their tokens now (exact, rounded down to the
+-- millionth). policy is NULL for ad-hoc buckets.
+CREATE VIEW rate_limit.policy_buckets AS
+SELECT nullif(s.policy, '') AS policy,
+       s.key,
+       rate_limit.policy_state_tokens(s.level, s.updated_at, s.algorithm, s.rate, s.per_us, s.burst,
+                                      clock_timestamp()) AS tokens,
+       s.burst AS "limit",
+       s.algorithm,
+       s.updated_at,
+       'table'::text AS store
+FROM rate_limit.policy_state AS s;
+COMMENT ON VIEW rate_limit.policy_buckets IS
+    'Policy and ad-hoc buckets of the table store with their tokens now; full ones may be purged';
+
+GRANT SELECT ON TABLE rate_limit.policies TO PUBLIC;
+REVOKE ALL ON TABLE rate_limit.policy_state FROM PUBLIC;
+REVOKE ALL ON TABLE rate_limit.policy_buckets FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.drop_policy(text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.refund(text, text, bigint) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.reset(text, text) FROM PUBLIC;
+
+COMMENT ON FUNCTION rate_limit.take(text, text, integer) IS
+    'Take cost tokens (0 only reports) from bucket key of a named policy; returns a rate_limit.decision';
+COMMENT ON FUNCTION rate_limit.take(text, bigint, interval, bigint, integer) IS
+    'Take cost tokens from bucket key under an ad-hoc token bucket: rate per per, at most burst';
+COMMENT ON FUNCTION rate_limit.take(text[], text, integer) IS
+    'Take cost tokens from bucket key under every policy, all or nothing';
+COMMENT ON FUNCTION rate_limit.take(text[], text[], integer) IS
+    'Take cost tokens from bucket keys[i] under policies[i] for every i, all or nothing';
+COMMENT ON FUNCTION rate_limit.peek(text, text) IS 'The bucket of key under a policy, taking nothing';
+COMMENT ON FUNCTION rate_limit.wait(text, text, integer, interval) IS
+    'Sleep until cost tokens can be taken (or give up at timeout, taking nothing); returns the decision';
+COMMENT ON FUNCTION rate_limit.refund(text, text, bigint) IS
+    'Put tokens back into bucket key of a policy, capped at its burst; owner only';
+COMMENT ON FUNCTION rate_limit.reset(text, text) IS 'Delete bucket key of a policy, making it full; owner only';
+COMMENT ON FUNCTION rate_limit.headers(rate_limit.decision, text) IS
+    'RateLimit, RateLimit-Policy and Retry-After HTTP field values for a decision, as jsonb';
+COMMENT ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text) IS
+    'Create a named policy: rate tokens per per, at most burst; algorithm and store optional; owner only';
+COMMENT ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text) IS
+    'Change a policy (NULL keeps a value); buckets carry their tokens over, never gaining any; owner only';
+COMMENT ON FUNCTION rate_limit.drop_policy(text) IS 'Drop a policy and its table-store buckets; owner only';

@@ -401,7 +401,10 @@ impl Policy {
     /// The state under this policy of a bucket stored under `stored_policy`: its tokens at `changed_at`
     /// (clamped between the state's instant and `now`), refilled under the old policy until then, carry
     /// over, rounded down and capped at this policy's capacity. So a change never grants a token the old
-    /// policy would not have had; from `changed_at` on, the bucket refills under this policy.
+    /// policy would not have had to a bucket in use; from `changed_at` on, the bucket refills under this
+    /// policy. The one exception keeps "a missing bucket is a full one" true across changes: a bucket that
+    /// was full at `changed_at` is full under the new numbers, exactly like a key never seen (so purging
+    /// full buckets stays lossless).
     pub fn carry_over(
         &self,
         stored: State,
@@ -413,6 +416,9 @@ impl Policy {
             return stored;
         }
         let t = changed_at.min(now).max(stored.at);
+        if stored_policy.is_full(stored, t) {
+            return self.full(t);
+        }
         let (num, den) = stored_policy.tokens_exact(stored, t);
         match self.algorithm {
             Algorithm::TokenBucket => {
@@ -569,6 +575,9 @@ mod tests {
         let fixed = policy(Algorithm::FixedWindow, 50, 60 * S, 50);
         let carried = fixed.carry_over(o.state, &tb, t0, t0);
         assert_eq!(fixed.take(carried, t0, 0).remaining, 3);
+        // a full bucket is a missing one: full under the new numbers too
+        let carried = bigger.carry_over(tb.full(t0), &tb, t0, t0);
+        assert_eq!(bigger.take(carried, t0, 0).remaining, 1_000);
     }
 
     #[test]
@@ -655,7 +664,7 @@ mod tests {
             }
         }
 
-        /// Carrying a bucket over to another policy never adds tokens.
+        /// Carrying a bucket in use over to another policy never adds tokens; a full one stays full.
         #[test]
         fn carry_over_never_adds(from in any_policy(), to in any_policy(), used in 0i64..=20,
                                  gap in 0i64..=10_000_000) {
@@ -665,8 +674,12 @@ mod tests {
             let before = from.tokens_exact(o.state, now);
             let carried = to.carry_over(o.state, &from, now, now);
             let after = to.tokens_exact(carried, now);
-            // after <= before, as fractions
-            prop_assert!(after.0 * before.1 <= before.0 * after.1);
+            if from.is_full(o.state, now) {
+                prop_assert!(to.is_full(carried, now));
+            } else {
+                // after <= before, as fractions
+                prop_assert!(after.0 * before.1 <= before.0 * after.1);
+            }
         }
 
         /// Sliding window against an exact log of the calls it granted: a call is granted only when the

@@ -89,7 +89,7 @@ pub fn internal(function: &'static str, error: SpiError) -> ErrorReport {
 pub fn corrupt_row(function: &'static str, what: &str) -> ErrorReport {
     ErrorReport::new(
         PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
-        format!("rate_limit.bucket_state holds an invalid row: {what}"),
+        format!("a rate_limit table holds an invalid row: {what}"),
         function,
     )
     .set_hint("Delete the row with rate_limit.reset(id).")

@@ -9,8 +9,13 @@ pub mod algorithm;
 pub mod api;
 pub mod bucket;
 pub mod clock;
+pub mod decision;
 pub mod error;
 pub mod gucs;
+pub mod http;
+pub mod limit_api;
+pub mod policies;
+pub mod policy_api;
 pub mod store;
 
 #[cfg(any(test, feature = "pg_test"))]
@@ -38,6 +43,7 @@ pub extern "C-unwind" fn _PG_init() {
         pg_sys::RegisterXactCallback(Some(on_xact_event), std::ptr::null_mut());
         pg_sys::RegisterSubXactCallback(Some(on_subxact_event), std::ptr::null_mut());
     }
+    policies::register_invalidation();
 }
 
 /// A rolled-back transaction may refund tokens: forget the buckets remembered as short.

@@ -679,6 +679,32 @@ pub fn usage(function: &'static str) -> Result<Usage, ErrorReport> {
     })
 }
 
+/// Takes `cost` tokens from every target, all or nothing (policy and ad-hoc buckets).
+pub fn take_targets(
+    function: &'static str,
+    _targets: &[crate::store::target::Target<'_>],
+    _cost: i64,
+) -> Result<Vec<crate::algorithm::Outcome>, ErrorReport> {
+    Err(not_preloaded(function))
+}
+
+/// Refunds a policy bucket.
+pub fn refund_target(
+    function: &'static str,
+    _target: &crate::store::target::Target<'_>,
+    _tokens: i64,
+) -> Result<crate::algorithm::Outcome, ErrorReport> {
+    Err(not_preloaded(function))
+}
+
+/// Deletes a policy bucket.
+pub fn reset_target(
+    function: &'static str,
+    _target: &crate::store::target::Target<'_>,
+) -> Result<bool, ErrorReport> {
+    Err(not_preloaded(function))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

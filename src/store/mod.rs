@@ -2,5 +2,7 @@
 //! arithmetic of its own.
 
 pub mod memory;
+pub mod policy_table;
 pub mod short;
 pub mod table;
+pub mod target;

@@ -1,0 +1,196 @@
+//! The `rate_limit.decision` record: combining the outcomes of one call's buckets, and building the SQL
+//! value.
+
+use std::cell::Cell;
+
+use pgrx::datum::Interval;
+use pgrx::heap_tuple::PgHeapTuple;
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::pg_sys::{self};
+use pgrx::spi::Spi;
+use pgrx::{AllocatedByRust, IntoDatum, PgSqlErrorCode, PgTupleDesc};
+
+use crate::algorithm::Outcome;
+use crate::error;
+
+/// What a call decided, as `rate_limit.decision` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// Whether every bucket granted.
+    pub allowed: bool,
+    /// Whole tokens left in the reported bucket (never negative).
+    pub remaining: i64,
+    /// The reported bucket's capacity.
+    pub limit: i64,
+    /// Microseconds until the call could be granted; `None` when allowed or never possible.
+    pub retry_after: Option<i64>,
+    /// Microseconds until the reported bucket is full.
+    pub reset_after: i64,
+    /// The reported policy (`None` for ad-hoc limits).
+    pub policy: Option<String>,
+}
+
+impl Decision {
+    /// Combines the outcomes of one call's buckets (`names[i]` is the policy of `outcomes[i]`, `""` for
+    /// ad-hoc; `limits[i]` its capacity). Allowed: every bucket granted; the reported bucket is the one with
+    /// the fewest tokens left. Denied: the reported bucket is the denying one with the longest wait (a
+    /// bucket that can never grant counts as the longest), and `retry_after` is that wait: by then every
+    /// other bucket grants too, since tokens only accumulate while nobody takes.
+    pub fn combine(names: &[&str], limits: &[i64], outcomes: &[Outcome]) -> Decision {
+        let allowed = outcomes.iter().all(|o| o.allowed);
+        let pick = if allowed {
+            (0..outcomes.len()).min_by_key(|&i| outcomes[i].remaining)
+        } else {
+            (0..outcomes.len())
+                .filter(|&i| !outcomes[i].allowed)
+                .max_by_key(|&i| outcomes[i].retry_after.unwrap_or(i64::MAX))
+        }
+        .unwrap_or(0);
+        let o = &outcomes[pick];
+        Decision {
+            allowed,
+            remaining: o.remaining.max(0),
+            limit: limits[pick],
+            retry_after: if allowed { None } else { o.retry_after },
+            reset_after: o.reset_after,
+            policy: Some(names[pick])
+                .filter(|n| !n.is_empty())
+                .map(str::to_string),
+        }
+    }
+}
+
+thread_local! {
+    /// `(pg_type oid, typrelid)` of `rate_limit.decision`, resolved once; cleared when the type's relation
+    /// is invalidated (DROP EXTENSION).
+    static TYPE: Cell<Option<(pg_sys::Oid, pg_sys::Oid)>> = const { Cell::new(None) };
+}
+
+/// Forgets the type's oid if `relid` is its relation (or everything is being invalidated).
+pub fn forget_type_if(relid: pg_sys::Oid) {
+    TYPE.with(|t| {
+        if let Some((_, rel)) = t.get() {
+            if relid == pg_sys::InvalidOid || relid == rel {
+                t.set(None);
+            }
+        }
+    });
+}
+
+fn type_oid(function: &'static str) -> Result<pg_sys::Oid, ErrorReport> {
+    if let Some((oid, _)) = TYPE.with(Cell::get) {
+        return Ok(oid);
+    }
+    let (oid, rel) = Spi::get_two::<pg_sys::Oid, pg_sys::Oid>(
+        "SELECT oid, typrelid FROM pg_catalog.pg_type WHERE oid = 'rate_limit.decision'::pg_catalog.regtype",
+    )
+    .map_err(|e| error::internal(function, e))?;
+    let (Some(oid), Some(rel)) = (oid, rel) else {
+        return Err(ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+            "type rate_limit.decision does not exist",
+            function,
+        ));
+    };
+    TYPE.with(|t| t.set(Some((oid, rel))));
+    Ok(oid)
+}
+
+/// Microseconds as an interval (all in the time field: `'00:00:06'`). `None` cannot happen: with months
+/// and days 0 the signs cannot mismatch.
+pub fn interval(us: i64) -> Option<Interval> {
+    Interval::new(0, 0, us).ok()
+}
+
+/// The decision as a `rate_limit.decision` value.
+pub fn to_sql(
+    function: &'static str,
+    d: &Decision,
+) -> Result<PgHeapTuple<'static, AllocatedByRust>, ErrorReport> {
+    let desc = PgTupleDesc::for_composite_type_by_oid(type_oid(function)?).ok_or_else(|| {
+        ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+            "type rate_limit.decision is not a composite type",
+            function,
+        )
+    })?;
+    let datums = [
+        d.allowed.into_datum(),
+        d.remaining.into_datum(),
+        d.limit.into_datum(),
+        d.retry_after.and_then(interval).into_datum(),
+        interval(d.reset_after).into_datum(),
+        d.policy.clone().into_datum(),
+    ];
+    // SAFETY: the datums match the type's columns (boolean, bigint, bigint, interval, interval, text),
+    // as created by sql/bootstrap.sql.
+    unsafe { PgHeapTuple::from_datums(desc, datums) }.map_err(|e| {
+        ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            format!("rate_limit internal error: {e}"),
+            function,
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::State;
+
+    fn outcome(allowed: bool, remaining: i64, retry: Option<i64>, reset: i64) -> Outcome {
+        Outcome {
+            allowed,
+            state: State { level: 0, at: 0 },
+            remaining,
+            retry_after: retry,
+            reset_after: reset,
+        }
+    }
+
+    #[test]
+    fn allowed_reports_the_tightest_bucket() {
+        let d = Decision::combine(
+            &["user", "org"],
+            &[10, 100],
+            &[outcome(true, 7, None, 3), outcome(true, 2, None, 9)],
+        );
+        assert_eq!(
+            d,
+            Decision {
+                allowed: true,
+                remaining: 2,
+                limit: 100,
+                retry_after: None,
+                reset_after: 9,
+                policy: Some("org".into())
+            }
+        );
+    }
+
+    #[test]
+    fn denied_reports_the_longest_wait() {
+        let d = Decision::combine(
+            &["a", "b", "c"],
+            &[1, 2, 3],
+            &[
+                outcome(false, 0, Some(5), 5),
+                outcome(true, 1, None, 1),
+                outcome(false, 0, Some(8), 8),
+            ],
+        );
+        assert_eq!(
+            (d.allowed, d.retry_after, d.policy.as_deref(), d.limit),
+            (false, Some(8), Some("c"), 3)
+        );
+        let never = Decision::combine(
+            &["a", ""],
+            &[1, 2],
+            &[
+                outcome(false, 0, Some(5), 5),
+                outcome(false, 2, None, 0),
+            ],
+        );
+        assert_eq!((never.retry_after, never.policy), (None, None));
+    }
+}

@@ -1,0 +1,275 @@
+//! Named policies: validation of their parameters, and a per-backend cache of `rate_limit.policies`.
+//!
+//! Cache coherence. A statement trigger on `rate_limit.policies` (any INSERT, UPDATE, DELETE or TRUNCATE,
+//! whether through the owner functions or not) queues a relcache invalidation of the table. PostgreSQL
+//! delivers it to this backend at its next command (its own changes) and to every other backend when the
+//! changing transaction commits, at their next transaction start; the callback registered here then empties
+//! the cache. So a call sees a policy as of the start of its transaction, like a catalog.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::pg_sys::{self};
+use pgrx::spi::Spi;
+use pgrx::PgSqlErrorCode;
+
+use crate::algorithm::{Algorithm, Policy, PolicyError};
+use crate::error;
+use crate::gucs::Store;
+
+/// The longest policy name, in bytes.
+pub const MAX_NAME_BYTES: usize = 63;
+
+/// A policy as stored in `rate_limit.policies`.
+#[derive(Clone, Debug)]
+pub struct Named {
+    /// Its name.
+    pub name: String,
+    /// Algorithm and numbers.
+    pub policy: Policy,
+    /// Where its buckets live; `None` follows `rate_limit.store`.
+    pub store: Option<Store>,
+    /// When it was created (µs): with the name, it identifies this incarnation in the memory store.
+    pub created_at: i64,
+    /// When its numbers last changed (µs): buckets stored under older numbers carry over at this instant.
+    pub changed_at: i64,
+}
+
+struct Cache {
+    table: pg_sys::Oid,
+    policies: HashMap<String, Rc<Named>>,
+}
+
+thread_local! {
+    static CACHE: RefCell<Cache> = RefCell::new(Cache {
+        table: pg_sys::InvalidOid,
+        policies: HashMap::new(),
+    });
+}
+
+/// Registers the relcache callback that empties the cache. Called once per backend from `_PG_init`.
+pub fn register_invalidation() {
+    // SAFETY: registering a callback is allowed at any time in a backend; the function lives as long as the
+    // library, which is never unloaded, and ignores its argument.
+    unsafe {
+        pg_sys::CacheRegisterRelcacheCallback(Some(on_relcache), pg_sys::Datum::from(0usize));
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn on_relcache(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
+    CACHE.with(|c| {
+        if let Ok(mut c) = c.try_borrow_mut() {
+            if relid == pg_sys::InvalidOid || relid == c.table {
+                c.policies.clear();
+                c.table = pg_sys::InvalidOid;
+            }
+        }
+    });
+    crate::decision::forget_type_if(relid);
+}
+
+/// Queues the invalidation of every backend's cache (from the trigger on `rate_limit.policies`).
+pub fn invalidate(table: pg_sys::Oid) {
+    // SAFETY: a plain call into the invalidation machinery inside a transaction (trigger context).
+    unsafe { pg_sys::CacheInvalidateRelcacheByRelid(table) }
+}
+
+/// 42704 for an unknown policy name.
+pub fn unknown(function: &'static str, name: &str) -> ErrorReport {
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
+        format!("rate limit policy \"{name}\" does not exist"),
+        function,
+    )
+    .set_hint("Create it with rate_limit.create_policy(name, rate, per), or see rate_limit.policies.")
+}
+
+/// The policy called `name`, from the cache or `rate_limit.policies`.
+pub fn get(function: &'static str, name: &str) -> Result<Rc<Named>, ErrorReport> {
+    if let Some(found) = CACHE.with(|c| c.borrow().policies.get(name).cloned()) {
+        return Ok(found);
+    }
+    let (named, table) = load(function, name)?.ok_or_else(|| unknown(function, name))?;
+    let named = Rc::new(named);
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        c.table = table;
+        c.policies.insert(name.to_string(), named.clone());
+    });
+    Ok(named)
+}
+
+type Row = (
+    Option<String>,
+    Option<i64>,
+    Option<Interval>,
+    Option<i64>,
+    Option<String>,
+    Option<TimestampWithTimeZone>,
+    Option<TimestampWithTimeZone>,
+    Option<pg_sys::Oid>,
+);
+
+/// Reads one policy from the table (in the caller's snapshot).
+pub fn load(
+    function: &'static str,
+    name: &str,
+) -> Result<Option<(Named, pg_sys::Oid)>, ErrorReport> {
+    const QUERY: &str = "SELECT algorithm, rate, per, burst, store, created_at, changed_at, tableoid \
+                         FROM rate_limit.policies WHERE name = $1";
+    let row: Option<Row> = Spi::connect(|client| {
+        let args: [DatumWithOid<'_>; 1] = [name.into()];
+        let table = client.select(QUERY, Some(1), &args)?;
+        if table.is_empty() {
+            return Ok(None);
+        }
+        let r = table.first();
+        Ok::<_, pgrx::spi::SpiError>(Some((
+            r.get(1)?,
+            r.get(2)?,
+            r.get(3)?,
+            r.get(4)?,
+            r.get(5)?,
+            r.get(6)?,
+            r.get(7)?,
+            r.get(8)?,
+        )))
+    })
+    .map_err(|e| error::internal(function, e))?;
+    let Some((alg, rate, per, burst, store, created, changed, oid)) = row else {
+        return Ok(None);
+    };
+    let corrupt = |what: &str| error::corrupt_row(function, what);
+    let algorithm = alg
+        .as_deref()
+        .and_then(Algorithm::parse)
+        .ok_or_else(|| corrupt("policy algorithm is unknown"))?;
+    let per = per.ok_or_else(|| corrupt("policy per is NULL"))?;
+    let period = period_us(function, "per", per)?;
+    let policy = Policy::new(
+        algorithm,
+        rate.ok_or_else(|| corrupt("policy rate is NULL"))?,
+        period,
+        burst.ok_or_else(|| corrupt("policy burst is NULL"))?,
+    )
+    .map_err(|e| policy_error(function, e))?;
+    let store = match store.as_deref() {
+        None => None,
+        Some(s) => Some(parse_store(function, s)?),
+    };
+    let named = Named {
+        name: name.to_string(),
+        policy,
+        store,
+        created_at: created
+            .ok_or_else(|| corrupt("policy created_at is NULL"))?
+            .into_inner(),
+        changed_at: changed
+            .ok_or_else(|| corrupt("policy changed_at is NULL"))?
+            .into_inner(),
+    };
+    Ok(Some((named, oid.unwrap_or(pg_sys::InvalidOid))))
+}
+
+/// 22023 for parameters that do not make a policy.
+pub fn policy_error(function: &'static str, e: PolicyError) -> ErrorReport {
+    let hint = match e {
+        PolicyError::WindowBurstNotRate => {
+            "Omit burst (it defaults to rate), or use algorithm => 'token_bucket' for a burst above the rate."
+        }
+        PolicyError::WindowTooLarge => "Use a shorter window with a proportionally lower rate.",
+        PolicyError::Limit(_) => {
+            "Pass rate >= 1, burst >= 1 and a positive per; burst × per (in microseconds) must fit in bigint."
+        }
+    };
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+        e.to_string(),
+        function,
+    )
+    .set_hint(hint)
+}
+
+/// An interval argument as microseconds: positive, and without months (whose length varies).
+pub fn period_us(
+    function: &'static str,
+    argument: &str,
+    per: Interval,
+) -> Result<i64, ErrorReport> {
+    if per.months() != 0 {
+        return Err(ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("{argument} must not contain months or years, whose length varies"),
+            function,
+        )
+        .set_hint("Use days, hours, minutes or seconds, e.g. interval '30 days'."));
+    }
+    let micros = per.as_micros();
+    if micros < 1 {
+        return Err(ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("{argument} must be a positive interval"),
+            function,
+        )
+        .set_hint("Pass an interval of at least 1 microsecond, e.g. interval '1 minute'."));
+    }
+    i64::try_from(micros).map_err(|_| {
+        ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("{argument} is too long"),
+            function,
+        )
+    })
+}
+
+/// `'table'` or `'memory'`.
+pub fn parse_store(function: &'static str, s: &str) -> Result<Store, ErrorReport> {
+    match s {
+        "table" => Ok(Store::Table),
+        "memory" => Ok(Store::Memory),
+        _ => Err(ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("store must be 'table', 'memory' or NULL, got '{s}'"),
+            function,
+        )
+        .set_hint("NULL follows the rate_limit.store setting of the calling session.")),
+    }
+}
+
+/// `'token_bucket'`, `'fixed_window'` or `'sliding_window'`.
+pub fn parse_algorithm(function: &'static str, s: &str) -> Result<Algorithm, ErrorReport> {
+    Algorithm::parse(s).ok_or_else(|| {
+        ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("unknown algorithm '{s}'"),
+            function,
+        )
+        .set_hint("Use 'token_bucket', 'fixed_window' or 'sliding_window'.")
+    })
+}
+
+/// A policy name: 1 to [`MAX_NAME_BYTES`] bytes of letters, digits and `_ . : / -`, so that it can be
+/// printed unquoted in logs and as an HTTP structured-field string.
+pub fn check_name(function: &'static str, name: &str) -> Result<(), ErrorReport> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME_BYTES
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.:/-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("invalid policy name \"{name}\""),
+            function,
+        )
+        .set_hint(format!(
+            "Use 1 to {MAX_NAME_BYTES} ASCII letters, digits, '_', '.', ':', '/' or '-'."
+        )))
+    }
+}
