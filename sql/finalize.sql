@@ -41,7 +41,7 @@ COMMENT ON FUNCTION rate_limit.purge() IS 'Delete every bucket that is full now 
 COMMENT ON FUNCTION rate_limit.bucket_level_at(bigint, timestamptz, integer, bigint, timestamptz) IS
     'Level, in millionths of a token, of a stored bucket row at a given time';
 COMMENT ON FUNCTION rate_limit.memory_buckets() IS
-    'Buckets of the memory store in this database (ids longer than 36 bytes end with an ellipsis); owner only';
+    'Buckets of the memory store in this database (ids longer than 28 bytes end with an ellipsis); owner only';
 COMMENT ON FUNCTION rate_limit.memory_usage() IS
     'Size and use of the memory store: buckets, slots, bytes per bucket, evictions';
 COMMENT ON FUNCTION rate_limit.level_after_take(bigint, timestamptz, integer, bigint, timestamptz, bigint) IS
@@ -55,7 +55,7 @@ CREATE TRIGGER policies_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON rate_limit.policies
     FOR EACH STATEMENT EXECUTE FUNCTION rate_limit.policies_changed();
 
--- Policy and ad-hoc buckets of the table store, with their tokens now (exact, rounded down to the
+-- Policy and ad-hoc buckets of both stores, with their tokens now (exact, rounded down to the
 -- millionth). policy is NULL for ad-hoc buckets.
 CREATE VIEW rate_limit.policy_buckets AS
 SELECT nullif(s.policy, '') AS policy,
@@ -66,9 +66,12 @@ SELECT nullif(s.policy, '') AS policy,
        s.algorithm,
        s.updated_at,
        'table'::text AS store
-FROM rate_limit.policy_state AS s;
+FROM rate_limit.policy_state AS s
+UNION ALL
+SELECT m.policy, m.key, m.tokens, m."limit", m.algorithm, m.updated_at, 'memory'::text
+FROM rate_limit.memory_policy_buckets() AS m;
 COMMENT ON VIEW rate_limit.policy_buckets IS
-    'Policy and ad-hoc buckets of the table store with their tokens now; full ones may be purged';
+    'Policy and ad-hoc buckets of both stores with their tokens now (memory keys are cut at 28 bytes); full ones may be purged';
 
 GRANT SELECT ON TABLE rate_limit.policies TO PUBLIC;
 REVOKE ALL ON TABLE rate_limit.policy_state FROM PUBLIC;
@@ -76,6 +79,7 @@ REVOKE ALL ON TABLE rate_limit.policy_buckets FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.drop_policy(text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.memory_policy_buckets() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.refund(text, text, bigint) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.reset(text, text) FROM PUBLIC;
 

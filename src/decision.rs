@@ -186,10 +186,7 @@ mod tests {
         let never = Decision::combine(
             &["a", ""],
             &[1, 2],
-            &[
-                outcome(false, 0, Some(5), 5),
-                outcome(false, 2, None, 0),
-            ],
+            &[outcome(false, 0, Some(5), 5), outcome(false, 2, None, 0)],
         );
         assert_eq!((never.retry_after, never.policy), (None, None));
     }

@@ -40,10 +40,9 @@ fn ceil_seconds(us: i128) -> i128 {
 pub fn window_seconds(p: &Policy) -> i128 {
     match p.algorithm() {
         Algorithm::TokenBucket => {
-            let refill_us = (i128::from(p.burst()) * i128::from(p.period_us())
-                + i128::from(p.rate())
-                - 1)
-                / i128::from(p.rate());
+            let refill_us =
+                (i128::from(p.burst()) * i128::from(p.period_us()) + i128::from(p.rate()) - 1)
+                    / i128::from(p.rate());
             ceil_seconds(refill_us).max(1)
         }
         Algorithm::FixedWindow | Algorithm::SlidingWindow => {

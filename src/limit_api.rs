@@ -269,7 +269,11 @@ mod rate_limit {
     ) -> Result<pgrx::composite_type!('static, "rate_limit.decision"), ErrorReport> {
         const F: &str = "rate_limit.take";
         let keys = keys.ok_or_else(|| {
-            error::null_argument(F, "keys", "Pass one key per policy, e.g. ARRAY[user_id, org_id].")
+            error::null_argument(
+                F,
+                "keys",
+                "Pass one key per policy, e.g. ARRAY[user_id, org_id].",
+            )
         })?;
         if policies.as_ref().is_some_and(|p| p.len() != keys.len()) {
             return Err(ErrorReport::new(
@@ -314,7 +318,9 @@ mod rate_limit {
                         "timeout must be zero or a positive interval without months",
                         F,
                     )
-                    .set_hint("Pass e.g. interval '5 seconds', or NULL to wait until statement_timeout."));
+                    .set_hint(
+                        "Pass e.g. interval '5 seconds', or NULL to wait until statement_timeout.",
+                    ));
                 }
                 let us = i64::try_from(t.as_micros()).unwrap_or(i64::MAX);
                 Some(clock::now_us().saturating_add(us))

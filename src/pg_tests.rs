@@ -323,7 +323,7 @@ mod tests {
             )),
             3
         );
-        let shown = format!("{}…", "L".repeat(36));
+        let shown = format!("{}…", "L".repeat(28));
         assert_eq!(
             int(&format!(
                 "SELECT count(*) FROM rate_limit.buckets WHERE id = '{shown}'"

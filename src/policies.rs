@@ -85,7 +85,9 @@ pub fn unknown(function: &'static str, name: &str) -> ErrorReport {
         format!("rate limit policy \"{name}\" does not exist"),
         function,
     )
-    .set_hint("Create it with rate_limit.create_policy(name, rate, per), or see rate_limit.policies.")
+    .set_hint(
+        "Create it with rate_limit.create_policy(name, rate, per), or see rate_limit.policies.",
+    )
 }
 
 /// The policy called `name`, from the cache or `rate_limit.policies`.
@@ -119,7 +121,8 @@ pub fn load(
     function: &'static str,
     name: &str,
 ) -> Result<Option<(Named, pg_sys::Oid)>, ErrorReport> {
-    const QUERY: &str = "SELECT algorithm, rate, per, burst, store, created_at, changed_at, tableoid \
+    const QUERY: &str =
+        "SELECT algorithm, rate, per, burst, store, created_at, changed_at, tableoid \
                          FROM rate_limit.policies WHERE name = $1";
     let row: Option<Row> = Spi::connect(|client| {
         let args: [DatumWithOid<'_>; 1] = [name.into()];

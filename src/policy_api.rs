@@ -32,7 +32,11 @@ pub fn build_policy(
         .map_err(|e| policy_error(function, e))
 }
 
-fn spi_run(function: &'static str, query: &str, args: &[DatumWithOid<'_>]) -> Result<usize, ErrorReport> {
+fn spi_run(
+    function: &'static str,
+    query: &str,
+    args: &[DatumWithOid<'_>],
+) -> Result<usize, ErrorReport> {
     Spi::connect_mut(|client| client.update(query, None, args).map(|t| t.len()))
         .map_err(|e| error::internal(function, e))
 }
@@ -56,7 +60,12 @@ mod rate_limit {
         const F: &str = "rate_limit.create_policy";
         let name = required(F, "name", name, "Pass the policy's name, e.g. 'api'.")?;
         check_name(F, name)?;
-        let rate = required(F, "rate", rate, "Pass the tokens granted per period, e.g. 100.")?;
+        let rate = required(
+            F,
+            "rate",
+            rate,
+            "Pass the tokens granted per period, e.g. 100.",
+        )?;
         let per = required(F, "per", per, "Pass the period, e.g. interval '1 minute'.")?;
         let algorithm = required(
             F,
@@ -169,7 +178,11 @@ mod rate_limit {
             "DELETE FROM rate_limit.policies WHERE name = $1 RETURNING 1",
             &args,
         )?;
-        spi_run(F, "DELETE FROM rate_limit.policy_state WHERE policy = $1", &args)?;
+        spi_run(
+            F,
+            "DELETE FROM rate_limit.policy_state WHERE policy = $1",
+            &args,
+        )?;
         Ok(dropped > 0)
     }
 
@@ -238,9 +251,8 @@ mod rate_limit {
         let s = stored_row(F, level, updated_at, algorithm, rate, per_us, burst)?;
         let (num, den) = s.policy.tokens_exact(s.state, at.into_inner());
         let millionths = (num * 1_000_000 / den.max(1)).clamp(0, i128::from(i64::MAX)) as i64;
-        AnyNumeric::try_from(crate::bucket::millionths_to_decimal(millionths).as_str()).map_err(|e| {
-            ErrorReport::new(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string(), F)
-        })
+        AnyNumeric::try_from(crate::bucket::millionths_to_decimal(millionths).as_str())
+            .map_err(|e| ErrorReport::new(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string(), F))
     }
 
     /// Whether a stored `rate_limit.policy_state` row is full at `at` (and so may be deleted losslessly).
@@ -264,6 +276,73 @@ mod rate_limit {
             burst,
         )?;
         Ok(s.policy.is_full(s.state, at.into_inner()))
+    }
+
+    /// Policy and ad-hoc buckets of the memory store in this database (none when the library is not
+    /// preloaded), for `rate_limit.policy_buckets`. Buckets of a dropped policy are not listed.
+    #[allow(clippy::type_complexity)] // the row type is the SQL signature, spelled out for pgrx
+    #[pg_extern(volatile, parallel_unsafe, security_definer)]
+    #[search_path(pg_catalog, pg_temp)]
+    fn memory_policy_buckets() -> Result<
+        TableIterator<
+            'static,
+            (
+                name!(policy, Option<String>),
+                name!(key, String),
+                name!(tokens, AnyNumeric),
+                name!(limit, i64),
+                name!(algorithm, String),
+                name!(updated_at, Option<TimestampWithTimeZone>),
+            ),
+        >,
+        ErrorReport,
+    > {
+        const F: &str = "rate_limit.memory_policy_buckets";
+        let listed = crate::store::memory::list_targets();
+        let mut names = std::collections::HashMap::new();
+        if listed.iter().any(|l| !l.ad_hoc) {
+            Spi::connect(|client| {
+                for row in client.select(
+                    "SELECT name, created_at FROM rate_limit.policies",
+                    None,
+                    &[],
+                )? {
+                    let name: Option<String> = row.get(1)?;
+                    let created: Option<TimestampWithTimeZone> = row.get(2)?;
+                    if let (Some(name), Some(created)) = (name, created) {
+                        let tag = crate::store::memory::policy_tag(&name, created.into_inner());
+                        names.insert(tag, name);
+                    }
+                }
+                Ok::<_, pgrx::spi::SpiError>(())
+            })
+            .map_err(|e| error::internal(F, e))?;
+        }
+        let mut rows = Vec::with_capacity(listed.len());
+        for l in listed {
+            let policy = if l.ad_hoc {
+                None
+            } else {
+                match names.get(&l.policy_tag) {
+                    Some(n) => Some(n.clone()),
+                    None => continue, // a dropped policy's bucket, waiting to be purged
+                }
+            };
+            let tokens =
+                AnyNumeric::try_from(crate::bucket::millionths_to_decimal(l.millionths).as_str())
+                    .map_err(|e| {
+                    ErrorReport::new(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string(), F)
+                })?;
+            rows.push((
+                policy,
+                l.key,
+                tokens,
+                l.burst,
+                l.algorithm.to_string(),
+                TimestampWithTimeZone::try_from(l.updated_at).ok(),
+            ));
+        }
+        Ok(TableIterator::new(rows))
     }
 
     fn stored_row(

@@ -33,30 +33,41 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::PgSqlErrorCode;
 use siphasher::sip128::{Hasher128, SipHasher13};
 
+use crate::algorithm::{Algorithm, Outcome, Policy, State};
 use crate::bucket::{Bucket, Limit, Take, MICROS_PER_SECOND};
 use crate::clock;
 use crate::gucs::{self, OnFull};
 use crate::store::short;
+use crate::store::target::{Stored, Target, MAX_TARGETS};
 
 /// Bytes of an id kept in a slot for display.
-pub const ID_PREFIX: usize = 36;
+pub const ID_PREFIX: usize = 28;
+
+/// `Slot::used` values: what kind of bucket a slot holds (0 is an empty slot).
+const KIND_REQUEST: u8 = 1;
+const KIND_AD_HOC: u8 = 2;
+const KIND_POLICY: u8 = 3;
 
 const SEGMENT_NAME: &CStr = c"rate_limit memory store";
 const TRANCHE_NAME: &CStr = c"rate_limit";
 /// Index of AddinShmemInitLock in MainLWLockArray (lwlocknames.txt, the same from PostgreSQL 13 to 18).
 const ADDIN_SHMEM_INIT_LOCK: usize = 21;
 
-/// One bucket. `used == 0` marks an empty slot.
+/// One bucket. `used` is 0 for an empty slot, else the kind of bucket (`KIND_*`). The numbers (`algorithm`,
+/// `rate`, `period_us`, `burst`) are those the level was last written under (see `crate::algorithm`).
 #[repr(C)]
 #[derive(Clone, Copy)]
 struct Slot {
     hash: [u64; 2],
     level: i64,
     updated_at: i64,
-    capacity: i64,
-    refill_per_sec: i32,
+    rate: i64,
+    period_us: i64,
+    burst: i64,
     database: u32,
+    policy_tag: u32,
     used: u8,
+    algorithm: u8,
     id_len: u8,
     id_truncated: u8,
     id_prefix: [u8; ID_PREFIX],
@@ -256,11 +267,28 @@ impl Table {
         Ok(Table { header })
     }
 
-    /// The keyed hash of (current database, id): like the table store, buckets are per database.
+    /// The keyed hash of (current database, id) for `rate_limiting_request`: like the table store, buckets
+    /// are per database.
     fn hash(&self, id: &str) -> [u64; 2] {
         let mut hasher = SipHasher13::new_with_keys(self.header.seed[0], self.header.seed[1]);
         hasher.write_u32(current_database());
+        hasher.write_u8(KIND_REQUEST);
         hasher.write(id.as_bytes());
+        let h = hasher.finish128();
+        [h.h1, h.h2]
+    }
+
+    /// The keyed hash of a policy or ad-hoc bucket: (database, kind, policy creation time, policy name,
+    /// 0xFF, key). The kind byte separates the three namespaces; 0xFF never occurs in UTF-8, so the name
+    /// and the key cannot be confused.
+    fn target_hash(&self, target: &Target<'_>) -> [u64; 2] {
+        let mut hasher = SipHasher13::new_with_keys(self.header.seed[0], self.header.seed[1]);
+        hasher.write_u32(current_database());
+        hasher.write_u8(target_kind(target));
+        hasher.write_i64(target.created_at);
+        hasher.write(target.policy_name.as_bytes());
+        hasher.write_u8(0xFF);
+        hasher.write(target.key.as_bytes());
         let h = hasher.finish128();
         [h.h1, h.h2]
     }
@@ -380,10 +408,16 @@ impl PartitionGuard<'_> {
 
     /// Frees one slot of a full partition: a bucket that is full now if any, else per `on_full`.
     /// Returns false if nothing may be evicted.
-    fn make_room(&mut self, now: i64, on_full: OnFull, stats: &Header) -> bool {
+    fn make_room(
+        &mut self,
+        now: i64,
+        on_full: OnFull,
+        stats: &Header,
+        protect: &[[u64; 2]],
+    ) -> bool {
         let full_now = (0..self.slots.len()).find(|&i| {
             let s = &self.slots[i];
-            s.used != 0 && slot_limit(s).is_some_and(|l| bucket_of(s).is_full_at(&l, now))
+            s.used != 0 && !protect.contains(&s.hash) && slot_is_full(s, now)
         });
         if let Some(i) = full_now {
             self.remove(i);
@@ -392,7 +426,7 @@ impl PartitionGuard<'_> {
         }
         if on_full == OnFull::EvictOldest {
             let oldest = (0..self.slots.len())
-                .filter(|&i| self.slots[i].used != 0)
+                .filter(|&i| self.slots[i].used != 0 && !protect.contains(&self.slots[i].hash))
                 .min_by_key(|&i| self.slots[i].updated_at);
             if let Some(i) = oldest {
                 self.remove(i);
@@ -416,13 +450,97 @@ fn bucket_of(slot: &Slot) -> Bucket {
     }
 }
 
-fn slot_limit(slot: &Slot) -> Option<Limit> {
-    Limit::new(
-        i64::from(slot.refill_per_sec),
-        MICROS_PER_SECOND,
-        slot.capacity,
-    )
-    .ok()
+/// The numbers a slot's level was written under.
+fn slot_policy(slot: &Slot) -> Option<Policy> {
+    let algorithm = Algorithm::from_code(slot.algorithm)?;
+    Policy::new(algorithm, slot.rate, slot.period_us, slot.burst).ok()
+}
+
+fn slot_state(slot: &Slot) -> State {
+    State {
+        level: slot.level,
+        at: slot.updated_at,
+    }
+}
+
+/// Whether the slot's bucket is full at `now` (and may be deleted losslessly).
+fn slot_is_full(slot: &Slot, now: i64) -> bool {
+    slot_policy(slot).is_some_and(|p| p.is_full(slot_state(slot), now))
+}
+
+fn target_kind(target: &Target<'_>) -> u8 {
+    if target.policy_name.is_empty() {
+        KIND_AD_HOC
+    } else {
+        KIND_POLICY
+    }
+}
+
+/// A 32-bit tag of a policy incarnation, kept in its slots to name the policy when listing.
+pub fn policy_tag(name: &str, created_at: i64) -> u32 {
+    if name.is_empty() {
+        return 0;
+    }
+    let mut hasher = SipHasher13::new_with_keys(0, 0);
+    hasher.write_i64(created_at);
+    hasher.write(name.as_bytes());
+    (hasher.finish128().h1 & 0xFFFF_FFFF) as u32
+}
+
+/// The numbers a slot records with its level.
+#[derive(Clone, Copy)]
+struct Numbers {
+    algorithm: Algorithm,
+    rate: i64,
+    period_us: i64,
+    burst: i64,
+}
+
+impl Numbers {
+    fn of_policy(p: &Policy) -> Numbers {
+        Numbers {
+            algorithm: p.algorithm(),
+            rate: p.rate(),
+            period_us: p.period_us(),
+            burst: p.burst(),
+        }
+    }
+
+    fn of_limit(l: &Limit) -> Numbers {
+        Numbers {
+            algorithm: Algorithm::TokenBucket,
+            rate: l.rate(),
+            period_us: l.period_us(),
+            burst: l.burst(),
+        }
+    }
+
+    fn write_to(&self, slot: &mut Slot) {
+        slot.algorithm = self.algorithm.code();
+        slot.rate = self.rate;
+        slot.period_us = self.period_us;
+        slot.burst = self.burst;
+    }
+}
+
+/// A new slot for `hash` holding `state` under `numbers`.
+fn new_slot(hash: [u64; 2], kind: u8, tag: u32, id: &str, numbers: Numbers, state: State) -> Slot {
+    let (prefix, prefix_len) = id_prefix(id);
+    Slot {
+        hash,
+        level: state.level,
+        updated_at: state.at,
+        rate: numbers.rate,
+        period_us: numbers.period_us,
+        burst: numbers.burst,
+        database: current_database(),
+        policy_tag: tag,
+        used: kind,
+        algorithm: numbers.algorithm.code(),
+        id_len: prefix_len,
+        id_truncated: u8::from(usize::from(prefix_len) < id.len()),
+        id_prefix: prefix,
+    }
 }
 
 /// The first bytes of `id` (at most [`ID_PREFIX`], cut at a character boundary) and their length.
@@ -475,8 +593,7 @@ pub fn take(
                 Take::Granted { bucket, remaining } => {
                     slot.level = bucket.level;
                     slot.updated_at = bucket.updated_at;
-                    slot.capacity = limit.burst();
-                    slot.refill_per_sec = limit.rate() as i32;
+                    Numbers::of_limit(limit).write_to(slot);
                     Some(remaining)
                 }
                 Take::Denied { .. } => {
@@ -496,7 +613,7 @@ pub fn take(
     };
     let mut empty = empty;
     if part.header.count >= part.limit {
-        if !part.make_room(now, on_full, table.header) {
+        if !part.make_room(now, on_full, table.header, &[hash]) {
             drop(part);
             table.header.refused_full.fetch_add(1, Ordering::Relaxed);
             return Err(full_error(function, table.header.max_buckets));
@@ -506,19 +623,11 @@ pub fn take(
             Probe::Empty(idx) | Probe::Found(idx) => idx,
         };
     }
-    let (prefix, prefix_len) = id_prefix(id);
-    part.slots[empty] = Slot {
-        hash,
+    let state = State {
         level: next.level,
-        updated_at: next.updated_at,
-        capacity: limit.burst(),
-        refill_per_sec: limit.rate() as i32,
-        database: current_database(),
-        used: 1,
-        id_len: prefix_len,
-        id_truncated: u8::from(usize::from(prefix_len) < id.len()),
-        id_prefix: prefix,
+        at: next.updated_at,
     };
+    part.slots[empty] = new_slot(hash, KIND_REQUEST, 0, id, Numbers::of_limit(limit), state);
     part.header.count += 1;
     Ok(Some(remaining))
 }
@@ -561,7 +670,7 @@ pub fn purge(function: &'static str) -> Result<i64, ErrorReport> {
         let mut i = 0;
         while i < part.slots.len() {
             let s = &part.slots[i];
-            if s.used != 0 && slot_limit(s).is_some_and(|l| bucket_of(s).is_full_at(&l, now)) {
+            if s.used != 0 && slot_is_full(s, now) {
                 part.remove(i); // an entry may have moved into i: look at i again
                 purged += 1;
             } else {
@@ -604,7 +713,7 @@ pub fn list() -> Vec<Listed> {
             copied.extend(
                 part.slots
                     .iter()
-                    .filter(|s| s.used != 0 && s.database == database)
+                    .filter(|s| s.used == KIND_REQUEST && s.database == database)
                     .copied(),
             );
             clock::now_us()
@@ -614,12 +723,15 @@ pub fn list() -> Vec<Listed> {
             if s.id_truncated != 0 {
                 id.push('…');
             }
-            let level = slot_limit(s).map_or(s.level, |l| bucket_of(s).level_at(&l, now));
+            let level = slot_policy(s).map_or(s.level, |p| {
+                let (num, den) = p.tokens_exact(slot_state(s), now);
+                (num * i128::from(MICROS_PER_SECOND) / den.max(1)) as i64
+            });
             rows.push(Listed {
                 id,
                 level,
-                capacity: s.capacity,
-                refill_per_sec: s.refill_per_sec,
+                capacity: s.burst,
+                refill_per_sec: i32::try_from(s.rate).unwrap_or(i32::MAX),
                 updated_at: s.updated_at,
             });
         }
@@ -679,30 +791,220 @@ pub fn usage(function: &'static str) -> Result<Usage, ErrorReport> {
     })
 }
 
-/// Takes `cost` tokens from every target, all or nothing (policy and ad-hoc buckets).
+/// The slot's bucket as stored (state and numbers), if its numbers are valid.
+fn stored_of(slot: &Slot) -> Option<Stored> {
+    slot_policy(slot).map(|policy| Stored {
+        state: slot_state(slot),
+        policy,
+    })
+}
+
+/// Locked partitions of one call, in ascending partition order (the global lock order: two calls that
+/// lock several partitions cannot deadlock).
+struct Locked<'a> {
+    partitions: [u32; MAX_TARGETS],
+    guards: Vec<PartitionGuard<'a>>,
+}
+
+impl<'a> Locked<'a> {
+    /// Locks the distinct partitions of `parts` exclusively, lowest first. Allocates before locking.
+    fn lock(table: &'a Table, parts: &[u32]) -> Locked<'a> {
+        let mut sorted = [u32::MAX; MAX_TARGETS];
+        sorted[..parts.len()].copy_from_slice(parts);
+        sorted[..parts.len()].sort_unstable();
+        let mut partitions = [u32::MAX; MAX_TARGETS];
+        let mut n = 0;
+        for &p in &sorted[..parts.len()] {
+            if n == 0 || partitions[n - 1] != p {
+                partitions[n] = p;
+                n += 1;
+            }
+        }
+        let mut guards = Vec::with_capacity(n);
+        for &p in &partitions[..n] {
+            guards.push(table.lock(p, true));
+        }
+        Locked { partitions, guards }
+    }
+
+    fn guard(&mut self, partition: u32) -> &mut PartitionGuard<'a> {
+        let i = self.partitions[..self.guards.len()]
+            .iter()
+            .position(|&p| p == partition)
+            .unwrap_or(0);
+        &mut self.guards[i]
+    }
+}
+
+/// Takes `cost` tokens from every target (policy and ad-hoc buckets), all or nothing, under the locks of
+/// all their partitions: either every bucket is charged or none is.
 pub fn take_targets(
     function: &'static str,
-    _targets: &[crate::store::target::Target<'_>],
-    _cost: i64,
-) -> Result<Vec<crate::algorithm::Outcome>, ErrorReport> {
-    Err(not_preloaded(function))
+    targets: &[Target<'_>],
+    cost: i64,
+) -> Result<Vec<Outcome>, ErrorReport> {
+    let table = Table::attach(function)?;
+    let n = targets.len().min(MAX_TARGETS);
+    let targets = &targets[..n];
+    let mut hashes = [[0u64; 2]; MAX_TARGETS];
+    let mut parts = [0u32; MAX_TARGETS];
+    for (i, t) in targets.iter().enumerate() {
+        hashes[i] = table.target_hash(t);
+        parts[i] = table.partition_of(&hashes[i]);
+    }
+    let on_full = gucs::on_full();
+    let mut outcomes = Vec::with_capacity(n);
+    let mut locked = Locked::lock(&table, &parts[..n]);
+    let now = clock::now_us();
+    for (i, t) in targets.iter().enumerate() {
+        let g = locked.guard(parts[i]);
+        let stored = match g.probe(&hashes[i]) {
+            Probe::Found(idx) => stored_of(&g.slots[idx]),
+            Probe::Empty(_) => None,
+        };
+        outcomes.push(t.evaluate(stored, now, cost));
+    }
+    if cost == 0 || !outcomes.iter().all(|o| o.allowed) {
+        return Ok(outcomes);
+    }
+    // Room for the new buckets first, so that nothing is written unless everything can be.
+    for (i, _) in targets.iter().enumerate() {
+        let g = locked.guard(parts[i]);
+        let missing = (0..n)
+            .filter(|&j| parts[j] == parts[i] && matches!(g.probe(&hashes[j]), Probe::Empty(_)))
+            .count() as u32;
+        while g.header.count + missing > g.limit {
+            if !g.make_room(now, on_full, table.header, &hashes[..n]) {
+                drop(locked);
+                table.header.refused_full.fetch_add(1, Ordering::Relaxed);
+                return Err(full_error(function, table.header.max_buckets));
+            }
+        }
+    }
+    for (i, t) in targets.iter().enumerate() {
+        let g = locked.guard(parts[i]);
+        let numbers = Numbers::of_policy(&t.policy);
+        match g.probe(&hashes[i]) {
+            Probe::Found(idx) => {
+                let slot = &mut g.slots[idx];
+                slot.level = outcomes[i].state.level;
+                slot.updated_at = outcomes[i].state.at;
+                numbers.write_to(slot);
+            }
+            Probe::Empty(idx) => {
+                let tag = policy_tag(t.policy_name, t.created_at);
+                g.slots[idx] = new_slot(
+                    hashes[i],
+                    target_kind(t),
+                    tag,
+                    t.key,
+                    numbers,
+                    outcomes[i].state,
+                );
+                g.header.count += 1;
+            }
+        }
+    }
+    Ok(outcomes)
 }
 
-/// Refunds a policy bucket.
+/// Puts up to `tokens` back into a policy bucket (capped at its capacity); returns it afterwards.
 pub fn refund_target(
     function: &'static str,
-    _target: &crate::store::target::Target<'_>,
-    _tokens: i64,
-) -> Result<crate::algorithm::Outcome, ErrorReport> {
-    Err(not_preloaded(function))
+    target: &Target<'_>,
+    tokens: i64,
+) -> Result<Outcome, ErrorReport> {
+    let table = Table::attach(function)?;
+    let hash = table.target_hash(target);
+    let part = table.lock(table.partition_of(&hash), true);
+    let now = clock::now_us();
+    let Probe::Found(idx) = part.probe(&hash) else {
+        return Ok(target.evaluate(None, now, 0)); // missing: full, nothing to put back
+    };
+    let slot = &mut part.slots[idx];
+    let current = target.current(stored_of(slot), now);
+    let state = target.policy.refund(current, now, tokens);
+    slot.level = state.level;
+    slot.updated_at = state.at;
+    Numbers::of_policy(&target.policy).write_to(slot);
+    Ok(target.policy.take(state, now, 0))
 }
 
-/// Deletes a policy bucket.
-pub fn reset_target(
-    function: &'static str,
-    _target: &crate::store::target::Target<'_>,
-) -> Result<bool, ErrorReport> {
-    Err(not_preloaded(function))
+/// Deletes a policy or ad-hoc bucket (it is full again); true if it existed.
+pub fn reset_target(function: &'static str, target: &Target<'_>) -> Result<bool, ErrorReport> {
+    let table = Table::attach(function)?;
+    let hash = table.target_hash(target);
+    let mut part = table.lock(table.partition_of(&hash), true);
+    Ok(match part.probe(&hash) {
+        Probe::Found(idx) => {
+            part.remove(idx);
+            true
+        }
+        Probe::Empty(_) => false,
+    })
+}
+
+/// One policy or ad-hoc bucket of the memory store, for `rate_limit.policy_buckets`.
+pub struct ListedTarget {
+    /// The tag of the policy incarnation (0 for ad-hoc), see [`policy_tag`].
+    pub policy_tag: u32,
+    /// Whether it is an ad-hoc bucket.
+    pub ad_hoc: bool,
+    /// The key, or its first bytes followed by `…`.
+    pub key: String,
+    /// Tokens now, in millionths (rounded down).
+    pub millionths: i64,
+    /// Capacity.
+    pub burst: i64,
+    /// Algorithm name.
+    pub algorithm: &'static str,
+    /// Last update, in microseconds.
+    pub updated_at: i64,
+}
+
+/// Every policy and ad-hoc bucket of the memory store in this database; empty when not preloaded.
+pub fn list_targets() -> Vec<ListedTarget> {
+    let Ok(table) = Table::attach("rate_limit.policy_buckets") else {
+        return Vec::new();
+    };
+    let mut rows = Vec::new();
+    let mut copied: Vec<Slot> = Vec::with_capacity(table.header.slots_per_partition as usize);
+    let database = current_database();
+    for p in 0..table.header.partitions {
+        copied.clear();
+        let now = {
+            let part = table.lock(p, false);
+            copied.extend(
+                part.slots
+                    .iter()
+                    .filter(|s| {
+                        (s.used == KIND_AD_HOC || s.used == KIND_POLICY) && s.database == database
+                    })
+                    .copied(),
+            );
+            clock::now_us()
+        };
+        for s in &copied {
+            let Some(policy) = slot_policy(s) else {
+                continue;
+            };
+            let mut key = String::from_utf8_lossy(&s.id_prefix[..s.id_len as usize]).into_owned();
+            if s.id_truncated != 0 {
+                key.push('…');
+            }
+            let (num, den) = policy.tokens_exact(slot_state(s), now);
+            rows.push(ListedTarget {
+                policy_tag: s.policy_tag,
+                ad_hoc: s.used == KIND_AD_HOC,
+                key,
+                millionths: (num * 1_000_000 / den.max(1)).clamp(0, i128::from(i64::MAX)) as i64,
+                burst: s.burst,
+                algorithm: policy.algorithm().name(),
+                updated_at: s.updated_at,
+            });
+        }
+    }
+    rows
 }
 
 #[cfg(test)]
@@ -711,7 +1013,7 @@ mod tests {
 
     #[test]
     fn geometry_fits_128_bytes_per_bucket() {
-        assert_eq!(SLOT_BYTES, 88);
+        assert_eq!(SLOT_BYTES, 96);
         for max in [64u32, 1000, 100_000, 1_000_000, 10_000_000] {
             let g = Geometry::for_max_buckets(max);
             assert!(g.partitions >= 1 && g.partitions <= 128);
@@ -728,11 +1030,11 @@ mod tests {
         assert_eq!(&p[..n as usize], b"short");
         let long = "é".repeat(30); // 60 bytes
         let (p, n) = id_prefix(&long);
-        assert_eq!(n, 36);
+        assert_eq!(n, 28);
         assert!(std::str::from_utf8(&p[..n as usize]).is_ok());
-        let odd = format!("a{}", "é".repeat(30)); // the 36th byte falls inside a character
+        let odd = format!("a{}", "é".repeat(30)); // the 28th byte falls inside a character
         let (p, n) = id_prefix(&odd);
-        assert_eq!(n, 35);
+        assert_eq!(n, 27);
         assert!(std::str::from_utf8(&p[..n as usize]).is_ok());
     }
 }

@@ -49,7 +49,8 @@ const INSERT: &str = "INSERT INTO rate_limit.policy_state \
 const READ_MANY: &str = "SELECT s.policy, s.key, s.level, s.updated_at, s.algorithm, s.rate, s.per_us, \
      s.burst FROM rate_limit.policy_state AS s \
      JOIN unnest($1::text[], $2::text[]) AS u(policy, key) ON s.policy = u.policy AND s.key = u.key";
-const LOCK_MANY: &str = "SELECT s.policy, s.key, s.level, s.updated_at, s.algorithm, s.rate, s.per_us, \
+const LOCK_MANY: &str =
+    "SELECT s.policy, s.key, s.level, s.updated_at, s.algorithm, s.rate, s.per_us, \
      s.burst FROM rate_limit.policy_state AS s \
      WHERE (s.policy, s.key) IN (SELECT * FROM unnest($1::text[], $2::text[])) \
      ORDER BY s.policy, s.key FOR UPDATE OF s";
@@ -179,9 +180,10 @@ fn collect_many(
         let policy: Option<String> = spi(function, row.get(1))?;
         let key: Option<String> = spi(function, row.get(2))?;
         let stored = stored_at(function, &row, 3)?;
-        if let Some(i) = targets.iter().position(|t| {
-            Some(t.policy_name) == policy.as_deref() && Some(t.key) == key.as_deref()
-        }) {
+        if let Some(i) = targets
+            .iter()
+            .position(|t| Some(t.policy_name) == policy.as_deref() && Some(t.key) == key.as_deref())
+        {
             found[i] = Some(stored);
         }
     }
@@ -263,10 +265,7 @@ pub fn take(
                 } else {
                     &plans.read_many_fresh
                 };
-                let table = spi(
-                    function,
-                    client.select(plan, None, &pair_args(targets)),
-                )?;
+                let table = spi(function, client.select(plan, None, &pair_args(targets)))?;
                 collect_many(function, table, targets)?
             };
             let now = clock::now_us();

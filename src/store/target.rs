@@ -47,7 +47,12 @@ impl Target<'_> {
 }
 
 /// The stored numbers of a row or slot as a policy, if they are valid.
-pub fn stored_policy(algorithm: Algorithm, rate: i64, period_us: i64, burst: i64) -> Option<Policy> {
+pub fn stored_policy(
+    algorithm: Algorithm,
+    rate: i64,
+    period_us: i64,
+    burst: i64,
+) -> Option<Policy> {
     Policy::new(algorithm, rate, period_us, burst).ok()
 }
 
