@@ -62,7 +62,7 @@ regress() { # regress VERSION PORT
     --use-existing --dbname=rate_limit_regress --host="$RATE_LIMIT_SOCKET_DIR" --port="$port" \
     --user=postgres --inputdir="$ROOT/tests/pg_regress" --outputdir="$out" \
     --bindir="$(pg_bindir "$v")" \
-    setup seed_timeline management transactions errors permissions memory_store ||
+    setup seed_timeline management transactions errors permissions memory_store policies policy_errors postgrest ||
     { cat "$out/regression.diffs" 2>/dev/null; return 1; }
 }
 

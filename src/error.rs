@@ -52,9 +52,14 @@ pub fn capacity_too_large(function: &'static str, capacity: i128, max: i64) -> E
 
 /// 22023: an id longer than [`MAX_ID_BYTES`].
 pub fn id_too_long(function: &'static str, len: usize) -> ErrorReport {
+    key_too_long(function, "id", len)
+}
+
+/// 22023: a key (named `argument`) longer than [`MAX_ID_BYTES`].
+pub fn key_too_long(function: &'static str, argument: &str, len: usize) -> ErrorReport {
     ErrorReport::new(
         PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-        format!("id is {len} bytes long; the longest id accepted is {MAX_ID_BYTES} bytes"),
+        format!("{argument} is {len} bytes long; the longest {argument} accepted is {MAX_ID_BYTES} bytes"),
         function,
     )
     .set_hint("Use a shorter key, or a digest of a long one, e.g. md5(key).")
@@ -67,7 +72,7 @@ pub fn read_only(function: &'static str) -> ErrorReport {
         "cannot take a token in a read-only transaction",
         function,
     )
-    .set_detail("The table store records every granted call in rate_limit.bucket_state.")
+    .set_detail("The table store records every granted call in a table of schema rate_limit.")
     .set_hint(
         "Call it in a read-write transaction on the primary, or use the memory store, which works in \
          read-only transactions and on standbys: SET rate_limit.store = 'memory' (needs \

@@ -30,7 +30,7 @@ fn key_arg<'a>(function: &'static str, key: Option<&'a str>) -> Result<&'a str, 
         )
     })?;
     if key.len() > MAX_ID_BYTES {
-        return Err(error::id_too_long(function, key.len()));
+        return Err(error::key_too_long(function, "key", key.len()));
     }
     Ok(key)
 }
