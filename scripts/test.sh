@@ -73,6 +73,7 @@ integration() { # integration VERSION: main (preloaded), small (256 buckets), st
   RATE_LIMIT_TEST_SMALL_CONNINFO="$(conninfo $((5700 + v)))" \
   RATE_LIMIT_TEST_SMALL_RESTART="$(restart_command "$v" "$TEST_ROOT/small-$v")" \
   RATE_LIMIT_TEST_PLAIN_CONNINFO="$(conninfo $((5800 + v)))" \
+  RATE_LIMIT_TEST_BINDIR="$(pg_bindir "$v")" \
     cargo test -p rate_limit_integration -- --test-threads=1
 }
 

@@ -1,0 +1,346 @@
+//! The full limiter API against a real server: multi-limit calls from many connections are all-or-nothing
+//! in both stores and never deadlock, `wait` sleeps and can be interrupted, policies survive pg_dump.
+
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use postgres::error::SqlState;
+use postgres::Client;
+use rate_limit_integration::TestDb;
+
+const THREADS: usize = 8;
+const CALLS: usize = 150;
+
+/// Remaining tokens of (policy, key), read without taking.
+fn remaining(client: &mut Client, policy: &str, key: &str) -> i64 {
+    client
+        .query_one(
+            "SELECT remaining FROM rate_limit.peek($1, $2)",
+            &[&policy, &key],
+        )
+        .expect("peek")
+        .get(0)
+}
+
+/// Policies `a` (burst 40), `b` (burst 25) and `c` (burst 1000), refilling one token a day, in `store`.
+/// Eight connections call `take(['a','b','c'], 'k')` and, in between, `take('b', 'k')` alone. If a
+/// multi-limit call ever consumed from some policies and not others, `a` and `c` (which only multi-limit
+/// calls touch) would disagree with the number of multi-limit grants counted by the clients.
+fn multi_limit_is_all_or_nothing(store: &str) {
+    let db = TestDb::new(&format!("multi_{store}"));
+    let mut admin = db.connect();
+    for (name, burst) in [("a", 40i64), ("b", 25), ("c", 1000)] {
+        admin
+            .execute(
+                "SELECT rate_limit.create_policy($1, 1, '1 day', $2, store => $3)",
+                &[&name, &burst, &store],
+            )
+            .expect("create policy");
+    }
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let mut client = db.connect();
+            thread::spawn(move || {
+                let (mut multi, mut single) = (0i64, 0i64);
+                for i in 0..CALLS {
+                    let row = if (i + t) % 3 == 0 {
+                        client.query_one("SELECT allowed FROM rate_limit.take('b', 'k')", &[])
+                    } else {
+                        client.query_one(
+                            "SELECT allowed FROM rate_limit.take(ARRAY['a', 'b', 'c'], 'k')",
+                            &[],
+                        )
+                    }
+                    .expect("take");
+                    let allowed: bool = row.get(0);
+                    if allowed {
+                        if (i + t) % 3 == 0 {
+                            single += 1;
+                        } else {
+                            multi += 1;
+                        }
+                    }
+                }
+                (multi, single)
+            })
+        })
+        .collect();
+    let (mut multi, mut single) = (0, 0);
+    for h in handles {
+        let (m, s) = h.join().expect("client thread");
+        multi += m;
+        single += s;
+    }
+    assert_eq!(multi + single, 25, "b's 25 tokens all went, and no more");
+    assert_eq!(remaining(&mut admin, "a", "k"), 40 - multi);
+    assert_eq!(remaining(&mut admin, "c", "k"), 1000 - multi);
+    assert_eq!(remaining(&mut admin, "b", "k"), 0);
+}
+
+#[test]
+fn multi_limit_is_all_or_nothing_in_the_table_store() {
+    multi_limit_is_all_or_nothing("table");
+}
+
+#[test]
+fn multi_limit_is_all_or_nothing_in_the_memory_store() {
+    multi_limit_is_all_or_nothing("memory");
+}
+
+/// Calls naming the same buckets in opposite orders (user then org, org then user) run concurrently
+/// without a deadlock: rows are always locked in one global order.
+#[test]
+fn opposite_orders_never_deadlock() {
+    let db = TestDb::new("multi_order");
+    let mut admin = db.connect();
+    admin
+        .batch_execute(
+            "SELECT rate_limit.create_policy('user', 1000, '1 second', 100000);
+             SELECT rate_limit.create_policy('org', 1000, '1 second', 100000);",
+        )
+        .expect("create policies");
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let mut client = db.connect();
+            thread::spawn(move || {
+                for _ in 0..CALLS {
+                    let sql = if t % 2 == 0 {
+                        "SELECT allowed FROM rate_limit.take(ARRAY['user', 'org'], ARRAY['u', 'o'])"
+                    } else {
+                        "SELECT allowed FROM rate_limit.take(ARRAY['org', 'user'], ARRAY['o', 'u'])"
+                    };
+                    let allowed: bool = client.query_one(sql, &[]).expect("take").get(0);
+                    assert!(allowed);
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("no deadlock error in any client");
+    }
+}
+
+/// A single policy under contention grants exactly its burst, in both stores.
+#[test]
+fn hot_policy_key_grants_exactly_the_burst() {
+    for store in ["table", "memory"] {
+        let db = TestDb::new(&format!("hot_policy_{store}"));
+        db.connect()
+            .execute(
+                "SELECT rate_limit.create_policy('hot', 1, '1 day', 100, store => $1)",
+                &[&store],
+            )
+            .expect("create policy");
+        let handles: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let mut client = db.connect();
+                thread::spawn(move || {
+                    (0..50)
+                        .filter(|_| {
+                            client
+                                .query_one("SELECT allowed FROM rate_limit.take('hot', 'k')", &[])
+                                .expect("take")
+                                .get::<_, bool>(0)
+                        })
+                        .count()
+                })
+            })
+            .collect();
+        let granted: usize = handles.into_iter().map(|h| h.join().expect("client")).sum();
+        assert_eq!(granted, 100, "{store}");
+    }
+}
+
+/// `wait` sleeps until the token exists (about 1 s here), gives up at once when the timeout is too short,
+/// and is interrupted by statement_timeout and by a query cancel, taking nothing.
+#[test]
+fn wait_sleeps_gives_up_and_is_interruptible() {
+    let db = TestDb::new("wait");
+    let mut client = db.connect();
+    client
+        .batch_execute(
+            "SELECT rate_limit.create_policy('slow', 1, '1 second', 1);
+             SELECT rate_limit.create_policy('daily', 1, '1 day', 1);",
+        )
+        .expect("create policies");
+    client
+        .query_one("SELECT allowed FROM rate_limit.take('slow', 'k')", &[])
+        .expect("take");
+    let started = Instant::now();
+    let allowed: bool = client
+        .query_one(
+            "SELECT allowed FROM rate_limit.wait('slow', 'k', 1, '5 seconds')",
+            &[],
+        )
+        .expect("wait")
+        .get(0);
+    let slept = started.elapsed();
+    assert!(allowed);
+    assert!(
+        slept >= Duration::from_millis(900) && slept < Duration::from_millis(2500),
+        "slept {slept:?}"
+    );
+
+    // too short a timeout: returns at once, denied, nothing taken
+    client
+        .query_one("SELECT allowed FROM rate_limit.take('daily', 'k')", &[])
+        .expect("drain daily");
+    let started = Instant::now();
+    let allowed: bool = client
+        .query_one(
+            "SELECT allowed FROM rate_limit.wait('daily', 'k', 1, '1 second')",
+            &[],
+        )
+        .expect("wait")
+        .get(0);
+    assert!(!allowed);
+    assert!(started.elapsed() < Duration::from_millis(500));
+
+    // statement_timeout interrupts a wait without a timeout
+    client
+        .batch_execute("SET statement_timeout = '300ms'")
+        .expect("set");
+    let started = Instant::now();
+    let err = client
+        .query_one("SELECT allowed FROM rate_limit.wait('daily', 'k')", &[])
+        .expect_err("statement_timeout ends the wait");
+    assert_eq!(err.code(), Some(&SqlState::QUERY_CANCELED));
+    assert!(started.elapsed() < Duration::from_secs(3));
+    client
+        .batch_execute("RESET statement_timeout")
+        .expect("reset");
+
+    // a query cancel interrupts it too
+    let cancel = client.cancel_token();
+    let canceller = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(300));
+        cancel
+            .cancel_query(postgres::NoTls)
+            .expect("send the cancel request");
+    });
+    let started = Instant::now();
+    let err = client
+        .query_one("SELECT allowed FROM rate_limit.wait('daily', 'k')", &[])
+        .expect_err("cancel ends the wait");
+    canceller.join().expect("canceller");
+    assert_eq!(err.code(), Some(&SqlState::QUERY_CANCELED));
+    assert!(started.elapsed() < Duration::from_secs(3));
+    assert_eq!(remaining(&mut client, "slow", "k"), 0);
+}
+
+/// Policies are an extension configuration table: pg_dump writes them and a restore brings them back.
+#[test]
+fn policies_survive_dump_and_restore() {
+    let bindir = rate_limit_integration::env("RATE_LIMIT_TEST_BINDIR");
+    let source = TestDb::new("dump_source");
+    source
+        .connect()
+        .batch_execute(
+            "SELECT rate_limit.create_policy('kept', 7, '1 hour', 3, 'token_bucket', 'memory');
+             SELECT rate_limit.create_policy('kept_window', 5, '10 minutes', algorithm => 'sliding_window');",
+        )
+        .expect("create policies");
+    let target = TestDb::new("dump_target");
+    target
+        .connect()
+        .batch_execute("DROP EXTENSION rate_limit")
+        .expect("empty target");
+    let server = rate_limit_integration::conninfo();
+    let dump = Command::new(format!("{bindir}/pg_dump"))
+        .arg("--dbname")
+        .arg(format!("{server} dbname={}", source.name()))
+        .output()
+        .expect("run pg_dump");
+    assert!(
+        dump.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dump.stderr)
+    );
+    let mut restore = Command::new(format!("{bindir}/psql"))
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "--dbname"])
+        .arg(format!("{server} dbname={}", target.name()))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("run psql");
+    {
+        use std::io::Write;
+        let mut stdin = restore.stdin.take().expect("psql stdin");
+        stdin.write_all(&dump.stdout).expect("feed the dump");
+    }
+    assert!(restore.wait().expect("psql").success());
+    let rows = target
+        .connect()
+        .query(
+            "SELECT name, algorithm, rate, per::text, burst, store FROM rate_limit.policies ORDER BY name",
+            &[],
+        )
+        .expect("read policies");
+    let got: Vec<(String, String, i64, String, i64, Option<String>)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (
+                "kept".into(),
+                "token_bucket".into(),
+                7,
+                "01:00:00".into(),
+                3,
+                Some("memory".into())
+            ),
+            (
+                "kept_window".into(),
+                "sliding_window".into(),
+                5,
+                "00:10:00".into(),
+                5,
+                None
+            ),
+        ]
+    );
+    let allowed: bool = target
+        .connect()
+        .query_one(
+            "SELECT allowed FROM rate_limit.take('kept_window', 'k')",
+            &[],
+        )
+        .expect("take after restore")
+        .get(0);
+    assert!(allowed);
+}
+
+/// A policy changed in one session is seen by another session's next transaction (the cache is
+/// invalidated), and a policy dropped elsewhere is gone.
+#[test]
+fn policy_changes_reach_other_sessions() {
+    let db = TestDb::new("policy_cache");
+    let mut admin = db.connect();
+    let mut other = db.connect();
+    admin
+        .batch_execute("SELECT rate_limit.create_policy('p', 1, '1 day', 2)")
+        .expect("create");
+    let limit: i64 = other
+        .query_one("SELECT \"limit\" FROM rate_limit.peek('p', 'k')", &[])
+        .expect("peek")
+        .get(0);
+    assert_eq!(limit, 2);
+    admin
+        .batch_execute("SELECT rate_limit.alter_policy('p', burst => 9)")
+        .expect("alter");
+    let limit: i64 = other
+        .query_one("SELECT \"limit\" FROM rate_limit.peek('p', 'k')", &[])
+        .expect("peek")
+        .get(0);
+    assert_eq!(limit, 9);
+    admin
+        .batch_execute("SELECT rate_limit.drop_policy('p')")
+        .expect("drop");
+    let err = other
+        .query_one("SELECT \"limit\" FROM rate_limit.peek('p', 'k')", &[])
+        .expect_err("dropped");
+    assert_eq!(err.code(), Some(&SqlState::UNDEFINED_OBJECT));
+}
