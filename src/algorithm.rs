@@ -503,7 +503,7 @@ mod tests {
         assert_eq!(o[0].reset_after, 6 * S);
         assert_eq!((o[1].allowed, o[1].remaining), (true, 0));
         assert_eq!(o[1].reset_after, 30 * S);
-        assert_eq!(o[2].allowed, false);
+        assert!(!o[2].allowed);
         assert_eq!(o[2].retry_after, Some(6 * S));
         assert_eq!(o[2].remaining, 0);
         // cost above burst: never

@@ -41,6 +41,9 @@ fn spi_run(
         .map_err(|e| error::internal(function, e))
 }
 
+/// `algorithm, rate, per, burst` of a `rate_limit.policies` row.
+type StoredNumbers = (Option<String>, Option<i64>, Option<Interval>, Option<i64>);
+
 /// Policy management, in schema `rate_limit`.
 #[pg_schema]
 mod rate_limit {
@@ -118,7 +121,7 @@ mod rate_limit {
     ) -> Result<(), ErrorReport> {
         const F: &str = "rate_limit.alter_policy";
         let name = required(F, "name", name, "Pass the name of an existing policy.")?;
-        let current: Option<(Option<String>, Option<i64>, Option<Interval>, Option<i64>)> =
+        let current: Option<StoredNumbers> =
             Spi::connect_mut(|client| {
                 let args: [DatumWithOid<'_>; 1] = [name.into()];
                 let t = client.update(
