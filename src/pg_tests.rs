@@ -217,19 +217,34 @@ mod tests {
 
     #[pg_test]
     fn functions_are_security_definer_with_pinned_search_path() {
+        // every function that reads or writes bucket state or policies is SECURITY DEFINER with a pinned
+        // search_path; the others are pure arithmetic, formatting, statistics or the cache trigger
         assert_eq!(
             text(
-                "SELECT string_agg(p.proname || ':' || p.prosecdef || ':' || array_to_string(p.proconfig, ';'), \
-                        ' ' ORDER BY p.proname) FROM pg_proc p \
-                 WHERE p.proname IN ('rate_limiting_request', 'peek', 'reset', 'purge') \
-                   AND p.pronamespace IN ('rate_limit'::regnamespace, 'public'::regnamespace)"
+                "SELECT string_agg(DISTINCT p.proname, ' ' ORDER BY p.proname) FROM pg_proc p \
+                 WHERE p.pronamespace = 'rate_limit'::regnamespace \
+                   AND NOT (p.prosecdef AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp'])"
             )
             .as_deref(),
             Some(
-                "peek:true:search_path=pg_catalog, pg_temp purge:true:search_path=pg_catalog, pg_temp \
-                 rate_limiting_request:true:search_path=pg_catalog, pg_temp \
-                 reset:true:search_path=pg_catalog, pg_temp"
+                "bucket_level_at headers level_after_take memory_usage policies_changed \
+                 policy_state_is_full policy_state_tokens state_after_take"
             )
+        );
+        assert_eq!(
+            int(
+                "SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'rate_limit'::regnamespace \
+                 AND p.prosecdef AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']"
+            ),
+            17
+        );
+        assert_eq!(
+            text(
+                "SELECT p.prosecdef || ':' || array_to_string(p.proconfig, ';') FROM pg_proc p \
+                 WHERE p.proname = 'rate_limiting_request'"
+            )
+            .as_deref(),
+            Some("true:search_path=pg_catalog, pg_temp")
         );
     }
 
@@ -349,6 +364,74 @@ mod tests {
         assert_eq!(
             error_of("SET rate_limit.store = 'redis'").as_deref(),
             Some("22023: invalid value for parameter \"rate_limit.store\": \"redis\"")
+        );
+    }
+
+    // ---- the full limiter API ---------------------------------------------------------------------
+
+    /// Peeks and denials create no row; a bucket refunded to full is purged, in both stores.
+    #[pg_test]
+    fn policy_peeks_write_nothing_and_full_buckets_are_purged() {
+        Spi::run("SELECT rate_limit.create_policy('pt_purge', 1, '1 hour', 3)").expect("create");
+        for store in ["table", "memory"] {
+            Spi::run(&format!("SET rate_limit.store = '{store}'")).expect("store");
+            let listed = || {
+                int(
+                    "SELECT count(*) FROM rate_limit.policy_buckets WHERE policy = 'pt_purge' \
+                     AND key = 'k'",
+                )
+            };
+            assert_eq!(
+                int("SELECT remaining FROM rate_limit.peek('pt_purge', 'k')"),
+                3
+            );
+            assert_eq!(
+                int("SELECT remaining FROM rate_limit.take('pt_purge', 'k', 4)"),
+                3
+            );
+            assert_eq!(
+                listed(),
+                0,
+                "{store}: peeks and impossible costs write nothing"
+            );
+            assert_eq!(
+                int("SELECT remaining FROM rate_limit.take('pt_purge', 'k', 2)"),
+                1
+            );
+            assert_eq!(listed(), 1, "{store}");
+            assert_eq!(
+                int("SELECT remaining FROM rate_limit.refund('pt_purge', 'k', 5)"),
+                3
+            );
+            assert!(int("SELECT rate_limit.purge()") >= 1);
+            assert_eq!(listed(), 0, "{store}: a full bucket is purged");
+        }
+        Spi::run("RESET rate_limit.store").expect("reset");
+    }
+
+    /// The decision of a denied multi-limit call names the policy with the longest wait, and nothing was
+    /// taken from the others.
+    #[pg_test]
+    fn multi_limit_denial_names_the_longest_wait_and_takes_nothing() {
+        Spi::run(
+            "SELECT rate_limit.create_policy('pt_fast', 1, '1 second', 2); \
+             SELECT rate_limit.create_policy('pt_slow', 1, '1 hour', 2); \
+             SELECT rate_limit.create_policy('pt_big', 1, '1 hour', 100)",
+        )
+        .expect("create");
+        Spi::run("SELECT * FROM rate_limit.take(ARRAY['pt_fast', 'pt_slow'], 'k', 2)")
+            .expect("drain");
+        assert_eq!(
+            text(
+                "SELECT allowed || ':' || policy || ':' || (retry_after > interval '59 minutes') \
+                 FROM rate_limit.take(ARRAY['pt_big', 'pt_fast', 'pt_slow'], 'k')"
+            )
+            .as_deref(),
+            Some("false:pt_slow:true")
+        );
+        assert_eq!(
+            int("SELECT remaining FROM rate_limit.peek('pt_big', 'k')"),
+            100
         );
     }
 }

@@ -50,6 +50,8 @@ const DELETE: &str = "DELETE FROM rate_limit.bucket_state WHERE id = $1";
 const PURGE: &str = "DELETE FROM rate_limit.bucket_state s \
      WHERE rate_limit.bucket_level_at(s.level, s.updated_at, s.refill_per_sec, s.capacity, $1) \
            >= s.capacity * 1000000";
+const PURGE_POLICY_STATE: &str = "DELETE FROM rate_limit.policy_state s \
+     WHERE rate_limit.policy_state_is_full(s.level, s.updated_at, s.algorithm, s.rate, s.per_us, s.burst, $1)";
 
 /// The saved plans of this backend. The statements that may write are prepared as mutating (SPI runs them
 /// in a fresh snapshot, not read-only) but executed with `SpiClient::select`, never `update`: pgrx's
@@ -256,12 +258,14 @@ pub fn reset(function: &'static str, id: &str) -> Result<bool, ErrorReport> {
     })
 }
 
-/// Deletes every bucket that is full now, losslessly (a missing bucket is a full one); returns how many.
+/// Deletes every bucket (of `rate_limiting_request`, policies and ad-hoc limits) that is full now,
+/// losslessly (a missing bucket is a full one); returns how many.
 pub fn purge(function: &'static str) -> Result<i64, ErrorReport> {
     let now = timestamptz(clock::now_us(), function)?;
     Spi::connect_mut(|client| {
         let args: [DatumWithOid<'_>; 1] = [now.into()];
-        let deleted = spi(function, client.update(PURGE, None, &args))?.len();
+        let deleted = spi(function, client.update(PURGE, None, &args))?.len()
+            + spi(function, client.update(PURGE_POLICY_STATE, None, &args))?.len();
         Ok(i64::try_from(deleted).unwrap_or(i64::MAX))
     })
 }
