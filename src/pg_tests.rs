@@ -355,7 +355,7 @@ mod tests {
                  FROM rate_limit.memory_usage()"
             )
             .as_deref(),
-            Some("4096 88 t")
+            Some("4096 96 t")
         );
     }
 
