@@ -46,19 +46,95 @@ const INSERT: &str = "INSERT INTO rate_limit.policy_state \
      SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::timestamptz[], $5::text[], \
                           $6::bigint[], $7::bigint[], $8::bigint[]) \
      ON CONFLICT (policy, key) DO NOTHING";
-const READ_MANY: &str = "SELECT s.policy, s.key, s.level, s.updated_at, s.algorithm, s.rate, s.per_us, \
-     s.burst FROM rate_limit.policy_state AS s \
-     JOIN unnest($1::text[], $2::text[]) AS u(policy, key) ON s.policy = u.policy AND s.key = u.key";
-const LOCK_MANY: &str =
-    "SELECT s.policy, s.key, s.level, s.updated_at, s.algorithm, s.rate, s.per_us, \
-     s.burst FROM rate_limit.policy_state AS s \
-     WHERE (s.policy, s.key) IN (SELECT * FROM unnest($1::text[], $2::text[])) \
-     ORDER BY s.policy, s.key FOR UPDATE OF s";
-const WRITE_MANY: &str = "UPDATE rate_limit.policy_state AS s SET level = u.level, \
-     updated_at = u.updated_at, algorithm = u.algorithm, rate = u.rate, per_us = u.per_us, burst = u.burst \
-     FROM unnest($1::text[], $2::text[], $3::bigint[], $4::timestamptz[], $5::text[], $6::bigint[], \
-                 $7::bigint[], $8::bigint[]) AS u(policy, key, level, updated_at, algorithm, rate, per_us, burst) \
-     WHERE s.policy = u.policy AND s.key = u.key";
+/// Statements over several buckets name them in a `VALUES` list of exactly as many rows as the call has
+/// targets (one plan per count, prepared on first use): the planner then knows how few rows it joins and
+/// looks each one up in the primary key. (An `unnest` of array parameters is estimated at 100 rows, and a
+/// generic plan built while the table is small can settle on a sequential scan.)
+const MANY_COLUMNS: &str =
+    "s.policy, s.key, s.level, s.updated_at, s.algorithm, s.rate, s.per_us, s.burst";
+
+/// The kinds of multi-bucket statement.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Many {
+    /// Read in the caller's snapshot.
+    Read,
+    /// Read in a fresh snapshot.
+    ReadFresh,
+    /// Lock the rows in (policy, key) order and read them.
+    Lock,
+    /// Write new states.
+    Write,
+}
+
+/// `($1, $2), ($3, $4), …` for `n` rows of `width` parameters.
+fn values_list(n: usize, width: usize) -> String {
+    (0..n)
+        .map(|row| {
+            let params: Vec<String> = (1..=width)
+                .map(|c| format!("${}", row * width + c))
+                .collect();
+            format!("({})", params.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn many_sql(kind: Many, n: usize) -> String {
+    match kind {
+        Many::Read | Many::ReadFresh => format!(
+            "SELECT {MANY_COLUMNS} FROM (VALUES {}) AS u(policy, key) \
+             JOIN rate_limit.policy_state AS s ON s.policy = u.policy AND s.key = u.key",
+            values_list(n, 2)
+        ),
+        Many::Lock => format!(
+            "SELECT {MANY_COLUMNS} FROM (VALUES {}) AS u(policy, key) \
+             JOIN rate_limit.policy_state AS s ON s.policy = u.policy AND s.key = u.key \
+             ORDER BY s.policy, s.key FOR UPDATE OF s",
+            values_list(n, 2)
+        ),
+        Many::Write => format!(
+            "UPDATE rate_limit.policy_state AS s SET level = u.level, updated_at = u.updated_at, \
+             algorithm = u.algorithm, rate = u.rate, per_us = u.per_us, burst = u.burst \
+             FROM (VALUES {}) AS u(policy, key, level, updated_at, algorithm, rate, per_us, burst) \
+             WHERE s.policy = u.policy AND s.key = u.key",
+            values_list(n, 8)
+        ),
+    }
+}
+
+thread_local! {
+    /// Multi-bucket plans by kind and number of buckets (at most 4 × MAX_TARGETS), kept for the backend.
+    static MANY_PLANS: std::cell::RefCell<std::collections::HashMap<(Many, usize), &'static OwnedPreparedStatement>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+fn many_plan(
+    client: &SpiClient<'_>,
+    kind: Many,
+    n: usize,
+) -> Result<&'static OwnedPreparedStatement, SpiError> {
+    if let Some(plan) = MANY_PLANS.with(|m| m.borrow().get(&(kind, n)).copied()) {
+        return Ok(plan);
+    }
+    let text = oid(pg_sys::TEXTOID);
+    let int8 = oid(pg_sys::INT8OID);
+    let tstz = oid(pg_sys::TIMESTAMPTZOID);
+    let row: &[PgOid] = match kind {
+        Many::Write => &[text, text, int8, tstz, text, int8, int8, int8],
+        _ => &[text, text],
+    };
+    let types: Vec<PgOid> = (0..n).flat_map(|_| row.iter().copied()).collect();
+    let sql = many_sql(kind, n);
+    let prepared = match kind {
+        Many::Read => client.prepare(&sql, &types)?,
+        _ => client.prepare_mut(&sql, &types)?,
+    };
+    // Leaked on purpose: a bounded number of plans per backend, alive as long as the backend.
+    let plan: &'static OwnedPreparedStatement = Box::leak(Box::new(prepared.keep()));
+    MANY_PLANS.with(|m| m.borrow_mut().insert((kind, n), plan));
+    Ok(plan)
+}
+
 const DELETE: &str = "DELETE FROM rate_limit.policy_state WHERE policy = $1 AND key = $2";
 
 struct Plans {
@@ -66,10 +142,6 @@ struct Plans {
     read_fresh: OwnedPreparedStatement,
     take: OwnedPreparedStatement,
     insert: OwnedPreparedStatement,
-    read_many: OwnedPreparedStatement,
-    read_many_fresh: OwnedPreparedStatement,
-    lock_many: OwnedPreparedStatement,
-    write_many: OwnedPreparedStatement,
     delete: OwnedPreparedStatement,
 }
 
@@ -99,10 +171,6 @@ fn prepare_plans(client: &SpiClient<'_>) -> Result<Plans, SpiError> {
             )?
             .keep(),
         insert: client.prepare_mut(INSERT, &rows)?.keep(),
-        read_many: client.prepare(READ_MANY, &[texts, texts])?.keep(),
-        read_many_fresh: client.prepare_mut(READ_MANY, &[texts, texts])?.keep(),
-        lock_many: client.prepare_mut(LOCK_MANY, &[texts, texts])?.keep(),
-        write_many: client.prepare_mut(WRITE_MANY, &rows)?.keep(),
         delete: client.prepare_mut(DELETE, &[text, text])?.keep(),
     })
 }
@@ -190,13 +258,47 @@ fn collect_many(
     Ok(found)
 }
 
-fn pair_args(targets: &[Target<'_>]) -> [DatumWithOid<'static>; 2] {
-    let policies: Vec<String> = targets.iter().map(|t| t.policy_name.to_string()).collect();
-    let keys: Vec<String> = targets.iter().map(|t| t.key.to_string()).collect();
-    [policies.into(), keys.into()]
+/// Runs a `Many::Read`, `ReadFresh` or `Lock` statement for the targets and matches the rows back.
+fn read_many(
+    client: &SpiClient<'_>,
+    function: &'static str,
+    kind: Many,
+    targets: &[Target<'_>],
+) -> Result<Vec<Option<Stored>>, ErrorReport> {
+    let plan = spi(function, many_plan(client, kind, targets.len()))?;
+    let mut args: Vec<DatumWithOid<'_>> = Vec::with_capacity(2 * targets.len());
+    for t in targets {
+        args.push(t.policy_name.into());
+        args.push(t.key.into());
+    }
+    let table = spi(function, client.select(plan, None, &args))?;
+    collect_many(function, table, targets)
 }
 
-/// Arguments of INSERT / WRITE_MANY for the given targets and states.
+/// Writes new states of existing rows with one `Many::Write` statement.
+fn write_many(
+    client: &SpiClient<'_>,
+    function: &'static str,
+    targets: &[&Target<'_>],
+    states: &[State],
+) -> Result<(), ErrorReport> {
+    let plan = spi(function, many_plan(client, Many::Write, targets.len()))?;
+    let mut args: Vec<DatumWithOid<'_>> = Vec::with_capacity(8 * targets.len());
+    for (t, s) in targets.iter().zip(states) {
+        args.push(t.policy_name.into());
+        args.push(t.key.into());
+        args.push(s.level.into());
+        args.push(timestamptz(s.at, function)?.into());
+        args.push(t.policy.algorithm().name().into());
+        args.push(t.policy.rate().into());
+        args.push(t.policy.period_us().into());
+        args.push(t.policy.burst().into());
+    }
+    spi(function, client.select(plan, None, &args))?;
+    Ok(())
+}
+
+/// Arguments of INSERT for the given targets and states.
 fn row_args(
     function: &'static str,
     targets: &[&Target<'_>],
@@ -260,13 +362,12 @@ pub fn take(
                 };
                 vec![read_one(client, plan, function, &targets[0])?]
             } else {
-                let plan = if cost == 0 {
-                    &plans.read_many
+                let kind = if cost == 0 {
+                    Many::Read
                 } else {
-                    &plans.read_many_fresh
+                    Many::ReadFresh
                 };
-                let table = spi(function, client.select(plan, None, &pair_args(targets)))?;
-                collect_many(function, table, targets)?
+                read_many(client, function, kind, targets)?
             };
             let now = clock::now_us();
             let outcomes: Vec<Outcome> = targets
@@ -351,11 +452,7 @@ fn take_many(
     let all: Vec<&Target<'_>> = targets.iter().collect();
     for _ in 0..MAX_ATTEMPTS {
         // 1. decide denials from a fresh read, writing nothing
-        let table = spi(
-            function,
-            client.select(&plans.read_many_fresh, None, &pair_args(targets)),
-        )?;
-        let stored = collect_many(function, table, targets)?;
+        let stored = read_many(client, function, Many::ReadFresh, targets)?;
         let now = clock::now_us();
         let outcomes: Vec<Outcome> = targets
             .iter()
@@ -378,11 +475,7 @@ fn take_many(
             spi(function, client.select(&plans.insert, None, &args))?;
         }
         // 3. lock every row in one global order, then decide for real
-        let table = spi(
-            function,
-            client.select(&plans.lock_many, None, &pair_args(targets)),
-        )?;
-        let locked = collect_many(function, table, targets)?;
+        let locked = read_many(client, function, Many::Lock, targets)?;
         if locked.iter().any(Option::is_none) {
             continue; // a row was deleted (reset or purge) between insert and lock
         }
@@ -396,8 +489,7 @@ fn take_many(
             return Ok(outcomes);
         }
         let states: Vec<State> = outcomes.iter().map(|o| o.state).collect();
-        let args = row_args(function, &all, &states)?;
-        spi(function, client.select(&plans.write_many, None, &args))?;
+        write_many(client, function, &all, &states)?;
         return Ok(outcomes);
     }
     Err(gave_up(function))
@@ -413,13 +505,8 @@ pub fn refund(
         return Err(error::read_only(function));
     }
     Spi::connect_mut(|client| {
-        let plans = spi(function, plans(client))?;
         let targets = std::slice::from_ref(target);
-        let table = spi(
-            function,
-            client.select(&plans.lock_many, None, &pair_args(targets)),
-        )?;
-        let Some(stored) = collect_many(function, table, targets)?.remove(0) else {
+        let Some(stored) = read_many(client, function, Many::Lock, targets)?.remove(0) else {
             // no row: the bucket is full, nothing to put back
             let now = clock::now_us();
             return Ok(target.evaluate(None, now, 0));
@@ -428,8 +515,7 @@ pub fn refund(
         let state = target
             .policy
             .refund(target.current(Some(stored), now), now, tokens);
-        let args = row_args(function, &[target], &[state])?;
-        spi(function, client.select(&plans.write_many, None, &args))?;
+        write_many(client, function, &[target], &[state])?;
         Ok(target.policy.take(state, now, 0))
     })
 }
