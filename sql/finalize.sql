@@ -104,3 +104,11 @@ COMMENT ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, tex
 COMMENT ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text) IS
     'Change a policy (NULL keeps a value); buckets carry their tokens over, never gaining any; owner only';
 COMMENT ON FUNCTION rate_limit.drop_policy(text) IS 'Drop a policy and its table-store buckets; owner only';
+
+-- The multi-bucket statements of the table store join a VALUES list of the call's buckets with
+-- rate_limit.policy_state. A generic plan made while the table is small (or not yet analyzed) can choose a
+-- hash join over a sequential scan, which then costs O(table) per call as the table grows; with sequential
+-- scans disabled during these calls the plan is always one primary-key lookup per bucket.
+ALTER FUNCTION rate_limit.take(text[], text, integer) SET enable_seqscan = off;
+ALTER FUNCTION rate_limit.take(text[], text[], integer) SET enable_seqscan = off;
+ALTER FUNCTION rate_limit.refund(text, text, bigint) SET enable_seqscan = off;

@@ -223,7 +223,7 @@ mod tests {
             text(
                 "SELECT string_agg(DISTINCT p.proname, ' ' ORDER BY p.proname) FROM pg_proc p \
                  WHERE p.pronamespace = 'rate_limit'::regnamespace \
-                   AND NOT (p.prosecdef AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp'])"
+                   AND NOT (p.prosecdef AND p.proconfig[1] = 'search_path=pg_catalog, pg_temp')"
             )
             .as_deref(),
             Some(
@@ -234,7 +234,7 @@ mod tests {
         assert_eq!(
             int(
                 "SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'rate_limit'::regnamespace \
-                 AND p.prosecdef AND p.proconfig = ARRAY['search_path=pg_catalog, pg_temp']"
+                 AND p.prosecdef AND p.proconfig[1] = 'search_path=pg_catalog, pg_temp'"
             ),
             17
         );
