@@ -365,6 +365,12 @@ impl Policy {
         }
     }
 
+    /// The tokens available at `now` in millionths of a token, rounded down (for display).
+    pub fn tokens_millionths(&self, state: State, now: i64) -> i64 {
+        let (num, den) = self.tokens_exact(state, now);
+        (num * 1_000_000 / den.max(1)).clamp(0, i128::from(i64::MAX)) as i64
+    }
+
     /// Puts up to `tokens` back (a refund), never above the capacity.
     pub fn refund(&self, state: State, now: i64, tokens: i64) -> State {
         let tokens = tokens.max(0);

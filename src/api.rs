@@ -147,14 +147,7 @@ mod rate_limit {
     ) -> Result<AnyNumeric, ErrorReport> {
         const FUNCTION: &str = "rate_limit.tokens";
         let (level, _) = level_now(FUNCTION, id, refill_per_sec, window_seconds)?;
-        let text = crate::bucket::millionths_to_decimal(level);
-        AnyNumeric::try_from(text.as_str()).map_err(|e| {
-            ErrorReport::new(
-                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                e.to_string(),
-                FUNCTION,
-            )
-        })
+        error::millionths_numeric(FUNCTION, level)
     }
 
     /// Deletes the bucket `id`, which makes it full again; true if it existed.

@@ -90,6 +90,22 @@ pub fn internal(function: &'static str, error: SpiError) -> ErrorReport {
     .set_hint("Check that the extension is installed intact (ALTER EXTENSION rate_limit UPDATE).")
 }
 
+/// Millionths of a token as an exact `numeric` (e.g. 1500000 → 1.500000).
+pub fn millionths_numeric(
+    function: &'static str,
+    millionths: i64,
+) -> Result<pgrx::AnyNumeric, ErrorReport> {
+    pgrx::AnyNumeric::try_from(crate::bucket::millionths_to_decimal(millionths).as_str()).map_err(
+        |e| {
+            ErrorReport::new(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                e.to_string(),
+                function,
+            )
+        },
+    )
+}
+
 /// XX000: a stored row that the extension could not have written.
 pub fn corrupt_row(function: &'static str, what: &str) -> ErrorReport {
     ErrorReport::new(

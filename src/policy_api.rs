@@ -252,10 +252,7 @@ mod rate_limit {
     ) -> Result<AnyNumeric, ErrorReport> {
         const F: &str = "rate_limit.policy_state_tokens";
         let s = stored_row(F, level, updated_at, algorithm, rate, per_us, burst)?;
-        let (num, den) = s.policy.tokens_exact(s.state, at.into_inner());
-        let millionths = (num * 1_000_000 / den.max(1)).clamp(0, i128::from(i64::MAX)) as i64;
-        AnyNumeric::try_from(crate::bucket::millionths_to_decimal(millionths).as_str())
-            .map_err(|e| ErrorReport::new(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string(), F))
+        error::millionths_numeric(F, s.policy.tokens_millionths(s.state, at.into_inner()))
     }
 
     /// Whether a stored `rate_limit.policy_state` row is full at `at` (and so may be deleted losslessly).
@@ -331,11 +328,7 @@ mod rate_limit {
                     None => continue, // a dropped policy's bucket, waiting to be purged
                 }
             };
-            let tokens =
-                AnyNumeric::try_from(crate::bucket::millionths_to_decimal(l.millionths).as_str())
-                    .map_err(|e| {
-                    ErrorReport::new(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR, e.to_string(), F)
-                })?;
+            let tokens = error::millionths_numeric(F, l.millionths)?;
             rows.push((
                 policy,
                 l.key,

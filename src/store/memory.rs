@@ -34,7 +34,7 @@ use pgrx::PgSqlErrorCode;
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 use crate::algorithm::{Algorithm, Outcome, Policy, State};
-use crate::bucket::{Bucket, Limit, Take, MICROS_PER_SECOND};
+use crate::bucket::{Bucket, Limit, Take};
 use crate::clock;
 use crate::gucs::{self, OnFull};
 use crate::store::short;
@@ -695,15 +695,13 @@ pub struct Listed {
     pub updated_at: i64,
 }
 
-/// Every bucket of the memory store in the current database, refilled to now; empty when the library is
-/// not preloaded.
-pub fn list() -> Vec<Listed> {
-    let Ok(table) = Table::attach("rate_limit.buckets") else {
-        return Vec::new();
+/// Calls `each(slot, now)` for every slot of the current database whose kind is in `kinds`, outside the
+/// locks: each partition's slots are copied out under its shared lock into a buffer that never grows there
+/// (no allocation while locked). Does nothing when the library is not preloaded.
+fn for_each_slot(function: &'static str, kinds: &[u8], mut each: impl FnMut(&Slot, i64)) {
+    let Ok(table) = Table::attach(function) else {
+        return;
     };
-    let mut rows = Vec::new();
-    // Copied out under the lock into a buffer that never grows there (no allocation while locked),
-    // turned into rows after the lock is released.
     let mut copied: Vec<Slot> = Vec::with_capacity(table.header.slots_per_partition as usize);
     let database = current_database();
     for p in 0..table.header.partitions {
@@ -713,29 +711,40 @@ pub fn list() -> Vec<Listed> {
             copied.extend(
                 part.slots
                     .iter()
-                    .filter(|s| s.used == KIND_REQUEST && s.database == database)
+                    .filter(|s| kinds.contains(&s.used) && s.database == database)
                     .copied(),
             );
             clock::now_us()
         };
         for s in &copied {
-            let mut id = String::from_utf8_lossy(&s.id_prefix[..s.id_len as usize]).into_owned();
-            if s.id_truncated != 0 {
-                id.push('…');
-            }
-            let level = slot_policy(s).map_or(s.level, |p| {
-                let (num, den) = p.tokens_exact(slot_state(s), now);
-                (num * i128::from(MICROS_PER_SECOND) / den.max(1)) as i64
-            });
-            rows.push(Listed {
-                id,
-                level,
-                capacity: s.burst,
-                refill_per_sec: i32::try_from(s.rate).unwrap_or(i32::MAX),
-                updated_at: s.updated_at,
-            });
+            each(s, now);
         }
     }
+}
+
+/// A slot's key for display: its first bytes, followed by `…` when it was longer than [`ID_PREFIX`].
+fn shown_key(s: &Slot) -> String {
+    let mut key = String::from_utf8_lossy(&s.id_prefix[..s.id_len as usize]).into_owned();
+    if s.id_truncated != 0 {
+        key.push('…');
+    }
+    key
+}
+
+/// Every bucket of the memory store in the current database, refilled to now; empty when the library is
+/// not preloaded.
+pub fn list() -> Vec<Listed> {
+    let mut rows = Vec::new();
+    for_each_slot("rate_limit.buckets", &[KIND_REQUEST], |s, now| {
+        let level = slot_policy(s).map_or(s.level, |p| p.tokens_millionths(slot_state(s), now));
+        rows.push(Listed {
+            id: shown_key(s),
+            level,
+            capacity: s.burst,
+            refill_per_sec: i32::try_from(s.rate).unwrap_or(i32::MAX),
+            updated_at: s.updated_at,
+        });
+    });
     rows
 }
 
@@ -964,46 +973,24 @@ pub struct ListedTarget {
 
 /// Every policy and ad-hoc bucket of the memory store in this database; empty when not preloaded.
 pub fn list_targets() -> Vec<ListedTarget> {
-    let Ok(table) = Table::attach("rate_limit.policy_buckets") else {
-        return Vec::new();
-    };
     let mut rows = Vec::new();
-    let mut copied: Vec<Slot> = Vec::with_capacity(table.header.slots_per_partition as usize);
-    let database = current_database();
-    for p in 0..table.header.partitions {
-        copied.clear();
-        let now = {
-            let part = table.lock(p, false);
-            copied.extend(
-                part.slots
-                    .iter()
-                    .filter(|s| {
-                        (s.used == KIND_AD_HOC || s.used == KIND_POLICY) && s.database == database
-                    })
-                    .copied(),
-            );
-            clock::now_us()
-        };
-        for s in &copied {
-            let Some(policy) = slot_policy(s) else {
-                continue;
-            };
-            let mut key = String::from_utf8_lossy(&s.id_prefix[..s.id_len as usize]).into_owned();
-            if s.id_truncated != 0 {
-                key.push('…');
+    for_each_slot(
+        "rate_limit.policy_buckets",
+        &[KIND_AD_HOC, KIND_POLICY],
+        |s, now| {
+            if let Some(policy) = slot_policy(s) {
+                rows.push(ListedTarget {
+                    policy_tag: s.policy_tag,
+                    ad_hoc: s.used == KIND_AD_HOC,
+                    key: shown_key(s),
+                    millionths: policy.tokens_millionths(slot_state(s), now),
+                    burst: s.burst,
+                    algorithm: policy.algorithm().name(),
+                    updated_at: s.updated_at,
+                });
             }
-            let (num, den) = policy.tokens_exact(slot_state(s), now);
-            rows.push(ListedTarget {
-                policy_tag: s.policy_tag,
-                ad_hoc: s.used == KIND_AD_HOC,
-                key,
-                millionths: (num * 1_000_000 / den.max(1)).clamp(0, i128::from(i64::MAX)) as i64,
-                burst: s.burst,
-                algorithm: policy.algorithm().name(),
-                updated_at: s.updated_at,
-            });
-        }
-    }
+        },
+    );
     rows
 }
 

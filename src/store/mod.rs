@@ -4,5 +4,6 @@
 pub mod memory;
 pub mod policy_table;
 pub mod short;
+pub mod spi_util;
 pub mod table;
 pub mod target;

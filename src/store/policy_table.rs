@@ -27,6 +27,7 @@ use pgrx::PgSqlErrorCode;
 use crate::algorithm::{Algorithm, Outcome, Policy, State};
 use crate::clock;
 use crate::error;
+use crate::store::spi_util::{oid, read_only, spi, timestamptz};
 use crate::store::target::{stored_policy, Stored, Target};
 
 const MAX_ATTEMPTS: usize = 16;
@@ -149,10 +150,6 @@ thread_local! {
     static PLANS: Cell<Option<&'static Plans>> = const { Cell::new(None) };
 }
 
-fn oid(o: pg_sys::Oid) -> PgOid {
-    PgOid::from(o)
-}
-
 fn prepare_plans(client: &SpiClient<'_>) -> Result<Plans, SpiError> {
     let text = oid(pg_sys::TEXTOID);
     let int8 = oid(pg_sys::INT8OID);
@@ -183,15 +180,6 @@ fn plans(client: &SpiClient<'_>) -> Result<&'static Plans, SpiError> {
     let plans: &'static Plans = Box::leak(Box::new(prepare_plans(client)?));
     PLANS.with(|cell| cell.set(Some(plans)));
     Ok(plans)
-}
-
-fn spi<T>(function: &'static str, r: Result<T, SpiError>) -> Result<T, ErrorReport> {
-    r.map_err(|e| error::internal(function, e))
-}
-
-fn timestamptz(us: i64, function: &'static str) -> Result<TimestampWithTimeZone, ErrorReport> {
-    TimestampWithTimeZone::try_from(us)
-        .map_err(|_| error::corrupt_row(function, "updated_at is out of range"))
 }
 
 /// Decodes `level, updated_at, algorithm, rate, per_us, burst` starting at column `first`.
@@ -328,11 +316,6 @@ fn row_args(
         pers.into(),
         bursts.into(),
     ])
-}
-
-fn read_only() -> bool {
-    // SAFETY: XactReadOnly is a plain global of the backend, read on the backend's only thread.
-    unsafe { pg_sys::XactReadOnly }
 }
 
 fn gave_up(function: &'static str) -> ErrorReport {
@@ -538,14 +521,8 @@ pub fn state_after_take(
     at: i64,
     cost: i64,
 ) -> i64 {
-    let target = Target {
-        policy_name: "",
-        created_at: 0,
-        key: "",
-        policy: current,
-        changed_at,
-    };
-    let outcome = target.evaluate(Some(stored), at, cost);
+    let state = current.carry_over(stored.state, &stored.policy, changed_at, at);
+    let outcome = current.take(state, at, cost);
     if outcome.allowed {
         outcome.state.level
     } else {

@@ -23,8 +23,8 @@
 use std::cell::Cell;
 
 use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
+use pgrx::pg_sys;
 use pgrx::pg_sys::panic::ErrorReport;
-use pgrx::pg_sys::{self, PgOid};
 use pgrx::spi::{OwnedPreparedStatement, Spi, SpiClient, SpiError};
 use pgrx::PgSqlErrorCode;
 
@@ -32,6 +32,7 @@ use crate::bucket::{Bucket, Limit, Take};
 use crate::clock;
 use crate::error;
 use crate::store::short;
+use crate::store::spi_util::{oid, read_only, spi, timestamptz};
 
 /// How often a call starts again (its row changed, vanished or appeared under it) before it gives up
 /// with 40001.
@@ -73,10 +74,6 @@ thread_local! {
     static PLANS: Cell<Option<&'static Plans>> = const { Cell::new(None) };
 }
 
-fn oid(o: pg_sys::Oid) -> PgOid {
-    PgOid::from(o)
-}
-
 fn prepare_plans(client: &SpiClient<'_>) -> Result<Plans, SpiError> {
     let text = oid(pg_sys::TEXTOID);
     let int8 = oid(pg_sys::INT8OID);
@@ -105,11 +102,6 @@ fn plans(client: &SpiClient<'_>) -> Result<&'static Plans, SpiError> {
     Ok(plans)
 }
 
-fn timestamptz(us: i64, function: &'static str) -> Result<TimestampWithTimeZone, ErrorReport> {
-    TimestampWithTimeZone::try_from(us)
-        .map_err(|_| error::corrupt_row(function, "updated_at is out of range"))
-}
-
 /// What one SQL call asks of the store.
 pub struct Request<'a> {
     /// The SQL function, for error reports.
@@ -128,10 +120,6 @@ impl Request<'_> {
         i32::try_from(self.limit.rate())
             .map_err(|_| error::corrupt_row(self.function, "refill_per_sec does not fit in int"))
     }
-}
-
-fn spi<T>(function: &'static str, r: Result<T, SpiError>) -> Result<T, ErrorReport> {
-    r.map_err(|e| error::internal(function, e))
 }
 
 /// Reads a bucket's row with a `READ` plan: `plans.read` runs in the caller's snapshot, `plans.read_fresh`
@@ -168,8 +156,7 @@ pub fn take(request: &Request<'_>) -> Result<Option<i64>, ErrorReport> {
     if short::is_short(false, id, limit.rate(), limit.burst(), clock::now_us()) {
         return Ok(None);
     }
-    // SAFETY: XactReadOnly is a plain global of the backend, read on the backend's only thread.
-    let read_only = unsafe { pg_sys::XactReadOnly };
+    let read_only = read_only();
     let refill = request.refill_per_sec()?;
     Spi::connect_mut(|client| {
         let plans = spi(function, plans(client))?;
