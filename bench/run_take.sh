@@ -24,7 +24,7 @@ mkdir -p "$OUT"
 RAW="$OUT/take_raw.tsv"
 : >"$RAW"
 
-cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config \
+cargo pgrx install --release --pg-config "$(pg_bindir 15)/pg_config" \
   --features pg15 --no-default-features >/dev/null
 cluster_stop 15 "$DIR/data"
 rm -rf "$DIR/data"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Throwaway PostgreSQL clusters for the demo, the tests and the benchmarks. Source it, then:
-#   pg_bindir 15                    -> the bin directory of PostgreSQL 15 (Debian's) or 13/17/18 (built)
+#   pg_bindir 15                    -> the bin directory of the tests' own PostgreSQL 13/15/17/18 (built)
+#   system_pg_bindir                -> Debian's PostgreSQL 15, which only the demo uses
 #   cluster_start 15 DIR PORT [conf lines...]   initdb if needed (as the postgres user), start, wait
 #   cluster_stop 15 DIR
 # Clusters listen only on a Unix socket in $RATE_LIMIT_SOCKET_DIR (default /var/tmp/rate_limit-sock),
@@ -11,7 +12,7 @@ PG_CACHE=${RATE_LIMIT_PG_CACHE:-/opt/rate_limit-pg}
 RATE_LIMIT_SOCKET_DIR=${RATE_LIMIT_SOCKET_DIR:-/var/tmp/rate_limit-sock}
 
 pg_bindir() {
-  if [ "$1" = 15 ]; then echo /usr/lib/postgresql/15/bin; else echo "$PG_CACHE/$1/bin"; fi
+  if [ "$1" = system ]; then echo /usr/lib/postgresql/15/bin; else echo "$PG_CACHE/$1/bin"; fi
 }
 
 as_pg() { # run a command line as the postgres user when we are root

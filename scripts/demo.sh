@@ -16,29 +16,33 @@ DEMO_DIR=${RATE_LIMIT_DEMO_DIR:-/var/tmp/rate_limit-demo}
 PORT=${RATE_LIMIT_DEMO_PORT:-5440}
 
 echo "== building and installing rate_limit (release) into PostgreSQL 15"
-cargo pgrx install --release --pg-config /usr/lib/postgresql/15/bin/pg_config \
+# Build first, then stop the demo server (if a previous run left it up) before the install overwrites the library
+# it has mapped: replacing a loaded shared library in place crashes the server that uses it.
+cargo pgrx package --pg-config "$(pg_bindir system)/pg_config" --features pg15 --no-default-features >/dev/null
+cluster_stop system "$DEMO_DIR/data"
+cargo pgrx install --release --pg-config "$(pg_bindir system)/pg_config" \
   --features pg15 --no-default-features >/dev/null
 
 echo "== starting the cluster in $DEMO_DIR/data on port $PORT"
-cluster_start 15 "$DEMO_DIR/data" "$PORT"
+cluster_start system "$DEMO_DIR/data" "$PORT"
 # preload the library so that the memory store can be tried too (SET rate_limit.store = 'memory')
-psql_at 15 "$PORT" -d postgres -qc "ALTER SYSTEM SET shared_preload_libraries = 'rate_limit'"
+psql_at system "$PORT" -d postgres -qc "ALTER SYSTEM SET shared_preload_libraries = 'rate_limit'"
 # the restart loads the preloaded library, and new backends the library just installed
-as_pg "'$(pg_bindir 15)/pg_ctl' -D '$DEMO_DIR/data' -l '$DEMO_DIR/data/server.log' -w -m fast restart" >/dev/null
+as_pg "'$(pg_bindir system)/pg_ctl' -D '$DEMO_DIR/data' -l '$DEMO_DIR/data/server.log' -w -m fast restart" >/dev/null
 
-if ! psql_at 15 "$PORT" -d postgres -Atc "SELECT 1 FROM pg_database WHERE datname = 'rate_limit_demo'" | grep -q 1; then
-  psql_at 15 "$PORT" -d postgres -qc "CREATE DATABASE rate_limit_demo"
+if ! psql_at system "$PORT" -d postgres -Atc "SELECT 1 FROM pg_database WHERE datname = 'rate_limit_demo'" | grep -q 1; then
+  psql_at system "$PORT" -d postgres -qc "CREATE DATABASE rate_limit_demo"
 fi
-psql_at 15 "$PORT" -d rate_limit_demo -q -c "SET client_min_messages = warning" \
+psql_at system "$PORT" -d rate_limit_demo -q -c "SET client_min_messages = warning" \
   -c "DROP EXTENSION IF EXISTS rate_limit" -c "CREATE EXTENSION rate_limit"
 
 echo "== the seed example"
-psql_at 15 "$PORT" -d rate_limit_demo -f examples/seed.sql
+psql_at system "$PORT" -d rate_limit_demo -f examples/seed.sql
 
 cat <<TXT
 
 The server keeps running. Connect with:
     psql -h $RATE_LIMIT_SOCKET_DIR -p $PORT -U postgres rate_limit_demo
 Stop it with:
-    su postgres -c "$(pg_bindir 15)/pg_ctl -D $DEMO_DIR/data stop"
+    su postgres -c "$(pg_bindir system)/pg_ctl -D $DEMO_DIR/data stop"
 TXT

@@ -2,10 +2,12 @@
 # Installs what building and testing rate_limit needs on Debian 12, as root. Idempotent: every step checks
 # first and skips what is already there, so a second run takes seconds.
 #
-#   scripts/install-deps.sh          Debian packages, cargo-pgrx 0.18.0, PostgreSQL 15 (Debian's packages)
-#   scripts/install-deps.sh --all    the same, plus PostgreSQL 13, 17 and 18 built from Debian's source packages
-#                                    into $RATE_LIMIT_PG_CACHE (default /opt/rate_limit-pg), and `cargo pgrx init`
-#                                    for all four versions
+#   scripts/install-deps.sh          Debian packages (incl. Debian's PostgreSQL 15, which only the demo uses),
+#                                    cargo-pgrx 0.18.0, and PostgreSQL 15 built from Debian's source package into
+#                                    $RATE_LIMIT_PG_CACHE (default /opt/rate_limit-pg) for the tests
+#   scripts/install-deps.sh --all    the same, plus PostgreSQL 13, 17 and 18 built the same way
+# `cargo pgrx init` points every version at the cache, so test runs (whose `--runas` install copies the library
+# in place with `sudo cp`) never write into the system's PostgreSQL or disturb a server running from it.
 set -euo pipefail
 
 PGRX_VERSION=0.18.0
@@ -41,12 +43,13 @@ build_pg() { # $1 = major version, $2 = Debian suite that carries it
   local v=$1 prefix="$PG_CACHE/$1"
   if [ -x "$prefix/bin/pg_config" ] && [ -f "$prefix/.complete" ]; then return 0; fi
   log "building PostgreSQL $v into $prefix (about 3 minutes)"
-  local src_list=/etc/apt/sources.list.d/rate-limit-pg-src.sources
+  local src_list=/etc/apt/sources.list.d/rate-limit-pg-src2.sources
+  rm -f /etc/apt/sources.list.d/rate-limit-pg-src.sources  # older list without bookworm
   if [ ! -f "$src_list" ]; then
     cat >"$src_list" <<'SRC'
 Types: deb-src
 URIs: http://deb.debian.org/debian
-Suites: bullseye trixie sid
+Suites: bullseye bookworm trixie sid
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
@@ -66,7 +69,8 @@ SRC
   touch "$prefix/.complete"
 }
 
-pgrx_init_args=(--pg15 /usr/lib/postgresql/15/bin/pg_config)
+build_pg 15 bookworm
+pgrx_init_args=(--pg15 "$PG_CACHE/15/bin/pg_config")
 if $ALL; then
   build_pg 13 bullseye
   build_pg 17 trixie

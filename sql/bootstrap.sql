@@ -1,25 +1,35 @@
 -- rate_limit bootstrap: runs first in CREATE EXTENSION, before the generated functions.
--- Owns the schema and the storage table; both are members of the extension and go with DROP EXTENSION.
+-- Owns the schema, the state table, the decision type and the policies table; all are members of the
+-- extension and go with DROP EXTENSION.
 
 CREATE SCHEMA rate_limit;
-COMMENT ON SCHEMA rate_limit IS 'rate_limit: bucket state, management functions and views';
+COMMENT ON SCHEMA rate_limit IS 'rate_limit: bucket state, policies, the limiter API and its views';
 
--- One row per bucket. A missing row is a full bucket, so rows that have refilled can be deleted losslessly
--- (rate_limit.purge()). Written only by the extension's SECURITY DEFINER functions.
+-- One row per bucket of the table store, keyed (namespace, key). The namespace is a policy's name, or
+-- '#ad_hoc' for the ad-hoc limits of rate_limit.take_ad_hoc, or '#request' for the buckets of
+-- rate_limiting_request ('#' cannot start a policy name). A missing row is a full bucket, so rows that
+-- have refilled can be deleted losslessly (rate_limit.purge()). level is in the unit of the row's own
+-- algorithm and numbers (see src/algorithm.rs): ticks of 1/per_us token for token_bucket, tokens used in
+-- the current window for fixed_window, previous << 32 | current for sliding_window. Read it through
+-- rate_limit.buckets. Written only by the extension's SECURITY DEFINER functions.
 CREATE TABLE rate_limit.bucket_state (
-    id             text COLLATE "C" PRIMARY KEY,   -- byte-wise equality and the fastest comparisons
-    level          bigint      NOT NULL,           -- tokens at updated_at, in millionths of a token
-    updated_at     timestamptz NOT NULL,           -- server clock (clock_timestamp()) of the last grant
-    refill_per_sec integer     NOT NULL,           -- the limit of the last granted call
-    capacity       bigint      NOT NULL
+    namespace  text COLLATE "C" NOT NULL,
+    key        text COLLATE "C" NOT NULL,   -- byte-wise equality and the fastest comparisons
+    level      bigint      NOT NULL,
+    updated_at timestamptz NOT NULL,        -- server clock (clock_timestamp()) of the last grant
+    algorithm  text        NOT NULL,        -- the numbers the level was written under
+    rate       bigint      NOT NULL,
+    per_us     bigint      NOT NULL,
+    burst      bigint      NOT NULL,
+    PRIMARY KEY (namespace, key)
 ) WITH (fillfactor = 70);
 -- No CHECK constraint: the functions validate every value, and PostgreSQL re-reads a CHECK expression at
 -- each UPDATE's executor start, which costs more than the rest of the update. fillfactor 70 leaves room on
 -- each page so that updates stay HOT (no index insertion, pruned in place).
 COMMENT ON TABLE rate_limit.bucket_state IS
-    'rate_limit table store: one row per bucket; level is in millionths of a token';
+    'rate_limit table store: one row per (namespace, key) bucket; read it through rate_limit.buckets';
 
--- What every call of the full limiter API returns (rate_limit.take, peek, wait, refund).
+-- What every call of the limiter API returns (rate_limit.take, take_many, take_ad_hoc, peek, wait, refund).
 CREATE TYPE rate_limit.decision AS (
     allowed     boolean,   -- were the tokens granted (by every policy of a multi-limit call)
     remaining   bigint,    -- whole tokens left in the reported bucket, never negative
@@ -29,7 +39,7 @@ CREATE TYPE rate_limit.decision AS (
     policy      text       -- the reported policy: the violated one when denied; NULL for ad-hoc limits
 );
 COMMENT ON TYPE rate_limit.decision IS
-    'Result of rate_limit.take / peek / wait / refund: allowed, remaining, limit, retry_after, reset_after, policy';
+    'Result of rate_limit.take / take_many / take_ad_hoc / peek / wait / refund: allowed, remaining, limit, retry_after, reset_after, policy';
 
 -- Named policies. Readable by everyone, written only through rate_limit.create_policy / alter_policy /
 -- drop_policy (owner only). An extension configuration table: pg_dump dumps its rows.
@@ -46,21 +56,3 @@ CREATE TABLE rate_limit.policies (
 COMMENT ON TABLE rate_limit.policies IS
     'rate_limit named policies: rate tokens per per, at most burst; change them with rate_limit.alter_policy';
 SELECT pg_catalog.pg_extension_config_dump('rate_limit.policies', '');
-
--- One row per (policy, key) bucket of the table store; policy '' holds the ad-hoc limits'
--- buckets. level is in the unit of the row's own algorithm and numbers (see src/algorithm.rs): ticks of
--- 1/per_us token for token_bucket, tokens used in the current window for fixed_window, and
--- previous << 32 | current for sliding_window. Read it through rate_limit.policy_buckets.
-CREATE TABLE rate_limit.policy_state (
-    policy     text COLLATE "C" NOT NULL,
-    key        text COLLATE "C" NOT NULL,
-    level      bigint      NOT NULL,
-    updated_at timestamptz NOT NULL,
-    algorithm  text        NOT NULL,   -- the numbers the level was written under
-    rate       bigint      NOT NULL,
-    per_us     bigint      NOT NULL,
-    burst      bigint      NOT NULL,
-    PRIMARY KEY (policy, key)
-) WITH (fillfactor = 70);
-COMMENT ON TABLE rate_limit.policy_state IS
-    'rate_limit table store of policy and ad-hoc buckets; read it through rate_limit.policy_buckets';

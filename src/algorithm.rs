@@ -13,8 +13,10 @@
 //! server and every store agree on where a window starts. A missing bucket is a full one for every
 //! algorithm, and [`Policy::take`] with cost 0 reports without consuming.
 //!
-//! Every instant is in microseconds on the server clock. A clock that moves backwards (`now < at`) counts as
-//! no time elapsed. All intermediate products are `i128`; nothing can overflow.
+//! Every instant is in microseconds on the store's clock. A clock that moves backwards (`now < at`) counts as
+//! no time elapsed and rebases the state on `now`: the counts stay what they were (no token is minted), and
+//! time runs again from `now` (no freeze until the clock catches up with `at`). For the window algorithms
+//! the counts are then those of `now`'s window. All intermediate products are `i128`; nothing can overflow.
 
 use std::fmt;
 
@@ -201,9 +203,10 @@ impl Policy {
         t.div_euclid(self.period_us())
     }
 
-    /// `(previous, current)` counts of the window containing `t` (>= state.at).
+    /// `(previous, current)` counts of the window containing `t`. A `t` before `state.at` (the clock
+    /// stepped back) keeps the counts as they were at `state.at`: no time elapsed.
     fn counts_at(&self, state: State, t: i64) -> (i64, i64) {
-        let moved = self.window_index(t) - self.window_index(state.at);
+        let moved = (self.window_index(t) - self.window_index(state.at)).max(0);
         match self.algorithm {
             Algorithm::FixedWindow => (0, if moved == 0 { state.level.max(0) } else { 0 }),
             Algorithm::SlidingWindow => {
@@ -273,7 +276,7 @@ impl Policy {
     }
 
     fn take_window(&self, state: State, now: i64, cost: i64) -> Outcome {
-        let t = now.max(state.at);
+        let t = now;
         let period = i128::from(self.period_us());
         let burst = i128::from(self.burst());
         let (previous, current) = self.counts_at(state, t);
@@ -356,7 +359,7 @@ impl Policy {
                 (i128::from(level), i128::from(self.period_us()))
             }
             Algorithm::FixedWindow | Algorithm::SlidingWindow => {
-                let t = now.max(state.at);
+                let t = now;
                 let (previous, current) = self.counts_at(state, t);
                 let period = i128::from(self.period_us());
                 let used = self.weighted_use(previous, current, t);
@@ -390,7 +393,7 @@ impl Policy {
                 }
             }
             Algorithm::FixedWindow | Algorithm::SlidingWindow => {
-                let t = now.max(state.at);
+                let t = now;
                 let (previous, current) = self.counts_at(state, t);
                 let from_current = tokens.min(current);
                 let from_previous = (tokens - from_current).min(previous);
@@ -605,8 +608,11 @@ mod tests {
             let p = policy(a, 2, 10 * S, 2);
             let t0 = 100 * S;
             let o = run(&p, &[(t0, 2), (t0 - 50 * S, 1)]);
-            assert!(o[0].allowed && !o[1].allowed, "{a:?}");
-            assert!(o[1].retry_after.unwrap() > 50 * S, "{a:?}");
+            assert!(o[0].allowed && !o[1].allowed, "{a:?}: no token minted");
+            // no freeze: the retry counts from the new time, at most one (sliding: two) windows
+            let retry = o[1].retry_after.unwrap();
+            assert!(retry > 0 && retry <= 20 * S, "{a:?}: {retry}");
+            assert_eq!(o[1].state.at, t0 - 50 * S, "{a:?}: rebased");
         }
     }
 

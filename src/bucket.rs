@@ -7,7 +7,8 @@
 //!
 //! Intermediate products are computed in `i128` and compared before they are narrowed, so no input (a huge
 //! gap of time, a timestamp at either end of `i64`, a corrupt stored level) can overflow. A clock that moves
-//! backwards counts as no time elapsed and never grants tokens.
+//! backwards counts as no time elapsed and never grants tokens; the bucket is rebased on the new time, so
+//! refill resumes at the limit's rate from the step (no freeze until the clock catches up).
 //!
 //! This module is plain Rust: it knows nothing of PostgreSQL, so it is unit- and property-tested with
 //! `cargo test`.
@@ -162,11 +163,13 @@ impl Bucket {
         refilled.min(full) as i64
     }
 
-    /// The state at `now`, refilled; the timestamp never moves backwards, so time is never counted twice.
+    /// The state at `now`, refilled. When `now` is before `updated_at` (the clock stepped back), no time
+    /// elapsed and the bucket is rebased on `now`: refill resumes from there, and since nothing is added for
+    /// the step itself, no time is ever counted twice.
     pub fn refilled(&self, limit: &Limit, now: i64) -> Bucket {
         Bucket {
             level: self.level_at(limit, now),
-            updated_at: self.updated_at.max(now),
+            updated_at: now,
         }
     }
 
@@ -272,21 +275,29 @@ mod tests {
     }
 
     #[test]
-    fn backward_clock_grants_nothing_and_does_not_count_time_twice() {
+    fn backward_clock_grants_nothing_and_rebases() {
         let limit = per_sec(1, 10);
         let drained = Bucket {
             level: 0,
             updated_at: 100 * S,
         };
-        // the clock steps back 50 s: no refill, and the timestamp stays where it was
+        // the clock steps back 50 s: no refill, and the bucket is rebased on the new time
         assert_eq!(drained.level_at(&limit, 50 * S), 0);
-        assert_eq!(drained.refilled(&limit, 50 * S), drained);
+        let rebased = drained.refilled(&limit, 50 * S);
+        assert_eq!(
+            rebased,
+            Bucket {
+                level: 0,
+                updated_at: 50 * S
+            }
+        );
         assert_eq!(
             drained.take(&limit, 50 * S, 1),
             Take::Denied { available: 0 }
         );
-        // once the clock passes the stored instant again, refill resumes from there
-        assert_eq!(drained.tokens_at(&limit, 103 * S), 3);
+        // refill resumes at the rate from the step, not from the old, later instant (no freeze)
+        assert_eq!(rebased.tokens_at(&limit, 53 * S), 3);
+        assert_eq!(rebased.available_at(&limit, 50 * S, 1), Some(51 * S));
     }
 
     #[test]
@@ -356,8 +367,8 @@ mod tests {
         assert!(matches!(b.take(&limit, at, 1), Take::Granted { .. }));
         assert_eq!(b.available_at(&limit, at + 5, 1), Some(at + 5));
         assert_eq!(b.available_at(&limit, 0, 11), None);
-        // a clock behind the bucket's instant counts from the bucket's instant
-        assert_eq!(b.available_at(&limit, 0, 1), Some(1_000 + 375_000));
+        // a clock behind the bucket's instant: no time elapsed, refill counts from the clock's instant
+        assert_eq!(b.available_at(&limit, 0, 1), Some(375_000));
     }
 
     #[test]
@@ -424,7 +435,7 @@ mod tests {
     }
 
     /// Token bucket in rational tokens, written from the definition: refill `rate × elapsed / period`,
-    /// capped at `burst`; the clock never runs backwards for the bucket.
+    /// capped at `burst`; a clock behind the last instant adds nothing and becomes the new last instant.
     struct Model {
         rate: i128,
         period: i128,
@@ -439,7 +450,7 @@ mod tests {
             let tokens = tokens
                 .add(Ratio::new(self.rate * elapsed, self.period))
                 .min_int(self.burst);
-            let last = last.max(now);
+            let last = now;
             if tokens.at_least(cost) {
                 let left = tokens.add(Ratio::new(-cost, 1));
                 self.tokens = Some((left, last));
@@ -510,18 +521,21 @@ mod tests {
             prop_assert_eq!(granted, exact);
         }
 
-        /// `available_at` is exact: denied one microsecond before it, granted at it.
+        /// `available_at` is exact: denied one microsecond before it, granted at it (measured on the state
+        /// at `now`, which a clock behind the stored instant rebases, and which the store then keeps).
         #[test]
         fn available_at_agrees_with_take(level in 0i64..=10_000_000, rate in 1i64..=1000,
                                         window in 1i64..=10, cost in 1i64..=10, now in 0i64..=10_000_000) {
             let limit = per_sec(rate, window);
-            let b = Bucket { level: level.min(limit.full_level()), updated_at: 5_000_000 };
+            let stored = Bucket { level: level.min(limit.full_level()), updated_at: 5_000_000 };
+            let b = stored.refilled(&limit, now);
+            prop_assert_eq!(stored.available_at(&limit, now, cost), b.available_at(&limit, now, cost));
             match b.available_at(&limit, now, cost) {
                 None => prop_assert!(cost > limit.burst()),
                 Some(at) => {
                     let granted = matches!(b.take(&limit, at, cost), Take::Granted { .. });
                     prop_assert!(granted);
-                    if at > now.max(5_000_000) {
+                    if at > now {
                         let denied = matches!(b.take(&limit, at - 1, cost), Take::Denied { .. });
                         prop_assert!(denied);
                     }
@@ -529,7 +543,7 @@ mod tests {
             }
         }
 
-        /// Level is always within [0, full] and time never goes backwards, for any stored state and any now.
+        /// Level is always within [0, full] and the state is rebased on `now`, for any stored state and now.
         #[test]
         fn level_stays_in_range(level in any::<i64>(), at in any::<i64>(), now in any::<i64>(),
                                 rate in 1i64..=i64::from(i32::MAX), window in 1i64..=1_000) {
@@ -537,7 +551,7 @@ mod tests {
                 let b = Bucket { level, updated_at: at };
                 let r = b.refilled(&limit, now);
                 prop_assert!(r.level >= 0 && r.level <= limit.full_level());
-                prop_assert_eq!(r.updated_at, at.max(now));
+                prop_assert_eq!(r.updated_at, now);
             }
         }
     }

@@ -31,12 +31,12 @@ pub struct Decision {
 }
 
 impl Decision {
-    /// Combines the outcomes of one call's buckets (`names[i]` is the policy of `outcomes[i]`, `""` for
-    /// ad-hoc; `limits[i]` its capacity). Allowed: every bucket granted; the reported bucket is the one with
+    /// Combines the outcomes of one call's buckets (`names[i]` is the policy of `outcomes[i]`, `None` for
+    /// ad-hoc and request buckets; `limits[i]` its capacity). Allowed: every bucket granted; the reported bucket is the one with
     /// the fewest tokens left. Denied: the reported bucket is the denying one with the longest wait (a
     /// bucket that can never grant counts as the longest), and `retry_after` is that wait: by then every
     /// other bucket grants too, since tokens only accumulate while nobody takes.
-    pub fn combine(names: &[&str], limits: &[i64], outcomes: &[Outcome]) -> Decision {
+    pub fn combine(names: &[Option<&str>], limits: &[i64], outcomes: &[Outcome]) -> Decision {
         let allowed = outcomes.iter().all(|o| o.allowed);
         let pick = if allowed {
             (0..outcomes.len()).min_by_key(|&i| outcomes[i].remaining)
@@ -53,9 +53,7 @@ impl Decision {
             limit: limits[pick],
             retry_after: if allowed { None } else { o.retry_after },
             reset_after: o.reset_after,
-            policy: Some(names[pick])
-                .filter(|n| !n.is_empty())
-                .map(str::to_string),
+            policy: names[pick].map(str::to_string),
         }
     }
 }
@@ -82,7 +80,8 @@ fn type_oid(function: &'static str) -> Result<pg_sys::Oid, ErrorReport> {
         return Ok(oid);
     }
     let (oid, rel) = Spi::get_two::<pg_sys::Oid, pg_sys::Oid>(
-        "SELECT oid, typrelid FROM pg_catalog.pg_type WHERE oid = 'rate_limit.decision'::pg_catalog.regtype",
+        "SELECT oid, typrelid FROM pg_catalog.pg_type \
+         WHERE oid OPERATOR(pg_catalog.=) 'rate_limit.decision'::pg_catalog.regtype",
     )
     .map_err(|e| error::internal(function, e))?;
     let (Some(oid), Some(rel)) = (oid, rel) else {
@@ -151,7 +150,7 @@ mod tests {
     #[test]
     fn allowed_reports_the_tightest_bucket() {
         let d = Decision::combine(
-            &["user", "org"],
+            &[Some("user"), Some("org")],
             &[10, 100],
             &[outcome(true, 7, None, 3), outcome(true, 2, None, 9)],
         );
@@ -171,7 +170,7 @@ mod tests {
     #[test]
     fn denied_reports_the_longest_wait() {
         let d = Decision::combine(
-            &["a", "b", "c"],
+            &[Some("a"), Some("b"), Some("c")],
             &[1, 2, 3],
             &[
                 outcome(false, 0, Some(5), 5),
@@ -184,7 +183,7 @@ mod tests {
             (false, Some(8), Some("c"), 3)
         );
         let never = Decision::combine(
-            &["a", ""],
+            &[Some("a"), None],
             &[1, 2],
             &[outcome(false, 0, Some(5), 5), outcome(false, 2, None, 0)],
         );

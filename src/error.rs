@@ -113,7 +113,19 @@ pub fn corrupt_row(function: &'static str, what: &str) -> ErrorReport {
         format!("a rate_limit table holds an invalid row: {what}"),
         function,
     )
-    .set_hint("Delete the row with rate_limit.reset(id).")
+    .set_hint("Delete the bucket with rate_limit.reset, rate_limit.reset_ad_hoc or rate_limit.reset_request.")
+}
+
+/// 22023: numbers passed to an internal helper that do not make a limit or a state.
+pub fn invalid_numbers(function: &'static str, what: &str) -> ErrorReport {
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+        format!("invalid bucket numbers: {what}"),
+        function,
+    )
+    .set_hint(
+        "This helper is internal to rate_limit; call rate_limit.take or rate_limiting_request instead.",
+    )
 }
 
 /// 22023: a limit that cannot be counted exactly (see [`crate::bucket::LimitError`]).

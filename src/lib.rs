@@ -1,7 +1,10 @@
 //! rate_limit: exact token-bucket rate limiting inside PostgreSQL.
 //!
-//! `bucket` holds the arithmetic (pure Rust), `store` loads and saves bucket state, `api` is the SQL surface,
-//! `error` the SQLSTATE errors. The hand-written SQL (schema, table, view, grants) is in `sql/`.
+//! One model: `bucket` and `algorithm` hold the exact arithmetic of every limit (pure Rust, no PostgreSQL
+//! types), `decision` and `http` shape what a call reports. One store seam: `store` takes, peeks, refunds,
+//! resets, purges and lists the buckets of a call, in the table store or the memory store. `api` is the
+//! thin SQL surface, `policies` the coherent cache of named policies, `error` the SQLSTATE errors, `gucs`
+//! the settings, `clock` the clocks. The hand-written SQL (schema, table, views, grants) is in `sql/`.
 
 use pgrx::prelude::*;
 
@@ -13,9 +16,7 @@ pub mod decision;
 pub mod error;
 pub mod gucs;
 pub mod http;
-pub mod limit_api;
 pub mod policies;
-pub mod policy_api;
 pub mod store;
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -67,10 +67,13 @@ mod tests {
 
     #[pg_test]
     fn peek_consumes_nothing() {
-        assert_eq!(int("SELECT rate_limit.peek('pt_peek', 1, 100)"), 100);
+        assert_eq!(
+            int("SELECT rate_limit.peek_request('pt_peek', 1, 100)"),
+            100
+        );
         requests("pt_peek", 1, 100, 3);
-        assert_eq!(int("SELECT rate_limit.peek('pt_peek', 1, 100)"), 97);
-        assert_eq!(int("SELECT rate_limit.peek('pt_peek', 1, 100)"), 97);
+        assert_eq!(int("SELECT rate_limit.peek_request('pt_peek', 1, 100)"), 97);
+        assert_eq!(int("SELECT rate_limit.peek_request('pt_peek', 1, 100)"), 97);
         assert_eq!(requests("pt_peek", 1, 100, 1), vec![96]);
     }
 
@@ -94,11 +97,11 @@ mod tests {
         requests("pt_reset", 1, 5, 5);
         assert_eq!(requests("pt_reset", 1, 5, 1), vec![-1]);
         assert_eq!(
-            text("SELECT rate_limit.reset('pt_reset')::text").as_deref(),
+            text("SELECT rate_limit.reset_request('pt_reset')::text").as_deref(),
             Some("true")
         );
         assert_eq!(
-            text("SELECT rate_limit.reset('pt_reset')::text").as_deref(),
+            text("SELECT rate_limit.reset_request('pt_reset')::text").as_deref(),
             Some("false")
         );
         assert_eq!(requests("pt_reset", 1, 5, 1), vec![4]);
@@ -112,7 +115,7 @@ mod tests {
         Spi::run("SELECT pg_sleep(0.05)").expect("sleep");
         assert_eq!(int("SELECT rate_limit.purge()"), 1);
         assert_eq!(
-            text("SELECT string_agg(id, ',') FROM rate_limit.bucket_state").as_deref(),
+            text("SELECT string_agg(key, ',') FROM rate_limit.bucket_state").as_deref(),
             Some("pt_purge_drained")
         );
         assert_eq!(int("SELECT rate_limit.purge()"), 0);
@@ -123,25 +126,41 @@ mod tests {
         requests("pt_view", 1, 100, 3);
         assert_eq!(
             text(
-                "SELECT format('%s %s %s %s', capacity, refill_per_sec, store, \
-                        tokens BETWEEN 97 AND 97.5) FROM rate_limit.buckets WHERE id = 'pt_view'"
+                "SELECT format('%s %s %s %s %s %s', kind, \"limit\", rate, per, store, \
+                        tokens BETWEEN 97 AND 97.5) FROM rate_limit.buckets WHERE key = 'pt_view'"
             )
             .as_deref(),
-            Some("100 1 table t")
+            Some("request 100 1 00:00:01 table t")
         );
     }
 
     #[pg_test]
-    fn bucket_level_at_is_the_exact_arithmetic() {
+    fn state_tokens_is_the_exact_arithmetic_and_rejects_bad_numbers_with_22023() {
         // 0.5 token at t, 2 tokens/s: 0.25 s later 1.0 token; capped at capacity; a backward clock adds nothing
         let q = |at: &str| {
-            int(&format!(
-                "SELECT rate_limit.bucket_level_at(500000, '2026-01-01 00:00:00+00', 2, 3, '{at}')"
+            text(&format!(
+                "SELECT rate_limit.state_tokens(500000, '2026-01-01 00:00:00+00', 'token_bucket', 2, \
+                 1000000, 3, '{at}')::text"
             ))
         };
-        assert_eq!(q("2026-01-01 00:00:00.25+00"), 1_000_000);
-        assert_eq!(q("2026-01-01 01:00:00+00"), 3_000_000);
-        assert_eq!(q("2025-12-31 23:00:00+00"), 500_000);
+        assert_eq!(q("2026-01-01 00:00:00.25+00").as_deref(), Some("1.000000"));
+        assert_eq!(q("2026-01-01 01:00:00+00").as_deref(), Some("3.000000"));
+        assert_eq!(q("2025-12-31 23:00:00+00").as_deref(), Some("0.500000"));
+        assert_eq!(
+            error_of(
+                "SELECT rate_limit.state_tokens(0, now(), 'token_bucket', 0, 1000000, 3, now())"
+            )
+            .as_deref(),
+            Some("22023: invalid bucket numbers: the refill rate must be at least 1")
+        );
+        assert_eq!(
+            error_of(
+                "SELECT rate_limit.state_after_take(0, now(), 'leaky', 1, 1, 1, 'token_bucket', 1, 1, 1, \
+                 now(), now(), 1)"
+            )
+            .as_deref(),
+            Some("22023: invalid bucket numbers: unknown algorithm 'leaky'")
+        );
     }
 
     #[pg_test]
@@ -159,7 +178,7 @@ mod tests {
             Some("22004: window_seconds must not be NULL")
         );
         assert_eq!(
-            error_of("SELECT rate_limit.peek(NULL)").as_deref(),
+            error_of("SELECT rate_limit.peek_request(NULL)").as_deref(),
             Some("22004: id must not be NULL")
         );
     }
@@ -184,7 +203,7 @@ mod tests {
             2_147_483_647
         );
         assert_eq!(
-            int("SELECT rate_limit.peek('pt_range_max2', 65536, 32768)"),
+            int("SELECT rate_limit.peek_request('pt_range_max2', 65536, 32768)"),
             2_147_483_648
         );
     }
@@ -216,35 +235,48 @@ mod tests {
     }
 
     #[pg_test]
-    fn functions_are_security_definer_with_pinned_search_path() {
-        // every function that reads or writes bucket state or policies is SECURITY DEFINER with a pinned
-        // search_path; the others are pure arithmetic, formatting, statistics or the cache trigger
-        assert_eq!(
-            text(
-                "SELECT string_agg(DISTINCT p.proname, ' ' ORDER BY p.proname) FROM pg_proc p \
-                 WHERE p.pronamespace = 'rate_limit'::regnamespace \
-                   AND NOT (p.prosecdef AND p.proconfig[1] = 'search_path=pg_catalog, pg_temp')"
-            )
-            .as_deref(),
-            Some(
-                "bucket_level_at headers level_after_take memory_usage policies_changed \
-                 policy_state_is_full policy_state_tokens state_after_take"
-            )
-        );
+    fn no_function_carries_a_set_clause_and_state_functions_are_security_definer() {
+        // no per-call settings anywhere: safety from the caller's search_path comes from qualified SQL
         assert_eq!(
             int(
                 "SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'rate_limit'::regnamespace \
-                 AND p.prosecdef AND p.proconfig[1] = 'search_path=pg_catalog, pg_temp'"
+                 AND p.proconfig IS NOT NULL"
             ),
-            17
+            0
         );
         assert_eq!(
             text(
-                "SELECT p.prosecdef || ':' || array_to_string(p.proconfig, ';') FROM pg_proc p \
-                 WHERE p.proname = 'rate_limiting_request'"
+                "SELECT coalesce(array_to_string(proconfig, ','), 'none') || ' ' || prosecdef FROM pg_proc \
+                 WHERE proname = 'rate_limiting_request'"
             )
             .as_deref(),
-            Some("true:search_path=pg_catalog, pg_temp")
+            Some("none true")
+        );
+        // the functions that are not SECURITY DEFINER: pure arithmetic, formatting, statistics, the trigger
+        assert_eq!(
+            text(
+                "SELECT string_agg(DISTINCT p.proname, ' ' ORDER BY p.proname) FROM pg_proc p \
+                 WHERE p.pronamespace = 'rate_limit'::regnamespace AND NOT p.prosecdef"
+            )
+            .as_deref(),
+            Some(
+                "effective_now headers memory_usage policies_changed state_after_take state_is_full \
+                 state_tokens"
+            )
+        );
+    }
+
+    #[pg_test]
+    fn no_public_name_overloads_at_the_same_arity() {
+        // drivers that send parameters untyped cannot choose between same-arity overloads
+        assert_eq!(
+            int(
+                "SELECT count(*) FROM (SELECT p.proname, n FROM pg_proc p, \
+                   generate_series((p.pronargs - p.pronargdefaults)::int, p.pronargs::int) AS n \
+                 WHERE p.pronamespace = 'rate_limit'::regnamespace OR p.proname = 'rate_limiting_request' \
+                 GROUP BY 1, 2 HAVING count(*) > 1) AS clash"
+            ),
+            0
         );
     }
 
@@ -260,7 +292,7 @@ mod tests {
         // nothing went to the table
         Spi::run("SET rate_limit.store = 'table'").expect("table store");
         assert_eq!(
-            int("SELECT count(*) FROM rate_limit.bucket_state WHERE id = 'pm_timeline'"),
+            int("SELECT count(*) FROM rate_limit.bucket_state WHERE key = 'pm_timeline'"),
             0
         );
     }
@@ -275,7 +307,9 @@ mod tests {
             let mut out = requests(&id, 2, 5, 12);
             Spi::run("SELECT pg_sleep(1.25)").expect("sleep");
             out.extend(requests(&id, 2, 5, 3));
-            out.push(int(&format!("SELECT rate_limit.peek('{id}', 2, 5)")));
+            out.push(int(&format!(
+                "SELECT rate_limit.peek_request('{id}', 2, 5)"
+            )));
             out
         };
         let table = run("table");
@@ -292,11 +326,14 @@ mod tests {
         Spi::run("SET rate_limit.store = 'memory'").expect("memory store");
         requests("pm_manage", 1, 100, 3);
         requests("pm_refills", 1000, 1, 1); // full again after 1 ms
-        assert_eq!(int("SELECT rate_limit.peek('pm_manage', 1, 100)"), 97);
+        assert_eq!(
+            int("SELECT rate_limit.peek_request('pm_manage', 1, 100)"),
+            97
+        );
         assert_eq!(
             text(
-                "SELECT format('%s %s %s %s', store, capacity, refill_per_sec, tokens BETWEEN 97 AND 97.5) \
-                 FROM rate_limit.buckets WHERE id = 'pm_manage'"
+                "SELECT format('%s %s %s %s', store, \"limit\", rate, tokens BETWEEN 97 AND 97.5) \
+                 FROM rate_limit.buckets WHERE key = 'pm_manage'"
             )
             .as_deref(),
             Some("memory 100 1 t")
@@ -304,22 +341,25 @@ mod tests {
         Spi::run("SELECT pg_sleep(0.01)").expect("sleep");
         assert!(int("SELECT rate_limit.purge()") >= 1);
         assert_eq!(
-            int("SELECT count(*) FROM rate_limit.buckets WHERE id = 'pm_refills'"),
+            int("SELECT count(*) FROM rate_limit.buckets WHERE key = 'pm_refills'"),
             0
         );
         assert_eq!(
-            int("SELECT count(*) FROM rate_limit.buckets WHERE id = 'pm_manage'"),
+            int("SELECT count(*) FROM rate_limit.buckets WHERE key = 'pm_manage'"),
             1
         );
         assert_eq!(
-            text("SELECT rate_limit.reset('pm_manage')::text").as_deref(),
+            text("SELECT rate_limit.reset_request('pm_manage')::text").as_deref(),
             Some("true")
         );
         assert_eq!(
-            text("SELECT rate_limit.reset('pm_manage')::text").as_deref(),
+            text("SELECT rate_limit.reset_request('pm_manage')::text").as_deref(),
             Some("false")
         );
-        assert_eq!(int("SELECT rate_limit.peek('pm_manage', 1, 100)"), 100);
+        assert_eq!(
+            int("SELECT rate_limit.peek_request('pm_manage', 1, 100)"),
+            100
+        );
     }
 
     #[pg_test]
@@ -341,7 +381,7 @@ mod tests {
         let shown = format!("{}…", "L".repeat(28));
         assert_eq!(
             int(&format!(
-                "SELECT count(*) FROM rate_limit.buckets WHERE id = '{shown}'"
+                "SELECT count(*) FROM rate_limit.buckets WHERE key = '{shown}'"
             )),
             1
         );
@@ -377,7 +417,7 @@ mod tests {
             Spi::run(&format!("SET rate_limit.store = '{store}'")).expect("store");
             let listed = || {
                 int(
-                    "SELECT count(*) FROM rate_limit.policy_buckets WHERE policy = 'pt_purge' \
+                    "SELECT count(*) FROM rate_limit.buckets WHERE policy = 'pt_purge' \
                      AND key = 'k'",
                 )
             };
@@ -419,12 +459,12 @@ mod tests {
              SELECT rate_limit.create_policy('pt_big', 1, '1 hour', 100)",
         )
         .expect("create");
-        Spi::run("SELECT * FROM rate_limit.take(ARRAY['pt_fast', 'pt_slow'], 'k', 2)")
+        Spi::run("SELECT * FROM rate_limit.take_many(ARRAY['pt_fast', 'pt_slow'], ARRAY['k'], 2)")
             .expect("drain");
         assert_eq!(
             text(
                 "SELECT allowed || ':' || policy || ':' || (retry_after > interval '59 minutes') \
-                 FROM rate_limit.take(ARRAY['pt_big', 'pt_fast', 'pt_slow'], 'k')"
+                 FROM rate_limit.take_many(ARRAY['pt_big', 'pt_fast', 'pt_slow'], ARRAY['k'])"
             )
             .as_deref(),
             Some("false:pt_slow:true")

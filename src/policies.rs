@@ -1,12 +1,24 @@
 //! Named policies: validation of their parameters, and a per-backend cache of `rate_limit.policies`.
 //!
-//! Cache coherence. A statement trigger on `rate_limit.policies` (any INSERT, UPDATE, DELETE or TRUNCATE,
-//! whether through the owner functions or not) queues a relcache invalidation of the table. PostgreSQL
-//! delivers it to this backend at its next command (its own changes) and to every other backend when the
-//! changing transaction commits, at their next transaction start; the callback registered here then empties
-//! the cache. So a call sees a policy as of the start of its transaction, like a catalog.
+//! Policies are read like a catalog. A statement trigger on `rate_limit.policies` (any INSERT, UPDATE,
+//! DELETE or TRUNCATE, whether through the owner functions or not) queues a relcache invalidation of the
+//! table. PostgreSQL delivers it to this backend at its next command (its own changes) and to every other
+//! backend after the changing transaction has committed (it is sent after the commit is visible), at the
+//! latest when their next transaction starts; the callback registered here then empties the cache.
+//!
+//! Why a cached value never outlives a change: a miss reads the row with the *latest* snapshot (not the
+//! caller's transaction snapshot, which in REPEATABLE READ may predate a change whose invalidation this
+//! backend has already consumed), after accepting pending invalidations. A change that commits after that
+//! snapshot was taken sends its invalidation later; if it arrives while the row is being read (the read's
+//! own lock acquisition accepts it), the generation counter has moved and the value is used for this call
+//! but not cached; if it arrives afterwards, it empties the cache. So once a change has committed, every
+//! transaction that starts afterwards, in any backend, uses the new numbers; within a transaction, a call
+//! may still see the numbers of a change that committed after the transaction began (never older ones
+//! than its own snapshot sees).
+//!
+//! The lookup names its table and operator with their schema, so no caller's `search_path` can redirect it.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -48,6 +60,9 @@ thread_local! {
         table: pg_sys::InvalidOid,
         policies: HashMap::new(),
     });
+    /// Counts relcache invalidations that may concern `rate_limit.policies` (all of them while its oid is
+    /// unknown): a read during which it moves is not cached.
+    static GENERATION: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Registers the relcache callback that empties the cache. Called once per backend from `_PG_init`.
@@ -61,13 +76,16 @@ pub fn register_invalidation() {
 
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn on_relcache(_arg: pg_sys::Datum, relid: pg_sys::Oid) {
-    CACHE.with(|c| {
-        if let Ok(mut c) = c.try_borrow_mut() {
-            if relid == pg_sys::InvalidOid || relid == c.table {
+    CACHE.with(|c| match c.try_borrow_mut() {
+        Ok(mut c) => {
+            if relid == pg_sys::InvalidOid || relid == c.table || c.table == pg_sys::InvalidOid {
                 c.policies.clear();
                 c.table = pg_sys::InvalidOid;
+                GENERATION.with(|g| g.set(g.get().wrapping_add(1)));
             }
         }
+        // borrowed by a lookup on this stack: count it, so that the lookup does not cache its value
+        Err(_) => GENERATION.with(|g| g.set(g.get().wrapping_add(1))),
     });
     crate::decision::forget_type_if(relid);
 }
@@ -90,19 +108,40 @@ pub fn unknown(function: &'static str, name: &str) -> ErrorReport {
     )
 }
 
-/// The policy called `name`, from the cache or `rate_limit.policies`.
+/// The policy called `name`, from the cache or `rate_limit.policies` (see the module comment).
 pub fn get(function: &'static str, name: &str) -> Result<Rc<Named>, ErrorReport> {
     if let Some(found) = CACHE.with(|c| c.borrow().policies.get(name).cloned()) {
         return Ok(found);
     }
-    let (named, table) = load(function, name)?.ok_or_else(|| unknown(function, name))?;
+    // SAFETY: accepting invalidation messages is allowed anywhere inside a transaction; it may run the
+    // relcache callback above, which only touches this module's thread-locals.
+    unsafe { pg_sys::AcceptInvalidationMessages() };
+    let generation = GENERATION.with(Cell::get);
+    let (named, table) = load_latest(function, name)?.ok_or_else(|| unknown(function, name))?;
     let named = Rc::new(named);
-    CACHE.with(|c| {
-        let mut c = c.borrow_mut();
-        c.table = table;
-        c.policies.insert(name.to_string(), named.clone());
-    });
+    if GENERATION.with(Cell::get) == generation {
+        CACHE.with(|c| {
+            let mut c = c.borrow_mut();
+            c.table = table;
+            c.policies.insert(name.to_string(), named.clone());
+        });
+    }
     Ok(named)
+}
+
+/// [`load`] under the latest snapshot, which sees every change committed before it was taken.
+fn load_latest(
+    function: &'static str,
+    name: &str,
+) -> Result<Option<(Named, pg_sys::Oid)>, ErrorReport> {
+    // SAFETY: inside a transaction (an SQL function call), taking the latest snapshot and pushing it as the
+    // active one is what PostgreSQL's own code does around catalog-like reads; it is popped on return, and
+    // on error the transaction's abort pops every snapshot pushed since.
+    unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetLatestSnapshot()) };
+    let loaded = load(function, name);
+    // SAFETY: pops the snapshot pushed above (the read-only SPI call pushes and pops its own).
+    unsafe { pg_sys::PopActiveSnapshot() };
+    loaded
 }
 
 type Row = (
@@ -116,14 +155,14 @@ type Row = (
     Option<pg_sys::Oid>,
 );
 
-/// Reads one policy from the table (in the caller's snapshot).
+/// Reads one policy from the table, with the active snapshot.
 pub fn load(
     function: &'static str,
     name: &str,
 ) -> Result<Option<(Named, pg_sys::Oid)>, ErrorReport> {
     const QUERY: &str =
         "SELECT algorithm, rate, per, burst, store, created_at, changed_at, tableoid \
-                         FROM rate_limit.policies WHERE name = $1";
+         FROM rate_limit.policies WHERE name OPERATOR(pg_catalog.=) $1";
     let row: Option<Row> = Spi::connect(|client| {
         let args: [DatumWithOid<'_>; 1] = [name.into()];
         let table = client.select(QUERY, Some(1), &args)?;

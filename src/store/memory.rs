@@ -6,8 +6,10 @@
 //! - The table is split into `partitions` partitions, each a fixed ring of slots with its own LWLock (tranche
 //!   `rate_limit`). A key's 128-bit hash picks its partition, so one call takes exactly one lock.
 //! - Taking tokens, inserting, evicting and deleting hold the partition's lock EXCLUSIVE; `peek` and listing
-//!   hold it SHARED. While a lock is held nothing allocates, waits, does I/O, takes another lock or raises an
-//!   error: errors are raised after the lock is released.
+//!   hold it SHARED. The two guard types enforce it: a [`SharedGuard`] only hands out `&[Slot]`, an
+//!   [`ExclusiveGuard`] `&mut [Slot]`. While a lock is held nothing allocates, waits, does I/O, takes another
+//!   lock or raises an error: errors are raised after the lock is released. A call locks at most
+//!   [`MAX_TARGETS`] partitions, lowest first (more targets are an error, never a truncation).
 //! - The header (seed, sizes, lock pointers) is written once, in the shmem startup hook under
 //!   AddinShmemInitLock, and only read afterwards. Statistics are atomics, updated without a lock.
 //!
@@ -21,7 +23,15 @@
 //! Slots use linear probing inside their partition and backward-shift deletion (no tombstones), so a probe
 //! stops at the first empty slot. Each partition holds at most `ceil(max_buckets / partitions)` buckets in
 //! 25% more slots. When a partition is full, a bucket that is full now is evicted first (lossless: a
-//! missing bucket is a full one); failing that, `rate_limit.on_full` decides.
+//! missing bucket is a full one); failing that, `rate_limit.on_full` decides. An insert examines at most
+//! [`EVICTION_SCAN`] slots under its exclusive lock, from a hand that moves on through the partition, so a
+//! flood of new keys into a full partition costs a bounded time per call; with `on_full = 'error'` a call may
+//! be refused while a full bucket lies outside the slots it examined (the next insert looks further).
+//!
+//! Time. The store measures time on [`clock::monotonic_us`], a clock that never steps, anchored to the wall
+//! clock when the segment is created (`clock_base`): state lives for one server lifetime, so wall-clock
+//! steps (NTP, VM restore) neither mint tokens nor freeze buckets here. Listings show instants converted to
+//! the wall clock of the moment of the listing.
 
 use std::ffi::CStr;
 use std::hash::Hasher;
@@ -34,11 +44,12 @@ use pgrx::PgSqlErrorCode;
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 use crate::algorithm::{Algorithm, Outcome, Policy, State};
-use crate::bucket::{Bucket, Limit, Take};
 use crate::clock;
 use crate::gucs::{self, OnFull};
-use crate::store::short;
-use crate::store::target::{Stored, Target, MAX_TARGETS};
+use crate::store::target::{Namespace, Stored, Target, MAX_TARGETS};
+
+/// Slots an insert into a full partition examines at most to find a bucket to evict.
+pub const EVICTION_SCAN: usize = 128;
 
 /// Bytes of an id kept in a slot for display.
 pub const ID_PREFIX: usize = 28;
@@ -77,13 +88,16 @@ struct Slot {
 #[repr(C)]
 struct PartitionHeader {
     count: u32,
-    _pad: u32,
+    /// Where the next eviction scan starts.
+    hand: u32,
 }
 
 /// The start of the segment; fixed after creation except for the atomics.
 #[repr(C)]
 struct Header {
     seed: [u64; 2],
+    /// Wall-clock microseconds minus monotonic microseconds when the segment was created.
+    clock_base: i64,
     partitions: u32,
     slots_per_partition: u32,
     limit_per_partition: u32,
@@ -219,6 +233,7 @@ unsafe extern "C-unwind" fn shmem_startup() {
             }
             segment.write(Header {
                 seed,
+                clock_base: clock::now_us() - clock::monotonic_us(),
                 partitions: g.partitions,
                 slots_per_partition: g.slots_per_partition,
                 limit_per_partition: g.limit_per_partition,
@@ -232,6 +247,16 @@ unsafe extern "C-unwind" fn shmem_startup() {
         SEGMENT = segment;
         pg_sys::LWLockRelease(init_lock);
     }
+}
+
+/// Whether the memory store exists (the library was preloaded).
+pub fn available() -> bool {
+    Table::attach("rate_limit").is_ok()
+}
+
+/// Now on the memory store's clock; 55000 when it is not available.
+pub fn now(function: &'static str) -> Result<i64, ErrorReport> {
+    Ok(Table::attach(function)?.now())
 }
 
 /// 55000 with a hint, for every memory-store call in a server that did not preload the library.
@@ -267,34 +292,36 @@ impl Table {
         Ok(Table { header })
     }
 
-    /// The keyed hash of (current database, id) for `rate_limiting_request`: like the table store, buckets
-    /// are per database.
-    fn hash(&self, id: &str) -> [u64; 2] {
-        let mut hasher = SipHasher13::new_with_keys(self.header.seed[0], self.header.seed[1]);
-        hasher.write_u32(current_database());
-        hasher.write_u8(KIND_REQUEST);
-        hasher.write(id.as_bytes());
-        let h = hasher.finish128();
-        [h.h1, h.h2]
+    /// Now on the store's clock (monotonic, anchored to the wall clock at creation).
+    fn now(&self) -> i64 {
+        clock::monotonic_us() + self.header.clock_base
     }
 
-    /// The keyed hash of a policy or ad-hoc bucket: (database, kind, policy creation time, policy name,
-    /// 0xFF, key). The kind byte separates the three namespaces; 0xFF never occurs in UTF-8, so the name
-    /// and the key cannot be confused.
-    fn target_hash(&self, target: &Target<'_>) -> [u64; 2] {
+    /// What to add to an instant of the store's clock to show it on the wall clock now.
+    fn wall_offset(&self) -> i64 {
+        clock::now_us() - self.now()
+    }
+
+    /// The keyed hash of a bucket: (database, kind, policy creation time, namespace, 0xFF, key). Buckets
+    /// are per database, as in the table store; the kind byte separates the namespaces; 0xFF never occurs
+    /// in UTF-8, so the namespace and the key cannot be confused.
+    fn bucket_hash(&self, namespace: &Namespace<'_>, key: &str) -> [u64; 2] {
         let mut hasher = SipHasher13::new_with_keys(self.header.seed[0], self.header.seed[1]);
         hasher.write_u32(current_database());
-        hasher.write_u8(target_kind(target));
-        hasher.write_i64(target.created_at);
-        hasher.write(target.policy_name.as_bytes());
+        hasher.write_u8(kind_of(namespace));
+        hasher.write_i64(namespace.created_at());
+        hasher.write(namespace.stored_name().as_bytes());
         hasher.write_u8(0xFF);
-        hasher.write(target.key.as_bytes());
+        hasher.write(key.as_bytes());
         let h = hasher.finish128();
         [h.h1, h.h2]
     }
 
-    /// Locks partition `p` and gives access to its slots until the guard is dropped.
-    fn lock(&self, p: u32, exclusive: bool) -> PartitionGuard<'_> {
+    /// The lock, header and slots of partition `p`.
+    ///
+    /// # Safety
+    /// `p < partitions`; the caller must hold the partition's lock before dereferencing the pointers.
+    unsafe fn partition(&self, p: u32) -> (*mut pg_sys::LWLock, *mut PartitionHeader, *mut Slot) {
         let h = self.header;
         let g = Geometry {
             partitions: h.partitions,
@@ -302,16 +329,10 @@ impl Table {
             slots_per_partition: h.slots_per_partition,
         };
         let base = (h as *const Header).cast::<u8>();
-        // SAFETY: p < partitions (callers take it modulo partitions), so every offset below lies inside the
-        // segment laid out by Geometry; the lock pointer comes from the tranche of `partitions` locks.
+        // SAFETY: p < partitions (the caller's contract), so every offset below lies inside the segment laid
+        // out by Geometry; the lock pointer comes from the tranche of `partitions` locks.
         unsafe {
             let lock = &raw mut (*h.locks.add(p as usize)).lock;
-            let mode = if exclusive {
-                pg_sys::LWLockMode::LW_EXCLUSIVE
-            } else {
-                pg_sys::LWLockMode::LW_SHARED
-            };
-            pg_sys::LWLockAcquire(lock, mode);
             let header = base
                 .add(Geometry::partition_headers_offset())
                 .cast::<PartitionHeader>()
@@ -322,12 +343,42 @@ impl Table {
                 .cast::<Slot>()
                 .add(p as usize * g.slots_per_partition as usize)
                 .cast_mut();
-            PartitionGuard {
+            (lock, header, slots)
+        }
+    }
+
+    /// Locks partition `p` (taken modulo the partition count) SHARED: read access until the guard drops.
+    fn lock_shared(&self, p: u32) -> SharedGuard<'_> {
+        let p = p % self.header.partitions;
+        // SAFETY: p < partitions; the shared lock is taken before the header and slots are borrowed, and
+        // only shared borrows are made: writers need the exclusive lock, which cannot be held meanwhile.
+        unsafe {
+            let (lock, header, slots) = self.partition(p);
+            pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_SHARED);
+            SharedGuard {
+                lock,
+                header: &*header,
+                slots: std::slice::from_raw_parts(slots, self.header.slots_per_partition as usize),
+            }
+        }
+    }
+
+    /// Locks partition `p` (taken modulo the partition count) EXCLUSIVE: write access until the guard drops.
+    fn lock_exclusive(&self, p: u32) -> ExclusiveGuard<'_> {
+        let p = p % self.header.partitions;
+        // SAFETY: p < partitions; the exclusive lock is taken before the header and slots are borrowed
+        // mutably, so no other process reads or writes them while the guard lives.
+        unsafe {
+            let (lock, header, slots) = self.partition(p);
+            pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
+            ExclusiveGuard {
                 lock,
                 header: &mut *header,
-                slots: std::slice::from_raw_parts_mut(slots, g.slots_per_partition as usize),
-                limit: h.limit_per_partition,
-                _table: std::marker::PhantomData,
+                slots: std::slice::from_raw_parts_mut(
+                    slots,
+                    self.header.slots_per_partition as usize,
+                ),
+                limit: self.header.limit_per_partition,
             }
         }
     }
@@ -337,18 +388,31 @@ impl Table {
     }
 }
 
-/// A locked partition. Shared guards only read through it.
-struct PartitionGuard<'a> {
+/// A partition locked SHARED: it can only be read.
+struct SharedGuard<'a> {
+    lock: *mut pg_sys::LWLock,
+    header: &'a PartitionHeader,
+    slots: &'a [Slot],
+}
+
+/// A partition locked EXCLUSIVE: it can be read and written.
+struct ExclusiveGuard<'a> {
     lock: *mut pg_sys::LWLock,
     header: &'a mut PartitionHeader,
     slots: &'a mut [Slot],
     limit: u32,
-    _table: std::marker::PhantomData<&'a Table>,
 }
 
-impl Drop for PartitionGuard<'_> {
+impl Drop for SharedGuard<'_> {
     fn drop(&mut self) {
-        // SAFETY: the lock was acquired in Table::lock by this guard and is released exactly once here.
+        // SAFETY: the lock was acquired in Table::lock_shared by this guard and is released exactly once.
+        unsafe { pg_sys::LWLockRelease(self.lock) }
+    }
+}
+
+impl Drop for ExclusiveGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the lock was acquired in Table::lock_exclusive by this guard and is released exactly once.
         unsafe { pg_sys::LWLockRelease(self.lock) }
     }
 }
@@ -358,26 +422,38 @@ enum Probe {
     Empty(usize),
 }
 
-impl PartitionGuard<'_> {
-    fn home(&self, hash: &[u64; 2]) -> usize {
-        (hash[1] % self.slots.len() as u64) as usize
-    }
+/// The slot where `hash`'s probe chain starts.
+fn home(slots: &[Slot], hash: &[u64; 2]) -> usize {
+    (hash[1] % slots.len() as u64) as usize
+}
 
-    fn probe(&self, hash: &[u64; 2]) -> Probe {
-        let n = self.slots.len();
-        let start = self.home(hash);
-        for i in 0..n {
-            let idx = (start + i) % n;
-            let slot = &self.slots[idx];
-            if slot.used == 0 {
-                return Probe::Empty(idx);
-            }
-            if slot.hash == *hash {
-                return Probe::Found(idx);
-            }
+/// Finds `hash` in a partition's slots, or the empty slot that ends its probe chain.
+fn probe(slots: &[Slot], hash: &[u64; 2]) -> Probe {
+    let n = slots.len();
+    let start = home(slots, hash);
+    for i in 0..n {
+        let idx = (start + i) % n;
+        let slot = &slots[idx];
+        if slot.used == 0 {
+            return Probe::Empty(idx);
         }
-        // unreachable while count <= limit < slots; an empty slot is always found
-        Probe::Empty(start)
+        if slot.hash == *hash {
+            return Probe::Found(idx);
+        }
+    }
+    // unreachable while count <= limit < slots; an empty slot is always found
+    Probe::Empty(start)
+}
+
+impl SharedGuard<'_> {
+    fn probe(&self, hash: &[u64; 2]) -> Probe {
+        probe(self.slots, hash)
+    }
+}
+
+impl ExclusiveGuard<'_> {
+    fn probe(&self, hash: &[u64; 2]) -> Probe {
+        probe(self.slots, hash)
     }
 
     /// Removes slot `hole`, shifting later entries of its probe chain back (no tombstones).
@@ -391,7 +467,7 @@ impl PartitionGuard<'_> {
             if self.slots[j].used == 0 {
                 return;
             }
-            let home = self.home(&self.slots[j].hash);
+            let home = home(self.slots, &self.slots[j].hash);
             // the entry at j may move to the hole unless its home lies cyclically in (hole, j]
             let stays = if hole <= j {
                 hole < home && home <= j
@@ -406,8 +482,9 @@ impl PartitionGuard<'_> {
         }
     }
 
-    /// Frees one slot of a full partition: a bucket that is full now if any, else per `on_full`.
-    /// Returns false if nothing may be evicted.
+    /// Frees one slot of a full partition: a bucket that is full now if any among the [`EVICTION_SCAN`]
+    /// slots examined from the hand, else per `on_full` the least recently updated of them. Returns false
+    /// if nothing may be evicted.
     fn make_room(
         &mut self,
         now: i64,
@@ -415,19 +492,28 @@ impl PartitionGuard<'_> {
         stats: &Header,
         protect: &[[u64; 2]],
     ) -> bool {
-        let full_now = (0..self.slots.len()).find(|&i| {
+        let n = self.slots.len();
+        let start = self.header.hand as usize % n;
+        let scan = EVICTION_SCAN.min(n);
+        let mut oldest: Option<usize> = None;
+        for step in 0..scan {
+            let i = (start + step) % n;
             let s = &self.slots[i];
-            s.used != 0 && !protect.contains(&s.hash) && slot_is_full(s, now)
-        });
-        if let Some(i) = full_now {
-            self.remove(i);
-            stats.lossless_evictions.fetch_add(1, Ordering::Relaxed);
-            return true;
+            if s.used == 0 || protect.contains(&s.hash) {
+                continue;
+            }
+            if slot_is_full(s, now) {
+                self.header.hand = ((i + 1) % n) as u32;
+                self.remove(i);
+                stats.lossless_evictions.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+            if oldest.is_none_or(|o| s.updated_at < self.slots[o].updated_at) {
+                oldest = Some(i);
+            }
         }
+        self.header.hand = ((start + scan) % n) as u32;
         if on_full == OnFull::EvictOldest {
-            let oldest = (0..self.slots.len())
-                .filter(|&i| self.slots[i].used != 0 && !protect.contains(&self.slots[i].hash))
-                .min_by_key(|&i| self.slots[i].updated_at);
             if let Some(i) = oldest {
                 self.remove(i);
                 stats.lossy_evictions.fetch_add(1, Ordering::Relaxed);
@@ -441,13 +527,6 @@ impl PartitionGuard<'_> {
 fn current_database() -> u32 {
     // SAFETY: MyDatabaseId is a plain global of the backend, set at connection and read on its only thread.
     unsafe { pg_sys::MyDatabaseId }.to_u32()
-}
-
-fn bucket_of(slot: &Slot) -> Bucket {
-    Bucket {
-        level: slot.level,
-        updated_at: slot.updated_at,
-    }
 }
 
 /// The numbers a slot's level was written under.
@@ -468,11 +547,11 @@ fn slot_is_full(slot: &Slot, now: i64) -> bool {
     slot_policy(slot).is_some_and(|p| p.is_full(slot_state(slot), now))
 }
 
-fn target_kind(target: &Target<'_>) -> u8 {
-    if target.policy_name.is_empty() {
-        KIND_AD_HOC
-    } else {
-        KIND_POLICY
+fn kind_of(namespace: &Namespace<'_>) -> u8 {
+    match namespace {
+        Namespace::Policy { .. } => KIND_POLICY,
+        Namespace::AdHoc => KIND_AD_HOC,
+        Namespace::Request => KIND_REQUEST,
     }
 }
 
@@ -503,15 +582,6 @@ impl Numbers {
             rate: p.rate(),
             period_us: p.period_us(),
             burst: p.burst(),
-        }
-    }
-
-    fn of_limit(l: &Limit) -> Numbers {
-        Numbers {
-            algorithm: Algorithm::TokenBucket,
-            rate: l.rate(),
-            period_us: l.period_us(),
-            burst: l.burst(),
         }
     }
 
@@ -569,104 +639,13 @@ fn full_error(function: &'static str, max_buckets: u32) -> ErrorReport {
     )
 }
 
-/// Takes `cost` tokens from bucket `id`: `Some(remaining)` when granted, `None` when denied.
-pub fn take(
-    function: &'static str,
-    id: &str,
-    limit: &Limit,
-    cost: i64,
-) -> Result<Option<i64>, ErrorReport> {
-    let table = Table::attach(function)?;
-    // known short in this backend: deny without hashing or locking (see short.rs for why this is sound)
-    if short::is_short(true, id, limit.rate(), limit.burst(), clock::now_us()) {
-        return Ok(None);
-    }
-    let hash = table.hash(id);
-    let on_full = gucs::on_full();
-    let mut part = table.lock(table.partition_of(&hash), true);
-    let now = clock::now_us();
-    let empty = match part.probe(&hash) {
-        Probe::Found(idx) => {
-            let slot = &mut part.slots[idx];
-            let current = bucket_of(slot);
-            return Ok(match current.take(limit, now, cost) {
-                Take::Granted { bucket, remaining } => {
-                    slot.level = bucket.level;
-                    slot.updated_at = bucket.updated_at;
-                    Numbers::of_limit(limit).write_to(slot);
-                    Some(remaining)
-                }
-                Take::Denied { .. } => {
-                    drop(part);
-                    if let Some(until) = current.available_at(limit, now, cost) {
-                        short::remember(true, id, limit.rate(), limit.burst(), until);
-                    }
-                    None
-                }
-            });
-        }
-        Probe::Empty(idx) => idx,
-    };
-    let (next, remaining) = match Bucket::full(limit, now).take(limit, now, cost) {
-        Take::Granted { bucket, remaining } => (bucket, remaining),
-        Take::Denied { .. } => return Ok(None),
-    };
-    let mut empty = empty;
-    if part.header.count >= part.limit {
-        if !part.make_room(now, on_full, table.header, &[hash]) {
-            drop(part);
-            table.header.refused_full.fetch_add(1, Ordering::Relaxed);
-            return Err(full_error(function, table.header.max_buckets));
-        }
-        // removal shifted entries: find the empty slot again
-        empty = match part.probe(&hash) {
-            Probe::Empty(idx) | Probe::Found(idx) => idx,
-        };
-    }
-    let state = State {
-        level: next.level,
-        at: next.updated_at,
-    };
-    part.slots[empty] = new_slot(hash, KIND_REQUEST, 0, id, Numbers::of_limit(limit), state);
-    part.header.count += 1;
-    Ok(Some(remaining))
-}
-
-/// The level (millionths of a token) of bucket `id` now under `limit` (a missing bucket is full); writes
-/// nothing.
-pub fn level_now(function: &'static str, id: &str, limit: &Limit) -> Result<i64, ErrorReport> {
-    let table = Table::attach(function)?;
-    let hash = table.hash(id);
-    let part = table.lock(table.partition_of(&hash), false);
-    let now = clock::now_us();
-    Ok(match part.probe(&hash) {
-        Probe::Found(idx) => bucket_of(&part.slots[idx]).level_at(limit, now),
-        Probe::Empty(_) => limit.full_level(),
-    })
-}
-
-/// Deletes bucket `id`; true if it existed.
-pub fn reset(function: &'static str, id: &str) -> Result<bool, ErrorReport> {
-    let table = Table::attach(function)?;
-    short::forget(id);
-    let hash = table.hash(id);
-    let mut part = table.lock(table.partition_of(&hash), true);
-    Ok(match part.probe(&hash) {
-        Probe::Found(idx) => {
-            part.remove(idx);
-            true
-        }
-        Probe::Empty(_) => false,
-    })
-}
-
 /// Deletes every bucket that is full now; returns how many.
 pub fn purge(function: &'static str) -> Result<i64, ErrorReport> {
     let table = Table::attach(function)?;
     let mut purged = 0i64;
     for p in 0..table.header.partitions {
-        let mut part = table.lock(p, true);
-        let now = clock::now_us();
+        let mut part = table.lock_exclusive(p);
+        let now = table.now();
         let mut i = 0;
         while i < part.slots.len() {
             let s = &part.slots[i];
@@ -681,24 +660,11 @@ pub fn purge(function: &'static str) -> Result<i64, ErrorReport> {
     Ok(purged)
 }
 
-/// One row of `rate_limit.buckets` from the memory store.
-pub struct Listed {
-    /// The id, or its first bytes followed by `…` when it was longer than [`ID_PREFIX`] bytes.
-    pub id: String,
-    /// Level in millionths of a token, now.
-    pub level: i64,
-    /// Capacity of the last granted limit.
-    pub capacity: i64,
-    /// Refill rate of that limit.
-    pub refill_per_sec: i32,
-    /// Server time of the last grant, in microseconds.
-    pub updated_at: i64,
-}
-
-/// Calls `each(slot, now)` for every slot of the current database whose kind is in `kinds`, outside the
-/// locks: each partition's slots are copied out under its shared lock into a buffer that never grows there
-/// (no allocation while locked). Does nothing when the library is not preloaded.
-fn for_each_slot(function: &'static str, kinds: &[u8], mut each: impl FnMut(&Slot, i64)) {
+/// Calls `each(slot, now, wall_offset)` for every slot of the current database, outside the locks: each
+/// partition's slots are copied out under its shared lock into a buffer that never grows there (no
+/// allocation while locked). `now` is on the store's clock; add `wall_offset` to show an instant on the
+/// wall clock. Does nothing when the library is not preloaded.
+fn for_each_slot(function: &'static str, mut each: impl FnMut(&Slot, i64, i64)) {
     let Ok(table) = Table::attach(function) else {
         return;
     };
@@ -707,17 +673,18 @@ fn for_each_slot(function: &'static str, kinds: &[u8], mut each: impl FnMut(&Slo
     for p in 0..table.header.partitions {
         copied.clear();
         let now = {
-            let part = table.lock(p, false);
+            let part = table.lock_shared(p);
             copied.extend(
                 part.slots
                     .iter()
-                    .filter(|s| kinds.contains(&s.used) && s.database == database)
+                    .filter(|s| s.used != 0 && s.database == database)
                     .copied(),
             );
-            clock::now_us()
+            table.now()
         };
+        let offset = table.wall_offset();
         for s in &copied {
-            each(s, now);
+            each(s, now, offset);
         }
     }
 }
@@ -729,23 +696,6 @@ fn shown_key(s: &Slot) -> String {
         key.push('…');
     }
     key
-}
-
-/// Every bucket of the memory store in the current database, refilled to now; empty when the library is
-/// not preloaded.
-pub fn list() -> Vec<Listed> {
-    let mut rows = Vec::new();
-    for_each_slot("rate_limit.buckets", &[KIND_REQUEST], |s, now| {
-        let level = slot_policy(s).map_or(s.level, |p| p.tokens_millionths(slot_state(s), now));
-        rows.push(Listed {
-            id: shown_key(s),
-            level,
-            capacity: s.burst,
-            refill_per_sec: i32::try_from(s.rate).unwrap_or(i32::MAX),
-            updated_at: s.updated_at,
-        });
-    });
-    rows
 }
 
 /// Size and use of the memory store.
@@ -783,7 +733,7 @@ pub fn usage(function: &'static str) -> Result<Usage, ErrorReport> {
     };
     let mut buckets = 0i64;
     for p in 0..h.partitions {
-        buckets += i64::from(table.lock(p, false).header.count);
+        buckets += i64::from(table.lock_shared(p).header.count);
     }
     let total = g.segment_bytes() as i64;
     Ok(Usage {
@@ -812,7 +762,7 @@ fn stored_of(slot: &Slot) -> Option<Stored> {
 /// lock several partitions cannot deadlock).
 struct Locked<'a> {
     partitions: [u32; MAX_TARGETS],
-    guards: Vec<PartitionGuard<'a>>,
+    guards: Vec<ExclusiveGuard<'a>>,
 }
 
 impl<'a> Locked<'a> {
@@ -831,12 +781,12 @@ impl<'a> Locked<'a> {
         }
         let mut guards = Vec::with_capacity(n);
         for &p in &partitions[..n] {
-            guards.push(table.lock(p, true));
+            guards.push(table.lock_exclusive(p));
         }
         Locked { partitions, guards }
     }
 
-    fn guard(&mut self, partition: u32) -> &mut PartitionGuard<'a> {
+    fn guard(&mut self, partition: u32) -> &mut ExclusiveGuard<'a> {
         let i = self.partitions[..self.guards.len()]
             .iter()
             .position(|&p| p == partition)
@@ -853,18 +803,40 @@ pub fn take_targets(
     cost: i64,
 ) -> Result<Vec<Outcome>, ErrorReport> {
     let table = Table::attach(function)?;
-    let n = targets.len().min(MAX_TARGETS);
-    let targets = &targets[..n];
+    let n = targets.len();
+    if n > MAX_TARGETS {
+        return Err(ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!("a call may name at most {MAX_TARGETS} buckets, got {n}"),
+            function,
+        )
+        .set_hint("Split the limits over several calls."));
+    }
     let mut hashes = [[0u64; 2]; MAX_TARGETS];
     let mut parts = [0u32; MAX_TARGETS];
     for (i, t) in targets.iter().enumerate() {
-        hashes[i] = table.target_hash(t);
+        hashes[i] = table.bucket_hash(&t.namespace, t.key);
         parts[i] = table.partition_of(&hashes[i]);
+    }
+    if cost == 0 {
+        // a peek: each bucket under its partition's shared lock, writing nothing
+        let mut outcomes = Vec::with_capacity(n);
+        for (i, t) in targets.iter().enumerate() {
+            let part = table.lock_shared(parts[i]);
+            let now = table.now();
+            let stored = match part.probe(&hashes[i]) {
+                Probe::Found(idx) => stored_of(&part.slots[idx]),
+                Probe::Empty(_) => None,
+            };
+            drop(part);
+            outcomes.push(t.evaluate(stored, now, 0));
+        }
+        return Ok(outcomes);
     }
     let on_full = gucs::on_full();
     let mut outcomes = Vec::with_capacity(n);
     let mut locked = Locked::lock(&table, &parts[..n]);
-    let now = clock::now_us();
+    let now = table.now();
     for (i, t) in targets.iter().enumerate() {
         let g = locked.guard(parts[i]);
         let stored = match g.probe(&hashes[i]) {
@@ -873,7 +845,7 @@ pub fn take_targets(
         };
         outcomes.push(t.evaluate(stored, now, cost));
     }
-    if cost == 0 || !outcomes.iter().all(|o| o.allowed) {
+    if !outcomes.iter().all(|o| o.allowed) {
         return Ok(outcomes);
     }
     // Room for the new buckets first, so that nothing is written unless everything can be.
@@ -901,10 +873,13 @@ pub fn take_targets(
                 numbers.write_to(slot);
             }
             Probe::Empty(idx) => {
-                let tag = policy_tag(t.policy_name, t.created_at);
+                let tag = match t.namespace {
+                    Namespace::Policy { name, created_at } => policy_tag(name, created_at),
+                    Namespace::AdHoc | Namespace::Request => 0,
+                };
                 g.slots[idx] = new_slot(
                     hashes[i],
-                    target_kind(t),
+                    kind_of(&t.namespace),
                     tag,
                     t.key,
                     numbers,
@@ -924,9 +899,9 @@ pub fn refund_target(
     tokens: i64,
 ) -> Result<Outcome, ErrorReport> {
     let table = Table::attach(function)?;
-    let hash = table.target_hash(target);
-    let part = table.lock(table.partition_of(&hash), true);
-    let now = clock::now_us();
+    let hash = table.bucket_hash(&target.namespace, target.key);
+    let part = table.lock_exclusive(table.partition_of(&hash));
+    let now = table.now();
     let Probe::Found(idx) = part.probe(&hash) else {
         return Ok(target.evaluate(None, now, 0)); // missing: full, nothing to put back
     };
@@ -939,11 +914,15 @@ pub fn refund_target(
     Ok(target.policy.take(state, now, 0))
 }
 
-/// Deletes a policy or ad-hoc bucket (it is full again); true if it existed.
-pub fn reset_target(function: &'static str, target: &Target<'_>) -> Result<bool, ErrorReport> {
+/// Deletes a bucket (it is full again); true if it existed.
+pub fn reset(
+    function: &'static str,
+    namespace: &Namespace<'_>,
+    key: &str,
+) -> Result<bool, ErrorReport> {
     let table = Table::attach(function)?;
-    let hash = table.target_hash(target);
-    let mut part = table.lock(table.partition_of(&hash), true);
+    let hash = table.bucket_hash(namespace, key);
+    let mut part = table.lock_exclusive(table.partition_of(&hash));
     Ok(match part.probe(&hash) {
         Probe::Found(idx) => {
             part.remove(idx);
@@ -953,44 +932,42 @@ pub fn reset_target(function: &'static str, target: &Target<'_>) -> Result<bool,
     })
 }
 
-/// One policy or ad-hoc bucket of the memory store, for `rate_limit.policy_buckets`.
-pub struct ListedTarget {
-    /// The tag of the policy incarnation (0 for ad-hoc), see [`policy_tag`].
+/// One bucket of the memory store, for `rate_limit.buckets`.
+pub struct Listed {
+    /// `policy`, `ad_hoc` or `request`.
+    pub kind: &'static str,
+    /// The tag of the policy incarnation (0 for the other kinds), see [`policy_tag`].
     pub policy_tag: u32,
-    /// Whether it is an ad-hoc bucket.
-    pub ad_hoc: bool,
     /// The key, or its first bytes followed by `…`.
     pub key: String,
     /// Tokens now, in millionths (rounded down).
     pub millionths: i64,
-    /// Capacity.
-    pub burst: i64,
-    /// Algorithm name.
-    pub algorithm: &'static str,
-    /// Last update, in microseconds.
+    /// The numbers the bucket was last written under.
+    pub policy: Policy,
+    /// Last update, in microseconds on the wall clock.
     pub updated_at: i64,
 }
 
-/// Every policy and ad-hoc bucket of the memory store in this database; empty when not preloaded.
-pub fn list_targets() -> Vec<ListedTarget> {
+/// Every bucket of the memory store in this database; empty when not preloaded.
+pub fn list() -> Vec<Listed> {
     let mut rows = Vec::new();
-    for_each_slot(
-        "rate_limit.policy_buckets",
-        &[KIND_AD_HOC, KIND_POLICY],
-        |s, now| {
-            if let Some(policy) = slot_policy(s) {
-                rows.push(ListedTarget {
-                    policy_tag: s.policy_tag,
-                    ad_hoc: s.used == KIND_AD_HOC,
-                    key: shown_key(s),
-                    millionths: policy.tokens_millionths(slot_state(s), now),
-                    burst: s.burst,
-                    algorithm: policy.algorithm().name(),
-                    updated_at: s.updated_at,
-                });
-            }
-        },
-    );
+    for_each_slot("rate_limit.buckets", |s, now, wall_offset| {
+        let kind = match s.used {
+            KIND_POLICY => "policy",
+            KIND_AD_HOC => "ad_hoc",
+            _ => "request",
+        };
+        if let Some(policy) = slot_policy(s) {
+            rows.push(Listed {
+                kind,
+                policy_tag: s.policy_tag,
+                key: shown_key(s),
+                millionths: policy.tokens_millionths(slot_state(s), now),
+                policy,
+                updated_at: s.updated_at.saturating_add(wall_offset),
+            });
+        }
+    });
     rows
 }
 

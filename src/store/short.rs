@@ -1,66 +1,107 @@
 //! Per-backend memory of buckets seen short, so that a flood of calls on a drained bucket is denied without
-//! touching the table or the shared hash table at all.
+//! touching the table or the shared hash table at all, for every kind of call (`rate_limiting_request`,
+//! policies, ad-hoc limits, multi-limit calls).
 //!
-//! Soundness: a denial is remembered with the instant [`crate::bucket::Bucket::available_at`] computed from
-//! the committed state it read. Between refills, other sessions can only remove tokens from a bucket, so
-//! until that instant the bucket cannot hold the tokens asked for, and a denial from memory gives the same
-//! answer a read would. The exceptions are refunds, which add tokens:
+//! What is remembered is the bucket's state (under the numbers of the call that saw it) at the instant of
+//! the denial. A later call with the same numbers evaluates that state at its own time and cost: if the
+//! remembered state denies, the call is denied from memory, with `remaining` / `retry_after` /
+//! `reset_after` computed exactly from the remembered state; otherwise the entry is dropped and the store
+//! decides.
+//!
+//! Soundness: between the denial and now, other sessions can only have removed tokens from the bucket, so
+//! if the remembered state cannot grant, the real one cannot either. The exceptions add tokens:
 //! - this backend's own transaction rolling back (a denial it saw may have counted its own uncommitted
-//!   take): the memory is cleared at every transaction abort;
-//! - `rate_limit.reset(id)`: cleared for that id in the backend that resets; other backends see the reset
-//!   once their remembered instant has passed, at most one token's refill time (`1 / refill_per_sec`
-//!   seconds) later.
+//!   take): the memory is cleared at every (sub)transaction abort;
+//! - `reset` / `refund` in this backend: the bucket is forgotten;
+//! - `reset`, `refund` or a lossy eviction in another backend: seen once the remembered state would grant
+//!   again, at most the time the call's cost takes to refill (documented);
+//! - a policy change: the numbers no longer match, so the entry is not used;
+//! - the clock stepping back behind the remembered instant: the entry is not used (the store rebases).
 //!
-//! Entries are keyed by store, id and limit; the memory holds at most [`CAPACITY`] ids and is emptied when full.
+//! The memory holds at most [`CAPACITY`] buckets and is emptied when full.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-/// Ids remembered at most per backend.
+use crate::algorithm::{Outcome, Policy, State};
+use crate::gucs::Store;
+use crate::store::target::{Namespace, Target};
+
+/// Buckets remembered at most per backend.
 pub const CAPACITY: usize = 4096;
 
 struct Entry {
-    memory: bool,
-    rate: i64,
-    burst: i64,
-    until: i64,
+    policy: Policy,
+    changed_at: i64,
+    state: State,
 }
 
 thread_local! {
     static SHORT: RefCell<HashMap<String, Entry>> = RefCell::new(HashMap::new());
 }
 
-/// True if `id` of the table store (`memory == false`) or the memory store, under this limit, is known to
-/// be short of tokens at `now`.
-pub fn is_short(memory: bool, id: &str, rate: i64, burst: i64, now: i64) -> bool {
+/// The map key: store, namespace and key, separated by a byte that text cannot contain.
+fn map_key(store: Store, namespace: &Namespace<'_>, key: &str) -> String {
+    let name = namespace.stored_name();
+    let mut k = String::with_capacity(name.len() + key.len() + 24);
+    k.push(if store == Store::Memory { 'm' } else { 't' });
+    k.push_str(name);
+    k.push('\0');
+    k.push_str(key);
+    if let Namespace::Policy { created_at, .. } = namespace {
+        k.push('\0');
+        k.push_str(&created_at.to_string());
+    }
+    k
+}
+
+/// The denial of `cost` tokens at `now`, if this backend remembers the bucket as too short for it.
+pub fn denial(store: Store, target: &Target<'_>, now: i64, cost: i64) -> Option<Outcome> {
+    if cost < 1 {
+        return None;
+    }
     SHORT.with(|m| {
-        m.borrow().get(id).is_some_and(|e| {
-            e.memory == memory && e.rate == rate && e.burst == burst && now < e.until
-        })
+        let mut m = m.borrow_mut();
+        let key = map_key(store, &target.namespace, target.key);
+        let e = m.get(&key)?;
+        if e.policy != target.policy || e.changed_at != target.changed_at || now < e.state.at {
+            m.remove(&key);
+            return None;
+        }
+        let outcome = e.policy.take(e.state, now, cost);
+        if outcome.allowed {
+            m.remove(&key);
+            return None;
+        }
+        Some(outcome)
     })
 }
 
-/// Remembers that `id` of that store under this limit cannot grant before `until`.
-pub fn remember(memory: bool, id: &str, rate: i64, burst: i64, until: i64) {
+/// Remembers that the bucket of `target` was short, in state `state` (under `target`'s numbers).
+pub fn remember(store: Store, target: &Target<'_>, state: State) {
     SHORT.with(|m| {
         let mut m = m.borrow_mut();
-        if m.len() >= CAPACITY && !m.contains_key(id) {
+        let key = map_key(store, &target.namespace, target.key);
+        if m.len() >= CAPACITY && !m.contains_key(&key) {
             m.clear();
         }
-        let entry = Entry {
-            memory,
-            rate,
-            burst,
-            until,
-        };
-        m.insert(id.to_string(), entry);
+        m.insert(
+            key,
+            Entry {
+                policy: target.policy,
+                changed_at: target.changed_at,
+                state,
+            },
+        );
     });
 }
 
-/// Forgets `id` (after a reset in this backend).
-pub fn forget(id: &str) {
+/// Forgets a bucket in both stores (after a reset or refund in this backend).
+pub fn forget(namespace: &Namespace<'_>, key: &str) {
     SHORT.with(|m| {
-        m.borrow_mut().remove(id);
+        let mut m = m.borrow_mut();
+        m.remove(&map_key(Store::Table, namespace, key));
+        m.remove(&map_key(Store::Memory, namespace, key));
     });
 }
 
@@ -72,28 +113,94 @@ pub fn forget_all() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::Algorithm;
+
+    const S: i64 = 1_000_000;
+
+    fn target(key: &str, rate: i64) -> Target<'_> {
+        Target {
+            namespace: Namespace::Request,
+            key,
+            policy: Policy::new(Algorithm::TokenBucket, rate, S, 10).unwrap(),
+            changed_at: i64::MIN,
+        }
+    }
 
     #[test]
-    fn remembers_until_the_instant_and_only_for_the_same_limit() {
+    fn denies_from_the_remembered_state_with_exact_figures_until_it_would_grant() {
         forget_all();
-        remember(false, "a", 2, 120, 1_000);
-        assert!(is_short(false, "a", 2, 120, 999));
-        assert!(!is_short(false, "a", 2, 120, 1_000));
-        assert!(!is_short(false, "a", 3, 120, 999));
-        assert!(!is_short(false, "b", 2, 120, 999));
-        assert!(
-            !is_short(true, "a", 2, 120, 999),
-            "the other store's bucket is another bucket"
+        let t = target("a", 2);
+        // empty at 0: a token after 500 ms
+        remember(Store::Table, &t, State { level: 0, at: 0 });
+        let d = denial(Store::Table, &t, 100_000, 1).expect("still short");
+        assert_eq!(
+            (d.allowed, d.remaining, d.retry_after),
+            (false, 0, Some(400_000))
         );
-        forget("a");
-        assert!(!is_short(false, "a", 2, 120, 999));
+        assert_eq!(d.reset_after, 5 * S - 100_000);
+        assert!(
+            denial(Store::Memory, &t, 100_000, 1).is_none(),
+            "the other store's bucket"
+        );
+        assert!(denial(Store::Table, &target("b", 2), 100_000, 1).is_none());
+        assert!(
+            denial(Store::Table, &target("a", 3), 100_000, 1).is_none(),
+            "other numbers"
+        );
+        assert!(
+            denial(Store::Table, &t, 500_000, 1).is_none(),
+            "a token has refilled"
+        );
+        assert!(
+            denial(Store::Table, &t, 100_000, 1).is_none(),
+            "and the entry is gone"
+        );
+    }
+
+    #[test]
+    fn a_smaller_cost_or_a_clock_behind_the_entry_goes_to_the_store() {
+        forget_all();
+        let t = target("a", 2);
+        remember(
+            Store::Table,
+            &t,
+            State {
+                level: S,
+                at: 10 * S,
+            },
+        ); // one token
+        assert!(denial(Store::Table, &t, 10 * S, 2).is_some());
+        assert!(denial(Store::Table, &t, 10 * S, 1).is_none());
+        remember(
+            Store::Table,
+            &t,
+            State {
+                level: 0,
+                at: 10 * S,
+            },
+        );
+        assert!(
+            denial(Store::Table, &t, 9 * S, 1).is_none(),
+            "clock stepped back"
+        );
+        remember(
+            Store::Table,
+            &t,
+            State {
+                level: 0,
+                at: 10 * S,
+            },
+        );
+        forget(&t.namespace, t.key);
+        assert!(denial(Store::Table, &t, 10 * S, 1).is_none());
     }
 
     #[test]
     fn stays_bounded() {
         forget_all();
-        for i in 0..CAPACITY + 10 {
-            remember(false, &format!("k{i}"), 1, 1, i64::MAX);
+        let keys: Vec<String> = (0..CAPACITY + 10).map(|i| format!("k{i}")).collect();
+        for k in &keys {
+            remember(Store::Table, &target(k, 1), State { level: 0, at: 0 });
         }
         SHORT.with(|m| assert!(m.borrow().len() <= CAPACITY));
     }

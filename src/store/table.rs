@@ -1,70 +1,83 @@
-//! The table store: one row per id in `rate_limit.bucket_state`, durable, replicated and transactional.
+//! The table store: one row per bucket in `rate_limit.bucket_state`, keyed `(namespace, key)`, durable,
+//! replicated and transactional (a ROLLBACK refunds).
 //!
-//! Concurrency contract. Every statement below is an SPI plan prepared once per backend and kept
-//! (`SPI_keepplan`); all of them name their objects with their schema, and the SQL functions that run them
-//! are `SECURITY DEFINER` with `search_path = pg_catalog, pg_temp`, so a caller cannot redirect them.
+//! Every statement is an SPI plan prepared once per backend and kept. Each names every table, function and
+//! operator with its schema (`OPERATOR(pg_catalog.=)`, as PostgreSQL's RI triggers build their queries), so
+//! no caller's `search_path`, whoever prepared the plan first, can redirect it; the SQL functions that run
+//! them are `SECURITY DEFINER` without any `SET` clause. Every statement touches one row through the primary
+//! key: no plan depends on planner settings or on the table's size when it was prepared. Statements that
+//! may write are prepared as mutating (SPI runs them in a fresh snapshot) but run with `SpiClient::select`:
+//! pgrx's `update` would force a transaction id, so that every denied call would commit a WAL record.
 //!
-//! 0. A bucket this backend recently saw short is denied from memory, without any SQL (see `short.rs`).
-//! 1. `TAKE`: one conditional `UPDATE … WHERE id = $1 AND rate_limit.level_after_take(…) >= 0`. The
-//!    arithmetic runs inside the statement on the newest row version: in READ COMMITTED a concurrent update
-//!    is waited for and re-checked, so concurrent callers serialise on the row and no token is granted
-//!    twice; REPEATABLE READ and SERIALIZABLE raise 40001 instead, which the caller retries. A granted call
-//!    on an existing bucket is this one statement. A denied one matches no row: it locks and writes nothing.
-//! 2. If `TAKE` updated nothing, `READ` (a fresh snapshot) tells a short bucket (denied: remembered until the
-//!    instant a token can exist) from a missing one.
-//! 3. A missing row is created with `INSERT … ON CONFLICT (id) DO NOTHING`: two sessions creating the same
-//!    id never see a unique_violation; the loser updates no row (READ COMMITTED, and starts again at 1) or
-//!    gets 40001.
-//!
-//! In a read-only transaction, only `READ` runs: a denial needs no write, a grant raises 25006.
-//!
-//! Because the writes are ordinary row changes in the caller's transaction, a ROLLBACK refunds the token.
+//! Concurrency contract.
+//! - One bucket, cost > 0: one conditional `UPDATE … WHERE rate_limit.state_after_take(…) >= 0` (`TAKE`).
+//!   The arithmetic runs on the newest row version: READ COMMITTED waits for a concurrent update and
+//!   re-checks; REPEATABLE READ and SERIALIZABLE raise 40001. If it updates nothing, a fresh read tells a
+//!   denial (nothing written) from a missing row, which is inserted with `ON CONFLICT DO NOTHING` (two
+//!   creators never see a unique violation: the loser starts again).
+//! - Several buckets, all or nothing: fresh reads decide denials without writing anything. Otherwise each
+//!   bucket is taken with `TAKE`, one by one in one global `(namespace, key)` order (so two multi-limit calls
+//!   cannot deadlock); a row updated by `TAKE` stays locked until the transaction ends. If a bucket turns
+//!   out short after all (another session took its tokens between the read and `TAKE`), the buckets already
+//!   taken are given back exactly (their rows are locked by this call) and the call is denied.
+//! - Cost 0 (peek) reads in the caller's snapshot and writes nothing. In a read-only transaction only reads
+//!   run: denials and peeks work, a grant raises 25006.
+//! - A denied call writes nothing, with one exception: a row whose instant lies ahead of the clock (the clock
+//!   stepped back) is rebased on the clock, conditionally on nobody having changed it, so that refill resumes
+//!   from the step (see `crate::clock::effective_now`).
 
 use std::cell::Cell;
 
 use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
-use pgrx::pg_sys;
 use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::pg_sys::{self, PgOid};
 use pgrx::spi::{OwnedPreparedStatement, Spi, SpiClient, SpiError};
 use pgrx::PgSqlErrorCode;
 
-use crate::bucket::{Bucket, Limit, Take};
+use crate::algorithm::{Algorithm, Outcome, Policy, State};
 use crate::clock;
 use crate::error;
-use crate::store::short;
-use crate::store::spi_util::{oid, read_only, spi, timestamptz};
+use crate::store::target::{Namespace, Stored, Target};
 
-/// How often a call starts again (its row changed, vanished or appeared under it) before it gives up
-/// with 40001.
+/// How often a call starts again (its row changed, vanished or appeared under it) before it gives up with
+/// 40001.
 const MAX_ATTEMPTS: usize = 16;
 
-const READ: &str = "SELECT level, updated_at FROM rate_limit.bucket_state WHERE id = $1";
-const TAKE: &str = "UPDATE rate_limit.bucket_state \
-     SET level = rate_limit.level_after_take(level, updated_at, $2, $3, $4, $5), \
-         updated_at = greatest(updated_at, $4), refill_per_sec = $2, capacity = $3 \
-     WHERE id = $1 AND rate_limit.level_after_take(level, updated_at, $2, $3, $4, $5) >= 0 \
-     RETURNING level";
-const INSERT: &str =
-    "INSERT INTO rate_limit.bucket_state (id, level, updated_at, refill_per_sec, capacity) \
-     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (id) DO NOTHING";
-const DELETE: &str = "DELETE FROM rate_limit.bucket_state WHERE id = $1";
-const PURGE: &str = "DELETE FROM rate_limit.bucket_state s \
-     WHERE rate_limit.bucket_level_at(s.level, s.updated_at, s.refill_per_sec, s.capacity, $1) \
-           >= s.capacity * 1000000";
-const PURGE_POLICY_STATE: &str = "DELETE FROM rate_limit.policy_state s \
-     WHERE rate_limit.policy_state_is_full(s.level, s.updated_at, s.algorithm, s.rate, s.per_us, s.burst, $1)";
+const WHERE_BUCKET: &str =
+    "WHERE namespace OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2";
+const COLUMNS: &str = "level, updated_at, algorithm, rate, per_us, burst";
+const TAKE: &str = "UPDATE rate_limit.bucket_state SET \
+     level = rate_limit.state_after_take(level, updated_at, algorithm, rate, per_us, burst, \
+                                         $3, $4, $5, $6, $7, $8, $9), \
+     updated_at = rate_limit.effective_now($8, updated_at), \
+     algorithm = $3, rate = $4, per_us = $5, burst = $6 \
+     WHERE namespace OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2 \
+       AND rate_limit.state_after_take(level, updated_at, algorithm, rate, per_us, burst, \
+                                       $3, $4, $5, $6, $7, $8, $9) OPERATOR(pg_catalog.>=) 0 \
+     RETURNING level, updated_at";
+const INSERT: &str = "INSERT INTO rate_limit.bucket_state \
+     (namespace, key, level, updated_at, algorithm, rate, per_us, burst) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (namespace, key) DO NOTHING";
+const SET_STATE: &str = "UPDATE rate_limit.bucket_state SET \
+     level = $3, updated_at = $4, algorithm = $5, rate = $6, per_us = $7, burst = $8";
+const DELETE: &str = "DELETE FROM rate_limit.bucket_state";
+const PURGE: &str = "DELETE FROM rate_limit.bucket_state AS s \
+     WHERE rate_limit.state_is_full(s.level, s.updated_at, s.algorithm, s.rate, s.per_us, s.burst, $1)";
 
-/// The saved plans of this backend. The statements that may write are prepared as mutating (SPI runs them
-/// in a fresh snapshot, not read-only) but executed with `SpiClient::select`, never `update`: pgrx's
-/// `update` forces a transaction id to be assigned, which would make every denied call commit a WAL record.
-/// PostgreSQL assigns one itself when a row is really changed.
+/// The saved plans of this backend.
 struct Plans {
-    /// `READ` in the caller's snapshot (peek: it never writes).
+    /// Read one row in the caller's snapshot (peek).
     read: OwnedPreparedStatement,
-    /// `READ` in a fresh snapshot, after `TAKE` in the same call.
+    /// Read one row in a fresh snapshot.
     read_fresh: OwnedPreparedStatement,
+    /// Read and lock one row (refund).
+    lock: OwnedPreparedStatement,
     take: OwnedPreparedStatement,
     insert: OwnedPreparedStatement,
+    /// Write a row's state unconditionally (the row is locked by this call).
+    write: OwnedPreparedStatement,
+    /// Write a rebased state if the row still holds what was read.
+    rebase: OwnedPreparedStatement,
     delete: OwnedPreparedStatement,
 }
 
@@ -75,184 +88,387 @@ thread_local! {
 }
 
 fn prepare_plans(client: &SpiClient<'_>) -> Result<Plans, SpiError> {
-    let text = oid(pg_sys::TEXTOID);
-    let int8 = oid(pg_sys::INT8OID);
-    let int4 = oid(pg_sys::INT4OID);
-    let tstz = oid(pg_sys::TIMESTAMPTZOID);
+    let text = PgOid::from(pg_sys::TEXTOID);
+    let int8 = PgOid::from(pg_sys::INT8OID);
+    let tstz = PgOid::from(pg_sys::TIMESTAMPTZOID);
+    let key = [text, text];
+    let row = [text, text, int8, tstz, text, int8, int8, int8];
+    let read = format!("SELECT {COLUMNS} FROM rate_limit.bucket_state {WHERE_BUCKET}");
+    let rebase = format!(
+        "{SET_STATE} {WHERE_BUCKET} AND level OPERATOR(pg_catalog.=) $9 \
+         AND updated_at OPERATOR(pg_catalog.=) $10"
+    );
+    let mut rebase_types = row.to_vec();
+    rebase_types.extend([int8, tstz]);
     Ok(Plans {
-        read: client.prepare(READ, &[text])?.keep(),
-        read_fresh: client.prepare_mut(READ, &[text])?.keep(),
+        read: client.prepare(&read, &key)?.keep(),
+        read_fresh: client.prepare_mut(&read, &key)?.keep(),
+        lock: client
+            .prepare_mut(&format!("{read} FOR UPDATE"), &key)?
+            .keep(),
         take: client
-            .prepare_mut(TAKE, &[text, int4, int8, tstz, int8])?
+            .prepare_mut(
+                TAKE,
+                &[text, text, text, int8, int8, int8, tstz, tstz, int8],
+            )?
             .keep(),
-        insert: client
-            .prepare_mut(INSERT, &[text, int8, tstz, int4, int8])?
+        insert: client.prepare_mut(INSERT, &row)?.keep(),
+        write: client
+            .prepare_mut(&format!("{SET_STATE} {WHERE_BUCKET}"), &row)?
             .keep(),
-        delete: client.prepare_mut(DELETE, &[text])?.keep(),
+        rebase: client.prepare_mut(&rebase, &rebase_types)?.keep(),
+        delete: client
+            .prepare_mut(&format!("{DELETE} {WHERE_BUCKET}"), &key)?
+            .keep(),
     })
 }
 
-fn plans(client: &SpiClient<'_>) -> Result<&'static Plans, SpiError> {
+fn plans(function: &'static str, client: &SpiClient<'_>) -> Result<&'static Plans, ErrorReport> {
     if let Some(plans) = PLANS.with(Cell::get) {
         return Ok(plans);
     }
     // Leaked on purpose: one small struct per backend, alive as long as the backend.
-    let plans: &'static Plans = Box::leak(Box::new(prepare_plans(client)?));
+    let plans: &'static Plans = Box::leak(Box::new(spi(function, prepare_plans(client))?));
     PLANS.with(|cell| cell.set(Some(plans)));
     Ok(plans)
 }
 
-/// What one SQL call asks of the store.
-pub struct Request<'a> {
-    /// The SQL function, for error reports.
-    pub function: &'static str,
-    /// The bucket's key.
-    pub id: &'a str,
-    /// The limit of this call.
-    pub limit: Limit,
-    /// Tokens to take.
-    pub cost: i64,
+/// An SPI failure as XX000 (only a bug or a damaged installation can cause one).
+fn spi<T>(function: &'static str, r: Result<T, SpiError>) -> Result<T, ErrorReport> {
+    r.map_err(|e| error::internal(function, e))
 }
 
-impl Request<'_> {
-    fn refill_per_sec(&self) -> Result<i32, ErrorReport> {
-        // The refill rate of a per-second limit is at most i32::MAX: api.rs builds limits from int arguments.
-        i32::try_from(self.limit.rate())
-            .map_err(|_| error::corrupt_row(self.function, "refill_per_sec does not fit in int"))
-    }
+/// Microseconds on the server clock as a `timestamptz` argument.
+fn timestamptz(function: &'static str, us: i64) -> Result<TimestampWithTimeZone, ErrorReport> {
+    TimestampWithTimeZone::try_from(us)
+        .map_err(|_| error::corrupt_row(function, "updated_at is out of range"))
 }
 
-/// Reads a bucket's row with a `READ` plan: `plans.read` runs in the caller's snapshot, `plans.read_fresh`
-/// (prepared as mutating) in a fresh one.
-fn load(
+/// Whether the current transaction is read-only (the table store can then only read).
+fn read_only() -> bool {
+    // SAFETY: XactReadOnly is a plain global of the backend, read on the backend's only thread.
+    unsafe { pg_sys::XactReadOnly }
+}
+
+/// The row arguments `namespace, key, level, updated_at, algorithm, rate, per_us, burst`.
+fn row_args(
+    function: &'static str,
+    target: &Target<'_>,
+    state: State,
+) -> Result<[DatumWithOid<'static>; 8], ErrorReport> {
+    let p = &target.policy;
+    Ok([
+        target.namespace.stored_name().to_string().into(),
+        target.key.to_string().into(),
+        state.level.into(),
+        timestamptz(function, state.at)?.into(),
+        p.algorithm().name().into(),
+        p.rate().into(),
+        p.period_us().into(),
+        p.burst().into(),
+    ])
+}
+
+/// Reads the row of `target` with a read plan (`read`, `read_fresh` or `lock`).
+fn read(
     client: &SpiClient<'_>,
     plan: &OwnedPreparedStatement,
-    id: &str,
     function: &'static str,
-) -> Result<Option<Bucket>, ErrorReport> {
-    let args: [DatumWithOid<'_>; 1] = [id.into()];
+    target: &Target<'_>,
+) -> Result<Option<Stored>, ErrorReport> {
+    let args: [DatumWithOid<'_>; 2] = [target.namespace.stored_name().into(), target.key.into()];
     let table = spi(function, client.select(plan, Some(1), &args))?;
-    if table.is_empty() {
+    let Some(row) = table.into_iter().next() else {
         return Ok(None);
-    }
-    let (level, updated_at) = spi(
-        function,
-        table.first().get_two::<i64, TimestampWithTimeZone>(),
-    )?;
-    match (level, updated_at) {
-        (Some(level), Some(updated_at)) => Ok(Some(Bucket {
+    };
+    let corrupt = || error::corrupt_row(function, "rate_limit.bucket_state has an invalid row");
+    let level: Option<i64> = spi(function, row.get(1))?;
+    let at: Option<TimestampWithTimeZone> = spi(function, row.get(2))?;
+    let algorithm: Option<String> = spi(function, row.get(3))?;
+    let rate: Option<i64> = spi(function, row.get(4))?;
+    let per: Option<i64> = spi(function, row.get(5))?;
+    let burst: Option<i64> = spi(function, row.get(6))?;
+    let (Some(level), Some(at), Some(algorithm), Some(rate), Some(per), Some(burst)) =
+        (level, at, algorithm, rate, per, burst)
+    else {
+        return Err(corrupt());
+    };
+    let algorithm = Algorithm::parse(&algorithm).ok_or_else(corrupt)?;
+    let policy = Policy::new(algorithm, rate, per, burst).map_err(|_| corrupt())?;
+    Ok(Some(Stored {
+        state: State {
             level,
-            updated_at: updated_at.into_inner(),
-        })),
-        _ => Err(error::corrupt_row(function, "level or updated_at is NULL")),
-    }
+            at: at.into_inner(),
+        },
+        policy,
+    }))
 }
 
-/// Takes `cost` tokens from the bucket of `id`: `Some(remaining)` when granted, `None` when denied.
-pub fn take(request: &Request<'_>) -> Result<Option<i64>, ErrorReport> {
-    let function = request.function;
-    let (id, limit, cost) = (request.id, &request.limit, request.cost);
-    // 0. known short: deny without SQL
-    if short::is_short(false, id, limit.rate(), limit.burst(), clock::now_us()) {
-        return Ok(None);
+/// Writes `state` as the row of `target` with the `write` plan (the row is locked by this call).
+fn write(
+    client: &SpiClient<'_>,
+    plans: &Plans,
+    function: &'static str,
+    target: &Target<'_>,
+    state: State,
+) -> Result<(), ErrorReport> {
+    let args = row_args(function, target, state)?;
+    spi(function, client.select(&plans.write, None, &args))?;
+    Ok(())
+}
+
+/// After a denial: if the stored row's instant lies ahead of `now` (the clock stepped back), rebases it on
+/// `now` (`outcome.state`, which grants nothing), unless another session changed the row meanwhile.
+fn rebase_if_behind(
+    client: &SpiClient<'_>,
+    plans: &Plans,
+    function: &'static str,
+    target: &Target<'_>,
+    stored: Option<Stored>,
+    outcome: &Outcome,
+    now: i64,
+) -> Result<(), ErrorReport> {
+    let Some(stored) = stored.filter(|s| now < s.state.at) else {
+        return Ok(());
+    };
+    if read_only() {
+        return Ok(()); // nothing can be written; the next read-write call rebases
     }
-    let read_only = read_only();
-    let refill = request.refill_per_sec()?;
+    let [a, b, c, d, e, f, g, h] = row_args(function, target, outcome.state)?;
+    let args = [
+        a,
+        b,
+        c,
+        d,
+        e,
+        f,
+        g,
+        h,
+        stored.state.level.into(),
+        timestamptz(function, stored.state.at)?.into(),
+    ];
+    spi(function, client.select(&plans.rebase, None, &args))?;
+    Ok(())
+}
+
+fn gave_up(function: &'static str) -> ErrorReport {
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+        "could not take tokens: the buckets kept changing under this call",
+        function,
+    )
+    .set_hint("Retry the call.")
+}
+
+/// Asks every target for `cost` tokens, all or nothing; returns each target's outcome (all allowed, or with
+/// at least one denial and nothing taken).
+pub fn take(
+    function: &'static str,
+    targets: &[Target<'_>],
+    cost: i64,
+) -> Result<Vec<Outcome>, ErrorReport> {
     Spi::connect_mut(|client| {
-        let plans = spi(function, plans(client))?;
-        for _ in 0..MAX_ATTEMPTS {
-            let now = clock::now_us();
-            if !read_only {
-                // 1. one conditional UPDATE: granted if it returns the new level
-                let args: [DatumWithOid<'_>; 5] = [
-                    id.into(),
-                    refill.into(),
-                    limit.burst().into(),
-                    timestamptz(now, function)?.into(),
-                    cost.into(),
-                ];
-                let table = spi(function, client.select(&plans.take, None, &args))?;
-                if !table.is_empty() {
-                    let level = spi(function, table.first().get_one::<i64>())?
-                        .ok_or_else(|| error::corrupt_row(function, "level is NULL"))?;
-                    return Ok(Some(level / limit.ticks_per_token()));
-                }
-            }
-            // 2. nothing updated: short, or missing?
-            let plan = if read_only {
+        let plans = plans(function, client)?;
+        if cost == 0 || read_only() {
+            let plan = if cost == 0 {
                 &plans.read
             } else {
                 &plans.read_fresh
             };
-            let stored = load(client, plan, id, function)?;
+            let mut stored = Vec::with_capacity(targets.len());
+            for t in targets {
+                stored.push(read(client, plan, function, t)?);
+            }
             let now = clock::now_us();
-            let current = stored.unwrap_or_else(|| Bucket::full(limit, now));
-            let (next, remaining) = match current.take(limit, now, cost) {
-                Take::Denied { .. } => {
-                    if let Some(until) = current.available_at(limit, now, cost) {
-                        short::remember(false, id, limit.rate(), limit.burst(), until);
-                    }
-                    return Ok(None);
-                }
-                Take::Granted { bucket, remaining } => (bucket, remaining),
-            };
-            if read_only {
+            let outcomes: Vec<Outcome> = targets
+                .iter()
+                .zip(stored)
+                .map(|(t, s)| t.evaluate(s, now, cost))
+                .collect();
+            if cost > 0 && outcomes.iter().all(|o| o.allowed) {
                 return Err(error::read_only(function));
             }
-            if stored.is_some() {
-                continue; // a token arrived since TAKE looked: take it with TAKE
-            }
-            // 3. create the row; a concurrent creator makes this a no-op and we start again
-            let args: [DatumWithOid<'_>; 5] = [
-                id.into(),
-                next.level.into(),
-                timestamptz(next.updated_at, function)?.into(),
-                refill.into(),
-                limit.burst().into(),
-            ];
-            if spi(function, client.select(&plans.insert, None, &args))?.len() == 1 {
-                return Ok(Some(remaining));
+            return Ok(outcomes);
+        }
+        if let [target] = targets {
+            return take_one(client, plans, function, target, cost).map(|o| vec![o]);
+        }
+        take_many(client, plans, function, targets, cost)
+    })
+}
+
+/// Takes from one bucket: `Ok(outcome)`; the outcome is denied when it is short (nothing taken).
+fn take_one(
+    client: &SpiClient<'_>,
+    plans: &Plans,
+    function: &'static str,
+    target: &Target<'_>,
+    cost: i64,
+) -> Result<Outcome, ErrorReport> {
+    let p = &target.policy;
+    for _ in 0..MAX_ATTEMPTS {
+        // 1. one conditional UPDATE: granted if it returns the new state
+        let now = clock::now_us();
+        let args: [DatumWithOid<'_>; 9] = [
+            target.namespace.stored_name().into(),
+            target.key.into(),
+            p.algorithm().name().into(),
+            p.rate().into(),
+            p.period_us().into(),
+            p.burst().into(),
+            timestamptz(function, target.changed_at.max(0))?.into(),
+            timestamptz(function, now)?.into(),
+            cost.into(),
+        ];
+        let table = spi(function, client.select(&plans.take, None, &args))?;
+        if let Some(row) = table.into_iter().next() {
+            let level: Option<i64> = spi(function, row.get(1))?;
+            let at: Option<TimestampWithTimeZone> = spi(function, row.get(2))?;
+            let (Some(level), Some(at)) = (level, at) else {
+                return Err(error::corrupt_row(function, "level is NULL"));
+            };
+            let state = State {
+                level,
+                at: at.into_inner(),
+            };
+            let mut outcome = p.take(state, state.at, 0);
+            outcome.state = state;
+            return Ok(outcome);
+        }
+        // 2. nothing updated: short, or missing?
+        let stored = read(client, &plans.read_fresh, function, target)?;
+        let now = clock::now_us();
+        let outcome = target.evaluate(stored, now, cost);
+        if !outcome.allowed {
+            rebase_if_behind(client, plans, function, target, stored, &outcome, now)?;
+            return Ok(outcome);
+        }
+        if stored.is_some() {
+            continue; // tokens arrived since TAKE looked: take them with TAKE
+        }
+        // 3. create the row; a concurrent creator makes this a no-op and we start again
+        let args = row_args(function, target, outcome.state)?;
+        if spi(function, client.select(&plans.insert, None, &args))?.len() == 1 {
+            return Ok(outcome);
+        }
+    }
+    Err(gave_up(function))
+}
+
+fn take_many(
+    client: &SpiClient<'_>,
+    plans: &Plans,
+    function: &'static str,
+    targets: &[Target<'_>],
+    cost: i64,
+) -> Result<Vec<Outcome>, ErrorReport> {
+    // 1. decide denials from fresh reads, writing nothing
+    let mut stored = Vec::with_capacity(targets.len());
+    for t in targets {
+        stored.push(read(client, &plans.read_fresh, function, t)?);
+    }
+    let now = clock::now_us();
+    let mut outcomes: Vec<Outcome> = targets
+        .iter()
+        .zip(&stored)
+        .map(|(t, s)| t.evaluate(*s, now, cost))
+        .collect();
+    if !outcomes.iter().all(|o| o.allowed) {
+        for ((t, s), o) in targets.iter().zip(&stored).zip(&outcomes) {
+            if !o.allowed {
+                rebase_if_behind(client, plans, function, t, *s, o, now)?;
             }
         }
-        Err(ErrorReport::new(
-            PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
-            "could not take a token: the bucket kept changing under this call",
-            function,
-        )
-        .set_hint("Retry the call."))
-    })
+        return Ok(outcomes);
+    }
+    // 2. take bucket by bucket in the global (namespace, key) order
+    let mut order: Vec<usize> = (0..targets.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (ta, tb) = (&targets[a], &targets[b]);
+        (ta.namespace.stored_name().as_bytes(), ta.key.as_bytes())
+            .cmp(&(tb.namespace.stored_name().as_bytes(), tb.key.as_bytes()))
+    });
+    let mut taken: Vec<usize> = Vec::with_capacity(targets.len());
+    for &i in &order {
+        let outcome = take_one(client, plans, function, &targets[i], cost)?;
+        outcomes[i] = outcome;
+        if !outcome.allowed {
+            // 3. short after all: give back what this call took (rows locked by it), exactly
+            for &j in &taken {
+                let after = outcomes[j].state;
+                let before = targets[j].policy.refund(after, after.at, cost);
+                write(client, plans, function, &targets[j], before)?;
+            }
+            return Ok(outcomes);
+        }
+        taken.push(i);
+    }
+    Ok(outcomes)
 }
 
-/// The level (millionths of a token) of the bucket of `id` now, without taking any and without writing.
-pub fn level_now(function: &'static str, id: &str, limit: &Limit) -> Result<i64, ErrorReport> {
+/// Puts up to `tokens` back into the bucket (capped at its capacity); returns the bucket afterwards.
+pub fn refund(
+    function: &'static str,
+    target: &Target<'_>,
+    tokens: i64,
+) -> Result<Outcome, ErrorReport> {
+    if read_only() {
+        return Err(error::read_only(function));
+    }
     Spi::connect_mut(|client| {
-        let plans = spi(function, plans(client))?;
-        let stored = load(client, &plans.read, id, function)?;
+        let plans = plans(function, client)?;
+        let stored = read(client, &plans.lock, function, target)?;
         let now = clock::now_us();
-        Ok(stored
-            .map(|b| b.level_at(limit, now))
-            .unwrap_or_else(|| limit.full_level()))
+        let Some(stored) = stored else {
+            return Ok(target.evaluate(None, now, 0)); // no row: full, nothing to put back
+        };
+        let state = target
+            .policy
+            .refund(target.current(Some(stored), now), now, tokens);
+        write(client, plans, function, target, state)?;
+        Ok(target.policy.take(state, now, 0))
     })
 }
 
-/// Deletes the bucket of `id` (it is full again); true if there was one.
-pub fn reset(function: &'static str, id: &str) -> Result<bool, ErrorReport> {
-    short::forget(id);
+/// Deletes the bucket (it is full again); true if there was one.
+pub fn reset(
+    function: &'static str,
+    namespace: &Namespace<'_>,
+    key: &str,
+) -> Result<bool, ErrorReport> {
     Spi::connect_mut(|client| {
-        let plans = spi(function, plans(client))?;
-        let args: [DatumWithOid<'_>; 1] = [id.into()];
+        let plans = plans(function, client)?;
+        let args: [DatumWithOid<'_>; 2] = [namespace.stored_name().into(), key.into()];
         Ok(!spi(function, client.select(&plans.delete, None, &args))?.is_empty())
     })
 }
 
-/// Deletes every bucket (of `rate_limiting_request`, policies and ad-hoc limits) that is full now,
-/// losslessly (a missing bucket is a full one); returns how many.
+/// Deletes every bucket that is full now, losslessly (a missing bucket is a full one); returns how many.
 pub fn purge(function: &'static str) -> Result<i64, ErrorReport> {
-    let now = timestamptz(clock::now_us(), function)?;
+    let now = timestamptz(function, clock::now_us())?;
     Spi::connect_mut(|client| {
         let args: [DatumWithOid<'_>; 1] = [now.into()];
-        let deleted = spi(function, client.update(PURGE, None, &args))?.len()
-            + spi(function, client.update(PURGE_POLICY_STATE, None, &args))?.len();
+        let deleted = spi(function, client.update(PURGE, None, &args))?.len();
         Ok(i64::try_from(deleted).unwrap_or(i64::MAX))
     })
+}
+
+/// The level after taking `cost` at `now` from a stored row, converted to the current numbers (in effect
+/// since `changed_at`), or -1 when denied: the arithmetic inside `TAKE`. `now` is the call's clock reading,
+/// evaluated as [`clock::effective_now`] says.
+pub fn state_after_take(
+    stored: Stored,
+    current: Policy,
+    changed_at: i64,
+    now: i64,
+    cost: i64,
+) -> i64 {
+    let now = clock::effective_now(now, stored.state.at);
+    let state = current.carry_over(stored.state, &stored.policy, changed_at, now);
+    let outcome = current.take(state, now, cost);
+    if outcome.allowed {
+        outcome.state.level
+    } else {
+        -1
+    }
 }

@@ -96,7 +96,7 @@ fn distinct_keys_from_many_connections_get_exact_totals() {
     let mut client = db.connect();
     let listed: i64 = client
         .query_one(
-            "SELECT count(*) FROM rate_limit.buckets WHERE store = 'memory' AND id LIKE 'key%'",
+            "SELECT count(*) FROM rate_limit.buckets WHERE store = 'memory' AND key LIKE 'key%'",
             &[],
         )
         .expect("count")
@@ -118,7 +118,7 @@ fn memory_buckets_are_per_database() {
     );
     let listed: i64 = b
         .query_one(
-            "SELECT count(*) FROM rate_limit.buckets WHERE id = $1",
+            "SELECT count(*) FROM rate_limit.buckets WHERE key = $1",
             &[&id],
         )
         .unwrap()

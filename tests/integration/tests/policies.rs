@@ -48,7 +48,7 @@ fn multi_limit_is_all_or_nothing(store: &str) {
                         client.query_one("SELECT allowed FROM rate_limit.take('b', 'k')", &[])
                     } else {
                         client.query_one(
-                            "SELECT allowed FROM rate_limit.take(ARRAY['a', 'b', 'c'], 'k')",
+                            "SELECT allowed FROM rate_limit.take_many(ARRAY['a', 'b', 'c'], ARRAY['k'])",
                             &[],
                         )
                     }
@@ -106,9 +106,9 @@ fn opposite_orders_never_deadlock() {
             thread::spawn(move || {
                 for _ in 0..CALLS {
                     let sql = if t % 2 == 0 {
-                        "SELECT allowed FROM rate_limit.take(ARRAY['user', 'org'], ARRAY['u', 'o'])"
+                        "SELECT allowed FROM rate_limit.take_many(ARRAY['user', 'org'], ARRAY['u', 'o'])"
                     } else {
-                        "SELECT allowed FROM rate_limit.take(ARRAY['org', 'user'], ARRAY['o', 'u'])"
+                        "SELECT allowed FROM rate_limit.take_many(ARRAY['org', 'user'], ARRAY['o', 'u'])"
                     };
                     let allowed: bool = client.query_one(sql, &[]).expect("take").get(0);
                     assert!(allowed);

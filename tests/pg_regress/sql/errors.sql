@@ -7,9 +7,9 @@ SELECT rate_limiting_request('k', NULL);
 \echo :LAST_ERROR_SQLSTATE
 SELECT rate_limiting_request('k', 1, NULL);
 \echo :LAST_ERROR_SQLSTATE
-SELECT rate_limit.peek(NULL);
+SELECT rate_limit.peek_request(NULL);
 \echo :LAST_ERROR_SQLSTATE
-SELECT rate_limit.reset(NULL);
+SELECT rate_limit.reset_request(NULL);
 \echo :LAST_ERROR_SQLSTATE
 
 -- 22023 invalid_parameter_value: refill_per_sec and window_seconds must be at least 1
@@ -25,4 +25,4 @@ SELECT rate_limiting_request('k', 100000, 100000);
 -- 22023: ids longer than 2048 bytes are refused (1 KB ids work)
 SELECT rate_limiting_request(repeat('x', 2049));
 \echo :LAST_ERROR_SQLSTATE
-SELECT rate_limit.peek(repeat('x', 1024)) AS one_kb_id_works;
+SELECT rate_limit.peek_request(repeat('x', 1024)) AS one_kb_id_works;

@@ -15,10 +15,10 @@ SELECT rate_limiting_request('mem_ro', 1, 10) AS remaining;
 ROLLBACK;
 
 -- peek, the view (which says where each bucket lives) and reset act on the memory store too
-SELECT rate_limit.peek('mem_tx', 1, 10) AS tokens;
-SELECT id, tokens BETWEEN 8 AND 8.5 AS about_8, capacity, refill_per_sec, store
-FROM rate_limit.buckets WHERE id = 'mem_tx';
-SELECT rate_limit.reset('mem_tx') AS existed;
+SELECT rate_limit.peek_request('mem_tx', 1, 10) AS tokens;
+SELECT kind, key, tokens BETWEEN 8 AND 8.5 AS about_8, "limit", rate, store
+FROM rate_limit.buckets WHERE key = 'mem_tx';
+SELECT rate_limit.reset_request('mem_tx') AS existed;
 
 -- Size of the table in shared memory (max_buckets is set at server start)
 SELECT slot_bytes, bytes_per_bucket <= 128 AS at_most_128_bytes_per_bucket

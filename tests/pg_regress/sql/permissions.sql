@@ -6,10 +6,10 @@ CREATE SCHEMA rl_app_schema AUTHORIZATION rl_app;
 SELECT rate_limiting_request('victim', 1, 10) FROM generate_series(1, 10);   -- drained by the owner
 SET ROLE rl_app;
 
-SELECT rate_limiting_request('app', 1, 10) AS allowed, rate_limit.peek('app', 1, 10) AS peek_allowed;
+SELECT rate_limiting_request('app', 1, 10) AS allowed, rate_limit.peek_request('app', 1, 10) AS peek_allowed;
 
 SAVEPOINT s;
-SELECT rate_limit.reset('victim');
+SELECT rate_limit.reset_request('victim');
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK TO SAVEPOINT s;
 SELECT rate_limit.purge();
@@ -18,14 +18,14 @@ ROLLBACK TO SAVEPOINT s;
 SELECT count(*) FROM rate_limit.buckets;
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK TO SAVEPOINT s;
-UPDATE rate_limit.bucket_state SET level = 10000000 WHERE id = 'victim';
+UPDATE rate_limit.bucket_state SET level = 10000000 WHERE key = 'victim';
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK TO SAVEPOINT s;
 
 -- search_path hijack attempt: look-alike table, function and an "=" that matches everything, in the
 -- role's own schema, searched before pg_catalog
-CREATE TABLE rl_app_schema.bucket_state (id text, level bigint, updated_at timestamptz,
-                                         refill_per_sec int, capacity bigint);
+CREATE TABLE rl_app_schema.bucket_state (namespace text, key text, level bigint, updated_at timestamptz,
+                                         algorithm text, rate bigint, per_us bigint, burst bigint);
 CREATE FUNCTION rl_app_schema.always(text, text) RETURNS boolean LANGUAGE sql AS 'SELECT true';
 CREATE OPERATOR rl_app_schema.= (LEFTARG = text, RIGHTARG = text, FUNCTION = rl_app_schema.always);
 CREATE FUNCTION rl_app_schema.clock_timestamp() RETURNS timestamptz LANGUAGE sql
@@ -38,8 +38,8 @@ RESET search_path;
 
 -- the owner may delegate management
 RESET ROLE;
-GRANT EXECUTE ON FUNCTION rate_limit.reset(text) TO rl_app;
+GRANT EXECUTE ON FUNCTION rate_limit.reset_request(text) TO rl_app;
 SET ROLE rl_app;
-SELECT rate_limit.reset('victim') AS reset_by_grantee;
+SELECT rate_limit.reset_request('victim') AS reset_by_grantee;
 RESET ROLE;
 ROLLBACK;

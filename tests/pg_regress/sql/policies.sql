@@ -22,7 +22,9 @@ SELECT allowed, remaining, retry_after FROM rate_limit.take('api', 'bob', 6);
 SELECT allowed, remaining FROM rate_limit.take('api', 'bob', 0);
 SELECT allowed, remaining, reset_after FROM rate_limit.peek('api', 'bob');
 
--- fixed_window: rate tokens per aligned window, all restored at each boundary
+-- fixed_window: rate tokens per aligned window, all restored at each boundary. (Windows are aligned on
+-- the clock; so that the four calls below cannot straddle an hour boundary, wait first if one is near.)
+SELECT pg_sleep(CASE WHEN 3600 - extract(epoch FROM clock_timestamp())::numeric % 3600 < 10 THEN 11 ELSE 0 END);
 SELECT allowed, remaining, reset_after <= interval '1 hour' AS resets_within_the_hour
 FROM rate_limit.take('hourly', 'carol');
 SELECT allowed, remaining FROM rate_limit.take('hourly', 'carol');
@@ -35,16 +37,18 @@ SELECT allowed, remaining FROM rate_limit.take('recent', 'dave', 3);
 SELECT allowed, remaining FROM rate_limit.take('recent', 'dave');
 SELECT allowed, remaining, retry_after > interval '0' AS must_wait FROM rate_limit.take('recent', 'dave');
 
--- An ad-hoc limit without a policy: take(key, rate, per, burst, cost); its decision names no policy
-SELECT allowed, remaining, "limit", policy FROM rate_limit.take('erin', 100, '1 hour', 20, 5);
+-- An ad-hoc limit without a policy: take_ad_hoc(key, rate, per, burst, cost); its decision names no policy
+SELECT allowed, remaining, "limit", policy FROM rate_limit.take_ad_hoc('erin', 100, '1 hour', 20, 5);
 
 -- Several limits at once, all or nothing: every policy grants, or nothing is taken anywhere.
+-- take_many(policies, keys, cost): keys holds one key for every policy, or one key per policy.
 -- The decision names the policy that denied (the one with the longest wait).
-SELECT allowed, remaining, policy FROM rate_limit.take(ARRAY['api', 'hourly'], 'frank', 3);
-SELECT allowed, remaining, policy FROM rate_limit.take(ARRAY['api', 'hourly'], 'frank', 1);
-SELECT policy, key, floor(tokens) AS tokens FROM rate_limit.policy_buckets WHERE key = 'frank' ORDER BY policy;
+SELECT allowed, remaining, policy FROM rate_limit.take_many(ARRAY['api', 'hourly'], ARRAY['frank'], 3);
+SELECT allowed, remaining, policy FROM rate_limit.take_many(ARRAY['api', 'hourly'], ARRAY['frank'], 1);
+SELECT policy, key, floor(tokens) AS tokens FROM rate_limit.buckets WHERE key = 'frank' ORDER BY policy;
 -- per user and per organisation in one call: keys[i] goes with policies[i]
-SELECT allowed, remaining, policy FROM rate_limit.take(ARRAY['api', 'hourly'], ARRAY['grace', 'org-1'], 1);
+SELECT allowed, remaining, policy
+FROM rate_limit.take_many(ARRAY['api', 'hourly'], ARRAY['grace', 'org-1'], 1);
 
 -- HTTP response fields (IETF RateLimit draft): RateLimit, RateLimit-Policy and, when denied, Retry-After
 SELECT rate_limit.headers(d) FROM rate_limit.take('api', 'heidi') AS d;
@@ -83,4 +87,4 @@ SELECT remaining FROM rate_limit.peek('api', 'kim');
 
 -- Dropping a policy deletes its buckets
 SELECT rate_limit.drop_policy('recent') AS dropped;
-SELECT count(*) FROM rate_limit.policy_buckets WHERE policy = 'recent';
+SELECT count(*) FROM rate_limit.buckets WHERE policy = 'recent';

@@ -8,9 +8,9 @@ SELECT * FROM rate_limit.take('err', NULL);
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM rate_limit.take('err', 'k', NULL::int);
 \echo :LAST_ERROR_SQLSTATE
-SELECT * FROM rate_limit.take('k', NULL::bigint, '1 second');
+SELECT * FROM rate_limit.take_ad_hoc('k', NULL, '1 second');
 \echo :LAST_ERROR_SQLSTATE
-SELECT * FROM rate_limit.take(ARRAY['err', NULL], 'k');
+SELECT * FROM rate_limit.take_many(ARRAY['err', NULL], ARRAY['k']);
 \echo :LAST_ERROR_SQLSTATE
 SELECT rate_limit.create_policy('x', 1, NULL);
 \echo :LAST_ERROR_SQLSTATE
@@ -42,13 +42,13 @@ SELECT rate_limit.create_policy('x', 5, '1 minute', store => 'redis');
 \echo :LAST_ERROR_SQLSTATE
 SELECT rate_limit.create_policy('x', 9223372036854775807, '1 day', 9223372036854775807);
 \echo :LAST_ERROR_SQLSTATE
-SELECT * FROM rate_limit.take(ARRAY[]::text[], 'k');
+SELECT * FROM rate_limit.take_many(ARRAY[]::text[], ARRAY['k']);
 \echo :LAST_ERROR_SQLSTATE
-SELECT * FROM rate_limit.take(ARRAY['err', 'err'], 'k');
+SELECT * FROM rate_limit.take_many(ARRAY['err', 'err'], ARRAY['k']);
 \echo :LAST_ERROR_SQLSTATE
-SELECT * FROM rate_limit.take(ARRAY['err'], ARRAY['a', 'b']);
+SELECT * FROM rate_limit.take_many(ARRAY['err'], ARRAY['a', 'b']);
 \echo :LAST_ERROR_SQLSTATE
-SELECT * FROM rate_limit.take(repeat('k', 2049), 1, '1 second');
+SELECT * FROM rate_limit.take_ad_hoc(repeat('k', 2049), 1, '1 second');
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM rate_limit.refund('err', 'k', -1);
 \echo :LAST_ERROR_SQLSTATE
@@ -57,7 +57,7 @@ SELECT * FROM rate_limit.wait('err', 'k', 1, '-1 second');
 
 -- 0A000: the policies of one call must share a store
 SELECT rate_limit.create_policy('err_mem', 5, '1 second', store => 'memory');
-SELECT * FROM rate_limit.take(ARRAY['err', 'err_mem'], 'k');
+SELECT * FROM rate_limit.take_many(ARRAY['err', 'err_mem'], ARRAY['k']);
 \echo :LAST_ERROR_SQLSTATE
 -- 25006: the table store cannot record a grant in a read-only transaction (denials and peeks work)
 BEGIN READ ONLY;
@@ -87,7 +87,7 @@ SELECT rate_limit.reset('err', 'from_caller');
 \echo :LAST_ERROR_SQLSTATE
 UPDATE rate_limit.policies SET rate = 1000;
 \echo :LAST_ERROR_SQLSTATE
-SELECT count(*) FROM rate_limit.policy_state;
+SELECT count(*) FROM rate_limit.bucket_state;
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 DROP ROLE rate_limit_policy_caller;

@@ -9,7 +9,7 @@ SELECT pg_sleep(4);
 SELECT rate_limiting_request('seed', 1, 10) AS remaining;
 
 -- Partial refill is never lost: 0.1 s later the bucket holds 3.1 tokens, not 3 rounded down forever.
-SELECT tokens BETWEEN 3.0 AND 3.5 AS about_three_tokens FROM rate_limit.buckets WHERE id = 'seed';
+SELECT tokens BETWEEN 3.0 AND 3.5 AS about_three_tokens FROM rate_limit.buckets WHERE key = 'seed';
 ROLLBACK;
 
 -- Defaults: 2 tokens per second, a 60-second window, so a first call leaves 119.

@@ -18,4 +18,4 @@ BEGIN READ ONLY;
 SELECT rate_limiting_request('never_seen', 1, 1);
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
-SELECT rate_limit.reset('ro') AS cleaned_up;
+SELECT rate_limit.reset_request('ro') AS cleaned_up;

@@ -1,39 +1,21 @@
-//! The SQL calls of the full limiter API: `take` (named policy, ad-hoc, several policies), `peek`, `wait`,
-//! `refund`, `reset` of a policy's bucket, and `headers` for HTTP responses.
-
-use std::rc::Rc;
+//! The limiter API over named policies and ad-hoc limits: `take`, `take_many`, `take_ad_hoc`, `peek`,
+//! `wait`, `refund`, `reset`, `reset_ad_hoc`, and `headers` for HTTP responses. Each name has one
+//! signature, so drivers that send parameters untyped can call every one of them.
 
 use pgrx::datum::{Interval, JsonB};
 use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
-use crate::algorithm::{Algorithm, Outcome};
+use super::{decide, key_arg, policy_arg, policy_target, store_of, to_row};
+use crate::algorithm::Algorithm;
 use crate::clock;
-use crate::decision::{self, Decision};
-use crate::error::{self, MAX_ID_BYTES};
-use crate::gucs::{self, Store};
-use crate::policies::{self, Named};
-use crate::policy_api::build_policy;
-use crate::store::target::{Target, MAX_TARGETS};
-use crate::store::{memory, policy_table};
+use crate::decision::Decision;
+use crate::error;
+use crate::policies;
+use crate::store::{self, target::Namespace, target::Target, target::MAX_TARGETS};
 
-/// The SQL type every call returns.
-pub type DecisionRow = PgHeapTuple<'static, AllocatedByRust>;
-
-fn key_arg<'a>(function: &'static str, key: Option<&'a str>) -> Result<&'a str, ErrorReport> {
-    let key = key.ok_or_else(|| {
-        error::null_argument(
-            function,
-            "key",
-            "Pass the key to limit, such as a user id, an API key or an IP address.",
-        )
-    })?;
-    if key.len() > MAX_ID_BYTES {
-        return Err(error::key_too_long(function, "key", key.len()));
-    }
-    Ok(key)
-}
+use super::policies::build_policy;
 
 fn cost_arg(function: &'static str, cost: Option<i32>) -> Result<i64, ErrorReport> {
     let cost = cost.ok_or_else(|| {
@@ -55,57 +37,7 @@ fn cost_arg(function: &'static str, cost: Option<i32>) -> Result<i64, ErrorRepor
     Ok(cost.into())
 }
 
-fn policy_arg(function: &'static str, name: Option<&str>) -> Result<Rc<Named>, ErrorReport> {
-    let name = name.ok_or_else(|| {
-        error::null_argument(
-            function,
-            "policy",
-            "Pass the name of a policy from rate_limit.policies.",
-        )
-    })?;
-    policies::get(function, name)
-}
-
-fn target<'a>(named: &'a Named, key: &'a str) -> Target<'a> {
-    Target {
-        policy_name: &named.name,
-        created_at: named.created_at,
-        key,
-        policy: named.policy,
-        changed_at: named.changed_at,
-    }
-}
-
-fn store_of(named: Option<&Named>) -> Store {
-    named.and_then(|n| n.store).unwrap_or_else(gucs::store)
-}
-
-/// Runs `targets` (all in `store`) for `cost` tokens, all or nothing.
-fn run(
-    function: &'static str,
-    store: Store,
-    targets: &[Target<'_>],
-    cost: i64,
-) -> Result<Vec<Outcome>, ErrorReport> {
-    match store {
-        Store::Table => policy_table::take(function, targets, cost),
-        Store::Memory => memory::take_targets(function, targets, cost),
-    }
-}
-
-fn decide(
-    function: &'static str,
-    store: Store,
-    targets: &[Target<'_>],
-    cost: i64,
-) -> Result<Decision, ErrorReport> {
-    let outcomes = run(function, store, targets, cost)?;
-    let names: Vec<&str> = targets.iter().map(|t| t.policy_name).collect();
-    let limits: Vec<i64> = targets.iter().map(|t| t.policy.burst()).collect();
-    Ok(Decision::combine(&names, &limits, &outcomes))
-}
-
-/// `take(policy, key, cost)` as a plain decision (also the body of `wait`).
+/// `take(policy, key, cost)` as a plain decision (also the body of `peek` and `wait`).
 fn take_policy(
     function: &'static str,
     policy: Option<&str>,
@@ -113,22 +45,31 @@ fn take_policy(
     cost: Option<i32>,
 ) -> Result<Decision, ErrorReport> {
     let named = policy_arg(function, policy)?;
-    let key = key_arg(function, key)?;
+    let key = key_arg(function, "key", key)?;
     let cost = cost_arg(function, cost)?;
     decide(
         function,
         store_of(Some(&named)),
-        &[target(&named, key)],
+        &[policy_target(&named, key)],
         cost,
     )
 }
 
-/// Several (policy, key) pairs, validated: not empty, at most [`MAX_TARGETS`], no NULLs, no duplicates,
-/// one store.
+fn invalid(function: &'static str, message: String, hint: &str) -> ErrorReport {
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+        message,
+        function,
+    )
+    .set_hint(hint.to_string())
+}
+
+/// Several (policy, key) pairs, validated: 1 to [`MAX_TARGETS`] policies, one key for all or one per
+/// policy, no NULLs, no pair twice, one store.
 fn take_pairs(
     function: &'static str,
     policies: Option<Vec<Option<String>>>,
-    keys: Vec<Option<String>>,
+    keys: Option<Vec<Option<String>>>,
     cost: Option<i32>,
 ) -> Result<Decision, ErrorReport> {
     let names = policies.ok_or_else(|| {
@@ -138,17 +79,34 @@ fn take_pairs(
             "Pass an array of policy names, e.g. ARRAY['per_user', 'global'].",
         )
     })?;
+    let keys = keys.ok_or_else(|| {
+        error::null_argument(
+            function,
+            "keys",
+            "Pass one key for every policy, e.g. ARRAY[user_id], or one key per policy.",
+        )
+    })?;
     let cost = cost_arg(function, cost)?;
     if names.is_empty() || names.len() > MAX_TARGETS {
-        return Err(ErrorReport::new(
-            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+        return Err(invalid(
+            function,
             format!(
                 "policies must name 1 to {MAX_TARGETS} policies, got {}",
                 names.len()
             ),
+            "Split the limits over several calls, or combine them in fewer policies.",
+        ));
+    }
+    if keys.len() != 1 && keys.len() != names.len() {
+        return Err(invalid(
             function,
-        )
-        .set_hint("Split the limits over several calls, or combine them in fewer policies."));
+            format!(
+                "keys must hold one key, or one key per policy ({}), got {}",
+                names.len(),
+                keys.len()
+            ),
+            "Pass ARRAY[key] to use one key for every policy, or one key per policy in the same order.",
+        ));
     }
     let mut named = Vec::with_capacity(names.len());
     for n in &names {
@@ -156,27 +114,24 @@ fn take_pairs(
     }
     let mut valid_keys = Vec::with_capacity(keys.len());
     for k in &keys {
-        valid_keys.push(key_arg(function, k.as_deref())?);
+        valid_keys.push(key_arg(function, "keys", k.as_deref())?);
     }
     let targets: Vec<Target<'_>> = named
         .iter()
-        .zip(&valid_keys)
-        .map(|(n, k)| target(n, k))
+        .enumerate()
+        .map(|(i, n)| policy_target(n, valid_keys[if valid_keys.len() == 1 { 0 } else { i }]))
         .collect();
     for (i, t) in targets.iter().enumerate() {
-        if targets[..i]
-            .iter()
-            .any(|o| o.policy_name == t.policy_name && o.key == t.key)
-        {
-            return Err(ErrorReport::new(
-                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+        if targets[..i].iter().any(|o| o.same_bucket(t)) {
+            return Err(invalid(
+                function,
                 format!(
                     "policy \"{}\" is named twice for key \"{}\"",
-                    t.policy_name, t.key
+                    t.namespace.stored_name(),
+                    t.key
                 ),
-                function,
-            )
-            .set_hint("Name each (policy, key) once; pass a higher cost to take more tokens."));
+                "Name each (policy, key) once; pass a higher cost to take more tokens.",
+            ));
         }
     }
     let store = store_of(Some(&named[0]));
@@ -192,19 +147,14 @@ fn take_pairs(
     decide(function, store, &targets, cost)
 }
 
-fn to_row(function: &'static str, d: &Decision) -> Result<DecisionRow, ErrorReport> {
-    decision::to_sql(function, d)
-}
-
 /// Calls of the full limiter API, in schema `rate_limit`.
 #[pg_schema]
 mod rate_limit {
     use super::*;
 
     /// Takes `cost` tokens (0 only reports) from the bucket of `key` under policy `policy`.
-    #[pg_extern(volatile, parallel_unsafe, security_definer, name = "take")]
-    #[search_path(pg_catalog, pg_temp)]
-    fn take_policy_key(
+    #[pg_extern(volatile, parallel_unsafe, security_definer)]
+    fn take(
         policy: Option<&str>,
         key: Option<&str>,
         cost: default!(Option<i32>, 1),
@@ -215,8 +165,7 @@ mod rate_limit {
 
     /// Takes `cost` tokens from the bucket of `key` under an ad-hoc limit: `rate` tokens per `per`, at most
     /// `burst` (default: `rate`), token bucket. Ad-hoc buckets share one namespace, apart from policies'.
-    #[pg_extern(volatile, parallel_unsafe, security_definer, name = "take")]
-    #[search_path(pg_catalog, pg_temp)]
+    #[pg_extern(volatile, parallel_unsafe, security_definer)]
     fn take_ad_hoc(
         key: Option<&str>,
         rate: Option<i64>,
@@ -224,8 +173,8 @@ mod rate_limit {
         burst: default!(Option<i64>, "NULL"),
         cost: default!(Option<i32>, 1),
     ) -> Result<pgrx::composite_type!('static, "rate_limit.decision"), ErrorReport> {
-        const F: &str = "rate_limit.take";
-        let key = key_arg(F, key)?;
+        const F: &str = "rate_limit.take_ad_hoc";
+        let key = key_arg(F, "key", key)?;
         let rate = rate.ok_or_else(|| {
             error::null_argument(F, "rate", "Pass the tokens granted per period, e.g. 100.")
         })?;
@@ -235,8 +184,7 @@ mod rate_limit {
         let cost = cost_arg(F, cost)?;
         let policy = build_policy(F, Algorithm::TokenBucket, rate, per, burst)?;
         let t = Target {
-            policy_name: "",
-            created_at: 0,
+            namespace: Namespace::AdHoc,
             key,
             policy,
             changed_at: i64::MIN,
@@ -244,52 +192,22 @@ mod rate_limit {
         to_row(F, &decide(F, store_of(None), &[t], cost)?)
     }
 
-    /// Takes `cost` tokens from the bucket of `key` under every policy in `policies`, or nothing at all.
-    #[pg_extern(volatile, parallel_unsafe, security_definer, name = "take")]
-    #[search_path(pg_catalog, pg_temp)]
-    fn take_policies_key(
-        policies: Option<Vec<Option<String>>>,
-        key: Option<&str>,
-        cost: default!(Option<i32>, 1),
-    ) -> Result<pgrx::composite_type!('static, "rate_limit.decision"), ErrorReport> {
-        const F: &str = "rate_limit.take";
-        let key = key_arg(F, key)?.to_string();
-        let n = policies.as_ref().map_or(0, Vec::len);
-        to_row(F, &take_pairs(F, policies, vec![Some(key); n], cost)?)
-    }
-
-    /// Takes `cost` tokens from the bucket of `keys[i]` under `policies[i]` for every i, or nothing at
-    /// all: per-user, per-organisation and global limits in one atomic call.
-    #[pg_extern(volatile, parallel_unsafe, security_definer, name = "take")]
-    #[search_path(pg_catalog, pg_temp)]
-    fn take_policies_keys(
+    /// Takes `cost` tokens under every policy in `policies`, or nothing at all: from the bucket of
+    /// `keys[1]` under every policy when `keys` holds one key, else from `keys[i]` under `policies[i]`
+    /// (per-user, per-organisation and global limits in one atomic call).
+    #[pg_extern(volatile, parallel_unsafe, security_definer)]
+    fn take_many(
         policies: Option<Vec<Option<String>>>,
         keys: Option<Vec<Option<String>>>,
         cost: default!(Option<i32>, 1),
     ) -> Result<pgrx::composite_type!('static, "rate_limit.decision"), ErrorReport> {
-        const F: &str = "rate_limit.take";
-        let keys = keys.ok_or_else(|| {
-            error::null_argument(
-                F,
-                "keys",
-                "Pass one key per policy, e.g. ARRAY[user_id, org_id].",
-            )
-        })?;
-        if policies.as_ref().is_some_and(|p| p.len() != keys.len()) {
-            return Err(ErrorReport::new(
-                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                "policies and keys must have the same length",
-                F,
-            )
-            .set_hint("Pass one key per policy, in the same order."));
-        }
+        const F: &str = "rate_limit.take_many";
         to_row(F, &take_pairs(F, policies, keys, cost)?)
     }
 
     /// The bucket of `key` under policy `policy`, without taking anything.
-    #[pg_extern(volatile, parallel_unsafe, security_definer, name = "peek")]
-    #[search_path(pg_catalog, pg_temp)]
-    fn peek_policy_key(
+    #[pg_extern(volatile, parallel_unsafe, security_definer)]
+    fn peek(
         policy: Option<&str>,
         key: Option<&str>,
     ) -> Result<pgrx::composite_type!('static, "rate_limit.decision"), ErrorReport> {
@@ -301,7 +219,6 @@ mod rate_limit {
     /// gives up, taking nothing, when they cannot be had within `timeout` (NULL: no limit but
     /// `statement_timeout`). Query cancel and `statement_timeout` interrupt the wait.
     #[pg_extern(volatile, parallel_unsafe, security_definer)]
-    #[search_path(pg_catalog, pg_temp)]
     fn wait(
         policy: Option<&str>,
         key: Option<&str>,
@@ -342,7 +259,6 @@ mod rate_limit {
     /// Puts up to `tokens` back into the bucket of `key` under `policy` (never above its burst) and returns
     /// the bucket afterwards. Owner only (GRANT EXECUTE to delegate).
     #[pg_extern(volatile, parallel_unsafe, security_definer)]
-    #[search_path(pg_catalog, pg_temp)]
     fn refund(
         policy: Option<&str>,
         key: Option<&str>,
@@ -350,33 +266,36 @@ mod rate_limit {
     ) -> Result<pgrx::composite_type!('static, "rate_limit.decision"), ErrorReport> {
         const F: &str = "rate_limit.refund";
         let named = policy_arg(F, policy)?;
-        let key = key_arg(F, key)?;
+        let key = key_arg(F, "key", key)?;
         let tokens = tokens.ok_or_else(|| {
             error::null_argument(F, "tokens", "Pass the number of tokens to give back.")
         })?;
         if tokens < 0 {
             return Err(error::out_of_range(F, "tokens", tokens, 0, i64::MAX));
         }
-        let t = target(&named, key);
-        let o = match store_of(Some(&named)) {
-            Store::Table => policy_table::refund(F, &t, tokens)?,
-            Store::Memory => memory::refund_target(F, &t, tokens)?,
-        };
-        let d = Decision::combine(&[t.policy_name], &[t.policy.burst()], &[o]);
+        let t = policy_target(&named, key);
+        let o = store::refund(F, store_of(Some(&named)), &t, tokens)?;
+        let d = Decision::combine(&[Some(&named.name)], &[t.policy.burst()], &[o]);
         to_row(F, &d)
     }
 
     /// Deletes the bucket of `key` under `policy` (it is full again); true if it existed. Owner only.
-    #[pg_extern(volatile, parallel_unsafe, security_definer, name = "reset")]
-    #[search_path(pg_catalog, pg_temp)]
-    fn reset_policy_key(policy: Option<&str>, key: Option<&str>) -> Result<bool, ErrorReport> {
+    #[pg_extern(volatile, parallel_unsafe, security_definer)]
+    fn reset(policy: Option<&str>, key: Option<&str>) -> Result<bool, ErrorReport> {
         const F: &str = "rate_limit.reset";
         let named = policy_arg(F, policy)?;
-        let key = key_arg(F, key)?;
-        match store_of(Some(&named)) {
-            Store::Table => policy_table::reset(F, &named.name, key),
-            Store::Memory => memory::reset_target(F, &target(&named, key)),
-        }
+        let key = key_arg(F, "key", key)?;
+        let t = policy_target(&named, key);
+        store::reset(F, store_of(Some(&named)), &t.namespace, key)
+    }
+
+    /// Deletes the ad-hoc bucket of `key` in the session's store (it is full again); true if it existed.
+    /// Owner only.
+    #[pg_extern(volatile, parallel_unsafe, security_definer)]
+    fn reset_ad_hoc(key: Option<&str>) -> Result<bool, ErrorReport> {
+        const F: &str = "rate_limit.reset_ad_hoc";
+        let key = key_arg(F, "key", key)?;
+        store::reset(F, store_of(None), &Namespace::AdHoc, key)
     }
 
     /// The HTTP response fields for a decision, per the IETF RateLimit header fields draft: `RateLimit`,

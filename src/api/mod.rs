@@ -1,0 +1,98 @@
+//! The SQL surface: thin functions that validate their arguments, call the store seam and shape the result.
+//!
+//! - `request`: `rate_limiting_request` and the functions over its buckets;
+//! - `limits`: the limiter API over named policies and ad-hoc limits (`take`, `take_many`,
+//!   `take_ad_hoc`, `peek`, `wait`, `refund`, `reset`, `headers`);
+//! - `policies`: creating, changing and dropping policies (owner only);
+//! - `internal`: helpers the extension's own statements and views use; not executable by PUBLIC.
+//!
+//! No function carries a `SET` clause: the statements they run name every object and operator with its
+//! schema. No two public functions of one name accept the same number of arguments, so drivers that send
+//! parameters untyped (node-postgres, asyncpg) can call each of them.
+
+pub mod internal;
+pub mod limits;
+pub mod policies;
+pub mod request;
+
+use std::rc::Rc;
+
+use pgrx::heap_tuple::PgHeapTuple;
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::AllocatedByRust;
+
+use crate::decision::{self, Decision};
+use crate::error::{self, MAX_ID_BYTES};
+use crate::gucs::{self, Store};
+use crate::policies::{self as named_policies, Named};
+use crate::store::{self, target::Namespace, target::Target};
+
+/// The SQL type every limiter call returns.
+pub type DecisionRow = PgHeapTuple<'static, AllocatedByRust>;
+
+/// A key argument: not NULL, at most [`MAX_ID_BYTES`] bytes. `argument` names it in errors.
+pub fn key_arg<'a>(
+    function: &'static str,
+    argument: &str,
+    key: Option<&'a str>,
+) -> Result<&'a str, ErrorReport> {
+    let key = key.ok_or_else(|| {
+        error::null_argument(
+            function,
+            argument,
+            "Pass the key to limit, such as a user id, an API key or an IP address.",
+        )
+    })?;
+    if key.len() > MAX_ID_BYTES {
+        return Err(error::key_too_long(function, argument, key.len()));
+    }
+    Ok(key)
+}
+
+/// The policy named by an argument, from the coherent policy cache (42704 if there is none).
+pub fn policy_arg(function: &'static str, name: Option<&str>) -> Result<Rc<Named>, ErrorReport> {
+    let name = name.ok_or_else(|| {
+        error::null_argument(
+            function,
+            "policy",
+            "Pass the name of a policy from rate_limit.policies.",
+        )
+    })?;
+    named_policies::get(function, name)
+}
+
+/// The bucket of `key` under a named policy.
+pub fn policy_target<'a>(named: &'a Named, key: &'a str) -> Target<'a> {
+    Target {
+        namespace: Namespace::Policy {
+            name: &named.name,
+            created_at: named.created_at,
+        },
+        key,
+        policy: named.policy,
+        changed_at: named.changed_at,
+    }
+}
+
+/// Where a policy's buckets live: its own store, else the session's `rate_limit.store`.
+pub fn store_of(named: Option<&Named>) -> Store {
+    named.and_then(|n| n.store).unwrap_or_else(gucs::store)
+}
+
+/// Runs `targets` (all in `store`) for `cost` tokens, all or nothing, and combines the outcomes.
+pub fn decide(
+    function: &'static str,
+    store: Store,
+    targets: &[Target<'_>],
+    cost: i64,
+) -> Result<Decision, ErrorReport> {
+    let outcomes = store::take(function, store, targets, cost)?;
+    let names: Vec<Option<&str>> = targets.iter().map(|t| t.namespace.policy_name()).collect();
+    let limits: Vec<i64> = targets.iter().map(|t| t.policy.burst()).collect();
+    Ok(Decision::combine(&names, &limits, &outcomes))
+}
+
+/// The decision as a `rate_limit.decision` value.
+pub fn to_row(function: &'static str, d: &Decision) -> Result<DecisionRow, ErrorReport> {
+    decision::to_sql(function, d)
+}

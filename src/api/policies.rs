@@ -1,0 +1,207 @@
+//! SQL functions that manage named policies (owner only), and the trigger that keeps every backend's policy
+//! cache coherent. Every statement names its objects and operators with their schema.
+
+use pgrx::datum::{DatumWithOid, Interval};
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::prelude::*;
+use pgrx::spi::Spi;
+
+use crate::algorithm::{Algorithm, Policy};
+use crate::error;
+use crate::policies::{self, check_name, parse_algorithm, parse_store, period_us, policy_error};
+
+fn required<T>(
+    function: &'static str,
+    argument: &str,
+    value: Option<T>,
+    hint: &str,
+) -> Result<T, ErrorReport> {
+    value.ok_or_else(|| error::null_argument(function, argument, hint))
+}
+
+/// Validates policy numbers; `burst` `None` means "the same as rate".
+pub fn build_policy(
+    function: &'static str,
+    algorithm: Algorithm,
+    rate: i64,
+    per: Interval,
+    burst: Option<i64>,
+) -> Result<Policy, ErrorReport> {
+    let period = period_us(function, "per", per)?;
+    Policy::new(algorithm, rate, period, burst.unwrap_or(rate))
+        .map_err(|e| policy_error(function, e))
+}
+
+fn spi_run(
+    function: &'static str,
+    query: &str,
+    args: &[DatumWithOid<'_>],
+) -> Result<usize, ErrorReport> {
+    Spi::connect_mut(|client| client.update(query, None, args).map(|t| t.len()))
+        .map_err(|e| error::internal(function, e))
+}
+
+/// `algorithm, rate, per, burst` of a `rate_limit.policies` row.
+type StoredNumbers = (Option<String>, Option<i64>, Option<Interval>, Option<i64>);
+
+/// Policy management, in schema `rate_limit`.
+#[pg_schema]
+mod rate_limit {
+    use super::*;
+
+    /// Creates the policy `name`: `rate` tokens per `per`, at most `burst` (default: `rate`) at once.
+    #[pg_extern(volatile, parallel_unsafe, security_definer)]
+    fn create_policy(
+        name: Option<&str>,
+        rate: Option<i64>,
+        per: Option<Interval>,
+        burst: default!(Option<i64>, "NULL"),
+        algorithm: default!(Option<&str>, "'token_bucket'"),
+        store: default!(Option<&str>, "NULL"),
+    ) -> Result<(), ErrorReport> {
+        const F: &str = "rate_limit.create_policy";
+        let name = required(F, "name", name, "Pass the policy's name, e.g. 'api'.")?;
+        check_name(F, name)?;
+        let rate = required(
+            F,
+            "rate",
+            rate,
+            "Pass the tokens granted per period, e.g. 100.",
+        )?;
+        let per = required(F, "per", per, "Pass the period, e.g. interval '1 minute'.")?;
+        let algorithm = required(
+            F,
+            "algorithm",
+            algorithm,
+            "Pass 'token_bucket', 'fixed_window' or 'sliding_window', or omit it.",
+        )?;
+        let algorithm = parse_algorithm(F, algorithm)?;
+        let policy = build_policy(F, algorithm, rate, per, burst)?;
+        if let Some(s) = store {
+            parse_store(F, s)?;
+        }
+        let args: [DatumWithOid<'_>; 6] = [
+            name.into(),
+            algorithm.name().into(),
+            policy.rate().into(),
+            per.into(),
+            policy.burst().into(),
+            store.into(),
+        ];
+        let inserted = spi_run(
+            F,
+            "INSERT INTO rate_limit.policies (name, algorithm, rate, per, burst, store, created_at, changed_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, pg_catalog.clock_timestamp(), pg_catalog.clock_timestamp()) \
+             ON CONFLICT (name) DO NOTHING RETURNING 1",
+            &args,
+        )?;
+        if inserted == 0 {
+            return Err(ErrorReport::new(
+                PgSqlErrorCode::ERRCODE_DUPLICATE_OBJECT,
+                format!("rate limit policy \"{name}\" already exists"),
+                F,
+            )
+            .set_hint("Change it with rate_limit.alter_policy(name, ...)."));
+        }
+        Ok(())
+    }
+
+    /// Changes the numbers of policy `name`; NULL keeps a value. Existing buckets carry their tokens over
+    /// (rounded down, capped at the new burst; a full bucket stays full) and refill under the new numbers
+    /// from now on.
+    #[pg_extern(volatile, parallel_unsafe, security_definer)]
+    fn alter_policy(
+        name: Option<&str>,
+        rate: default!(Option<i64>, "NULL"),
+        per: default!(Option<Interval>, "NULL"),
+        burst: default!(Option<i64>, "NULL"),
+        algorithm: default!(Option<&str>, "NULL"),
+    ) -> Result<(), ErrorReport> {
+        const F: &str = "rate_limit.alter_policy";
+        let name = required(F, "name", name, "Pass the name of an existing policy.")?;
+        let current: Option<StoredNumbers> = Spi::connect_mut(|client| {
+            let args: [DatumWithOid<'_>; 1] = [name.into()];
+            let t = client.update(
+                "SELECT algorithm, rate, per, burst FROM rate_limit.policies \
+                     WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE",
+                Some(1),
+                &args,
+            )?;
+            if t.is_empty() {
+                return Ok(None);
+            }
+            let r = t.first();
+            Ok::<_, pgrx::spi::SpiError>(Some((r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+        })
+        .map_err(|e| error::internal(F, e))?;
+        let (old_alg, old_rate, old_per, old_burst) =
+            current.ok_or_else(|| policies::unknown(F, name))?;
+        let corrupt = || error::corrupt_row(F, "rate_limit.policies has a NULL column");
+        let algorithm = match algorithm {
+            Some(a) => parse_algorithm(F, a)?,
+            None => parse_algorithm(F, old_alg.as_deref().ok_or_else(corrupt)?)?,
+        };
+        let rate = rate.or(old_rate).ok_or_else(corrupt)?;
+        let per = per.or(old_per).ok_or_else(corrupt)?;
+        // Window algorithms allow `rate` per window: their burst follows the rate.
+        let burst = match (burst, algorithm) {
+            (Some(b), _) => Some(b),
+            (None, Algorithm::TokenBucket) => old_burst,
+            (None, _) => None,
+        };
+        let policy = build_policy(F, algorithm, rate, per, burst)?;
+        let args: [DatumWithOid<'_>; 5] = [
+            name.into(),
+            algorithm.name().into(),
+            policy.rate().into(),
+            per.into(),
+            policy.burst().into(),
+        ];
+        spi_run(
+            F,
+            "UPDATE rate_limit.policies SET algorithm = $2, rate = $3, per = $4, burst = $5, \
+             changed_at = pg_catalog.clock_timestamp() WHERE name OPERATOR(pg_catalog.=) $1",
+            &args,
+        )?;
+        Ok(())
+    }
+
+    /// Drops policy `name` and deletes its buckets of the table store; false if there was no such policy.
+    /// Its memory-store buckets become unreachable and are evicted or purged as full ones.
+    #[pg_extern(volatile, parallel_unsafe, security_definer)]
+    fn drop_policy(name: Option<&str>) -> Result<bool, ErrorReport> {
+        const F: &str = "rate_limit.drop_policy";
+        let name = required(F, "name", name, "Pass the name of an existing policy.")?;
+        let args: [DatumWithOid<'_>; 1] = [name.into()];
+        let dropped = spi_run(
+            F,
+            "DELETE FROM rate_limit.policies WHERE name OPERATOR(pg_catalog.=) $1 RETURNING 1",
+            &args,
+        )?;
+        if dropped > 0 {
+            // only a policy's own namespace: never the '#'-named ones of ad-hoc and request buckets
+            spi_run(
+                F,
+                "DELETE FROM rate_limit.bucket_state WHERE namespace OPERATOR(pg_catalog.=) $1",
+                &args,
+            )?;
+        }
+        Ok(dropped > 0)
+    }
+
+    /// Statement trigger on `rate_limit.policies`: every change invalidates every backend's policy cache.
+    #[pg_trigger]
+    fn policies_changed<'a>(
+        trigger: &'a pgrx::PgTrigger<'a>,
+    ) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, ErrorReport> {
+        let relid = trigger.relid().map_err(|e| {
+            ErrorReport::new(
+                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+                e.to_string(),
+                "rate_limit.policies_changed",
+            )
+        })?;
+        policies::invalidate(relid);
+        Ok(None)
+    }
+}
