@@ -19,7 +19,8 @@ log() { printf '== %s\n' "$*" >&2; }
 
 # --- Debian packages -------------------------------------------------------------------------------------
 PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang sudo pkg-config
-          build-essential bison flex libreadline-dev zlib1g-dev libssl-dev libicu-dev bzip2 dpkg-dev)
+          build-essential bison flex libreadline-dev zlib1g-dev libssl-dev libicu-dev bzip2 dpkg-dev faketime)
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -98,6 +99,12 @@ if $need_init; then
   fi
   log "cargo pgrx init ${pgrx_init_args[*]}"
   cargo pgrx init "${pgrx_init_args[@]}" >/dev/null
+fi
+# --- the client tests' node-postgres (from the npm registry, pinned by package-lock.json) ------------------
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+if [ ! -d "$ROOT/tests/clients/node_modules/pg" ]; then
+  log "installing node-postgres for the client tests"
+  (cd "$ROOT/tests/clients" && npm ci --silent --no-audit --no-fund)
 fi
 # The pgrx test runner needs directories the postgres user may write to.
 chmod a+rx "$HOME" "$HOME/.pgrx" 2>/dev/null || true

@@ -4,11 +4,14 @@
 #   scripts/test.sh            all four versions
 #   scripts/test.sh 15 17      only these
 #
-# Layers, per version:
+# Layers, per version (every server is one of the tests' own PostgreSQL installations in
+# $RATE_LIMIT_PG_CACHE, never the system's; running servers elsewhere are not touched):
 #   1. unit + property tests of the arithmetic and #[pg_test]s   (cargo pgrx test pgNN)
 #   2. pg_regress examples in tests/pg_regress                     (against a fresh preloaded cluster)
 #   3. integration tests in tests/integration: many connections    (that cluster, a streaming standby of it,
-#                                                                     a 256-bucket one and an unpreloaded one)
+#                                                                     a 256-bucket one, an unpreloaded one and
+#                                                                     one whose clock libfaketime steps)
+#   4. client tests in tests/clients: node-postgres, which sends every parameter untyped
 # Lints (cargo fmt --check, cargo clippy -D warnings) run once first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,8 +76,28 @@ integration() { # integration VERSION: main (preloaded), small (256 buckets), st
   RATE_LIMIT_TEST_SMALL_CONNINFO="$(conninfo $((5700 + v)))" \
   RATE_LIMIT_TEST_SMALL_RESTART="$(restart_command "$v" "$TEST_ROOT/small-$v")" \
   RATE_LIMIT_TEST_PLAIN_CONNINFO="$(conninfo $((5800 + v)))" \
+  RATE_LIMIT_TEST_FAKETIME_CONNINFO="$(conninfo $((5900 + v)))" \
+  RATE_LIMIT_TEST_FAKETIME_FILE="$(faketime_file "$v")" \
   RATE_LIMIT_TEST_BINDIR="$(pg_bindir "$v")" \
     cargo test -p rate_limit_integration -- --test-threads=1
+}
+
+clients() { # clients VERSION: the node-postgres client test against the main cluster
+  RATE_LIMIT_TEST_CONNINFO="$(conninfo $((5500 + $1)))" node --test tests/clients/
+}
+
+faketime_file() { echo "$TEST_ROOT/faketime-$1.rc"; }
+
+faketime_cluster_start() { # a preloaded cluster whose wall clock follows $(faketime_file VERSION)
+  local v=$1 dir="$TEST_ROOT/faketime-$1" lib
+  lib=$(dpkg -L libfaketime | grep '/libfaketime.so.1$')
+  echo "+0" >"$(faketime_file "$v")"
+  chmod 644 "$(faketime_file "$v")"
+  cluster_start "$v" "$dir" $((5900 + v)) "fsync = off" "shared_preload_libraries = 'rate_limit'"
+  cluster_stop "$v" "$dir"
+  # monotonic clocks are left alone, as an NTP step or a VM restore leaves them
+  as_pg "LD_PRELOAD='$lib' FAKETIME_TIMESTAMP_FILE='$(faketime_file "$v")' FAKETIME_NO_CACHE=1 \
+    FAKETIME_DONT_FAKE_MONOTONIC=1 '$(pg_bindir "$v")/pg_ctl' -D '$dir' -l '$dir/server.log' -w -t 60 start" >/dev/null
 }
 
 conninfo() { echo "host=$RATE_LIMIT_SOCKET_DIR port=$1 user=postgres"; }
@@ -88,7 +111,8 @@ restart_command() { # the shell command that restarts a cluster, for the restart
 start_clusters() { # start_clusters VERSION: the four servers the regress and integration tests use
   local v=$1 preload="shared_preload_libraries = 'rate_limit'"
   stop_clusters "$v"
-  rm -rf "$TEST_ROOT/cluster-$v" "$TEST_ROOT/standby-$v" "$TEST_ROOT/small-$v" "$TEST_ROOT/plain-$v"
+  rm -rf "$TEST_ROOT/cluster-$v" "$TEST_ROOT/standby-$v" "$TEST_ROOT/small-$v" "$TEST_ROOT/plain-$v" \
+    "$TEST_ROOT/faketime-$v"
   cluster_start "$v" "$TEST_ROOT/cluster-$v" $((5500 + v)) "fsync = off" "$preload" \
     "rate_limit.max_buckets = 300000"
   as_pg "'$(pg_bindir "$v")/pg_basebackup' -h '$RATE_LIMIT_SOCKET_DIR' -p $((5500 + v)) -U postgres \
@@ -97,15 +121,19 @@ start_clusters() { # start_clusters VERSION: the four servers the regress and in
   cluster_start "$v" "$TEST_ROOT/standby-$v" $((5600 + v))
   cluster_start "$v" "$TEST_ROOT/small-$v" $((5700 + v)) "fsync = off" "$preload" "rate_limit.max_buckets = 256"
   cluster_start "$v" "$TEST_ROOT/plain-$v" $((5800 + v)) "fsync = off"
+  faketime_cluster_start "$v"
 }
 
 stop_clusters() {
   local v=$1 c
-  for c in standby cluster small plain; do cluster_stop "$v" "$TEST_ROOT/$c-$v"; done
+  for c in standby cluster small plain faketime; do cluster_stop "$v" "$TEST_ROOT/$c-$v"; done
 }
 
 step "lint" lint
 for v in "${VERSIONS[@]}"; do
+  # the test install replaces the library in place: stop this version's test servers first (a server that
+  # has the file mapped would crash); servers that are not the tests' own are never touched
+  stop_clusters "$v"
   step "PostgreSQL $v: unit, property and #[pg_test] tests" \
     cargo pgrx test "pg$v" "${RUNAS[@]}" --pgdata "$TEST_ROOT/pgrx-$v"
   step "PostgreSQL $v: install" \
@@ -113,6 +141,7 @@ for v in "${VERSIONS[@]}"; do
   start_clusters "$v"
   step "PostgreSQL $v: pg_regress examples" regress "$v" $((5500 + v))
   step "PostgreSQL $v: integration tests" integration "$v"
+  step "PostgreSQL $v: untyped parameters from node-postgres" clients "$v"
   stop_clusters "$v"
 done
 

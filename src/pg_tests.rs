@@ -449,6 +449,66 @@ mod tests {
         Spi::run("RESET rate_limit.store").expect("reset");
     }
 
+    /// Repeated denials of every kind of call are answered from the backend's memory of short buckets,
+    /// without reading the table, with exact figures computed from the remembered state.
+    #[pg_test]
+    fn repeated_denials_of_every_call_skip_the_table() {
+        Spi::run(
+            "SELECT rate_limit.create_policy('pt_short', 1, '1 hour', 1); \
+             SELECT rate_limit.create_policy('pt_roomy', 1, '1 hour', 100); \
+             SET rate_limit.store = 'table'",
+        )
+        .expect("set up");
+        let reads = || {
+            int("SELECT coalesce(sum(seq_scan + idx_scan), 0)::bigint FROM pg_stat_xact_user_tables \
+                 WHERE relid = 'rate_limit.bucket_state'::regclass")
+        };
+        let denial = |sql: &str| {
+            text(&format!(
+                "SELECT allowed || ':' || remaining || ':' || coalesce(policy, '-') || ':' || \
+                 (retry_after BETWEEN interval '59 minutes' AND interval '1 hour') FROM {sql}"
+            ))
+        };
+        // drain (a grant has no retry_after, so its line is NULL), then one denial that reads the table
+        // and is remembered
+        assert_eq!(denial("rate_limit.take('pt_short', 'k')"), None);
+        assert_eq!(
+            denial("rate_limit.take('pt_short', 'k')").as_deref(),
+            Some("false:0:pt_short:true")
+        );
+        assert_eq!(
+            int("SELECT rate_limiting_request('pt_short_r', 1, 1)::bigint"),
+            0
+        );
+        assert_eq!(
+            int("SELECT rate_limiting_request('pt_short_r', 1, 1)::bigint"),
+            -1
+        );
+        let before = reads();
+        for _ in 0..20 {
+            assert_eq!(
+                denial("rate_limit.take('pt_short', 'k')").as_deref(),
+                Some("false:0:pt_short:true")
+            );
+            assert_eq!(
+                denial("rate_limit.take_many(ARRAY['pt_roomy', 'pt_short'], ARRAY['k'])")
+                    .as_deref(),
+                Some("false:0:pt_short:true")
+            );
+            assert_eq!(
+                int("SELECT rate_limiting_request('pt_short_r', 1, 1)::bigint"),
+                -1
+            );
+        }
+        assert_eq!(reads(), before, "no denial read the table");
+        // a peek always reads, and the roomy policy gave nothing away
+        assert_eq!(
+            int("SELECT remaining FROM rate_limit.peek('pt_roomy', 'k')"),
+            100
+        );
+        Spi::run("RESET rate_limit.store").expect("reset");
+    }
+
     /// The decision of a denied multi-limit call names the policy with the longest wait, and nothing was
     /// taken from the others.
     #[pg_test]

@@ -1,0 +1,84 @@
+// Every public function of rate_limit called from node-postgres, which sends every $n parameter as text
+// with type "unknown" and arrays as '{...}' literals, as asyncpg-style and many other drivers do too.
+// PostgreSQL must resolve each call to exactly one function (no 42725 "function is not unique"), and the
+// results must be right, arrays included.
+//
+// Run: RATE_LIMIT_TEST_CONNINFO='host=... port=... user=postgres' node --test tests/clients/
+'use strict';
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { Client } = require('pg');
+
+function config(database) {
+  const conninfo = process.env.RATE_LIMIT_TEST_CONNINFO;
+  if (!conninfo) throw new Error('RATE_LIMIT_TEST_CONNINFO is not set: run through scripts/test.sh');
+  const c = Object.fromEntries(conninfo.split(/\s+/).filter(Boolean).map((kv) => kv.split('=')));
+  return { host: c.host, port: Number(c.port), user: c.user, database };
+}
+
+test('every public function accepts untyped parameters', async () => {
+  const admin = new Client(config('postgres'));
+  await admin.connect();
+  await admin.query('DROP DATABASE IF EXISTS rl_js_untyped WITH (FORCE)');
+  await admin.query('CREATE DATABASE rl_js_untyped');
+  const db = new Client(config('rl_js_untyped'));
+  await db.connect();
+  try {
+    await db.query('CREATE EXTENSION rate_limit');
+    const one = async (sql, params) => (await db.query(sql, params)).rows[0];
+
+    await one('SELECT rate_limit.create_policy($1, $2, $3, $4)', ['api', 10, '1 minute', 5]);
+    await one('SELECT rate_limit.create_policy($1, $2, $3, $4, $5, $6)',
+      ['org', 100, '1 minute', 100, 'token_bucket', null]);
+    await one('SELECT rate_limit.alter_policy($1, $2)', ['org', 50]);
+
+    assert.equal((await one('SELECT rate_limiting_request($1, $2, $3) AS r', ['u', 1, 10])).r, 9);
+    assert.equal((await one('SELECT rate_limiting_request($1, $2) AS r', ['u2', 1])).r, 59);
+    assert.equal((await one('SELECT rate_limiting_request($1) AS r', ['u3'])).r, 119);
+    assert.equal((await one('SELECT rate_limit.peek_request($1, $2, $3) AS r', ['u', 1, 10])).r, '9');
+    assert.equal((await one('SELECT rate_limit.tokens($1, $2, $3) >= 9 AS r', ['u', 1, 10])).r, true);
+
+    let d = await one('SELECT * FROM rate_limit.take($1, $2, $3)', ['api', 'alice', 2]);
+    assert.deepEqual([d.allowed, d.remaining, d.limit, d.policy], [true, '3', '5', 'api']);
+    d = await one('SELECT * FROM rate_limit.take($1, $2)', ['api', 'alice']);
+    assert.deepEqual([d.allowed, d.remaining], [true, '2']);
+    d = await one('SELECT * FROM rate_limit.peek($1, $2)', ['api', 'alice']);
+    assert.deepEqual([d.allowed, d.remaining], [true, '2']);
+
+    // arrays as parameters: one key for every policy, or one key per policy
+    d = await one('SELECT * FROM rate_limit.take_many($1, $2)', [['api', 'org'], ['alice']]);
+    assert.deepEqual([d.allowed, d.remaining, d.policy], [true, '1', 'api']);
+    d = await one('SELECT * FROM rate_limit.take_many($1, $2, $3)', [['api', 'org'], ['bob', 'acme'], 3]);
+    assert.deepEqual([d.allowed, d.remaining, d.policy], [true, '2', 'api']);
+    d = await one('SELECT * FROM rate_limit.take_many($1, $2, $3)', [['api', 'org'], ['alice'], 5]);
+    assert.deepEqual([d.allowed, d.policy], [false, 'api']);
+
+    d = await one('SELECT * FROM rate_limit.take_ad_hoc($1, $2, $3)', ['k', 3, '1 hour']);
+    assert.deepEqual([d.allowed, d.remaining, d.limit, d.policy], [true, '2', '3', null]);
+    d = await one('SELECT * FROM rate_limit.take_ad_hoc($1, $2, $3, $4, $5)', ['k2', 3, '1 hour', 10, 4]);
+    assert.deepEqual([d.allowed, d.remaining, d.limit], [true, '6', '10']);
+
+    d = await one('SELECT * FROM rate_limit.wait($1, $2, $3, $4)', ['api', 'carol', 1, '1 second']);
+    assert.equal(d.allowed, true);
+    d = await one('SELECT * FROM rate_limit.wait($1, $2)', ['api', 'carol']);
+    assert.equal(d.allowed, true);
+    d = await one('SELECT * FROM rate_limit.refund($1, $2, $3)', ['api', 'carol', 1]);
+    assert.deepEqual([d.allowed, d.remaining], [true, '4']);
+
+    const h = await one('SELECT rate_limit.headers(d) AS h FROM rate_limit.take($1, $2) AS d', ['api', 'dave']);
+    assert.equal(h.h.RateLimit, '"api";r=4;t=6');
+    const h2 = await one('SELECT rate_limit.headers(d, $1) AS h FROM rate_limit.take($1, $2) AS d',
+      ['api', 'erin']);
+    assert.match(h2.h['RateLimit-Policy'], /^"api";q=5;w=30$/);
+
+    assert.equal((await one('SELECT rate_limit.reset($1, $2) AS r', ['api', 'alice'])).r, true);
+    assert.equal((await one('SELECT rate_limit.reset_ad_hoc($1) AS r', ['k'])).r, true);
+    assert.equal((await one('SELECT rate_limit.reset_request($1) AS r', ['u'])).r, true);
+    assert.equal(typeof (await one('SELECT rate_limit.purge() AS r', [])).r, 'string');
+    assert.equal((await one('SELECT rate_limit.drop_policy($1) AS r', ['org'])).r, true);
+  } finally {
+    await db.end();
+    await admin.query('DROP DATABASE IF EXISTS rl_js_untyped WITH (FORCE)');
+    await admin.end();
+  }
+});

@@ -1,0 +1,137 @@
+//! Clock steps neither mint nor freeze. The server under test runs with libfaketime preloaded into the
+//! postmaster (`FAKETIME_TIMESTAMP_FILE`, re-read at every clock read; monotonic clocks not faked, as an
+//! NTP step or a VM restore leaves them), so the test steps the server's wall clock by writing the file.
+//!
+//! For both stores, for `rate_limiting_request` and a policy (10 tokens per second, burst 10), in both
+//! orders (+1 hour then back; -1 hour then back), counting grants against real elapsed time:
+//! - a backward step grants no token, and one second of real time later about 10 tokens have refilled
+//!   (no freeze: the old behaviour refilled nothing until the clock caught up, an hour later);
+//! - a forward step can at most fill the bucket (the table store, on the wall clock, does; the memory store,
+//!   on a clock that never steps, does not notice).
+
+use std::thread;
+use std::time::Duration;
+
+use postgres::Client;
+use rate_limit_integration::{env, TestDb};
+
+const QUICK_CALLS: usize = 30;
+
+struct Server {
+    file: String,
+}
+
+impl Server {
+    /// Steps the server's wall clock to `offset` from real time (libfaketime syntax: `+0`, `+1h`, `-1h`).
+    fn set_clock(&self, offset: &str) {
+        std::fs::write(&self.file, format!("{offset}\n")).expect("write the faketime file");
+    }
+}
+
+/// One way of asking for a token: `rate_limiting_request` or `take` of a policy, in a store.
+#[derive(Clone, Copy, Debug)]
+enum Call {
+    Request,
+    Policy,
+}
+
+fn ask(client: &mut Client, call: Call, store: &str, key: &str) -> bool {
+    let sql = match call {
+        Call::Request => "SELECT rate_limiting_request($1, 10, 1) >= 0",
+        Call::Policy => "SELECT allowed FROM rate_limit.take('ten_' || $2, $1)",
+    };
+    let params: Vec<&(dyn postgres::types::ToSql + Sync)> = match call {
+        Call::Request => vec![&key],
+        Call::Policy => vec![&key, &store],
+    };
+    client.query_one(sql, &params).expect(sql).get(0)
+}
+
+/// Grants among `QUICK_CALLS` calls made as fast as possible.
+fn grants(client: &mut Client, call: Call, store: &str, key: &str) -> usize {
+    (0..QUICK_CALLS)
+        .filter(|_| ask(client, call, store, key))
+        .count()
+}
+
+fn steps(server: &Server, client: &mut Client, call: Call, store: &str, first: &str) {
+    let key = format!("{call:?}_{store}_{first}");
+    let what = format!("{call:?} in the {store} store, stepping {first} first");
+    server.set_clock("+0");
+    assert_eq!(
+        grants(client, call, store, &key),
+        10,
+        "{what}: a new bucket"
+    );
+    server.set_clock(first);
+    let after_first = grants(client, call, store, &key);
+    if first.starts_with('+') {
+        assert!(
+            after_first <= 11,
+            "{what}: forward step fills at most ({after_first})"
+        );
+        if store == "table" {
+            assert!(
+                after_first >= 10,
+                "{what}: the wall clock moved an hour ({after_first})"
+            );
+        }
+    } else {
+        assert!(
+            after_first <= 1,
+            "{what}: a backward step mints nothing ({after_first})"
+        );
+        thread::sleep(Duration::from_millis(1000));
+        let refilled = grants(client, call, store, &key);
+        assert!(
+            (8..=14).contains(&refilled),
+            "{what}: refill resumes from the step at 10/s ({refilled} in ~1 s)"
+        );
+    }
+    server.set_clock("+0");
+    let after_second = grants(client, call, store, &key);
+    if first.starts_with('+') {
+        assert!(
+            after_second <= 1,
+            "{what}: stepping back mints nothing ({after_second})"
+        );
+        thread::sleep(Duration::from_millis(1000));
+        let refilled = grants(client, call, store, &key);
+        assert!(
+            (8..=14).contains(&refilled),
+            "{what}: refill resumes from the step at 10/s ({refilled} in ~1 s)"
+        );
+    } else {
+        assert!(
+            after_second <= 11,
+            "{what}: forward step fills at most ({after_second})"
+        );
+    }
+}
+
+#[test]
+fn clock_steps_neither_mint_nor_freeze() {
+    let server = Server {
+        file: env("RATE_LIMIT_TEST_FAKETIME_FILE"),
+    };
+    server.set_clock("+0");
+    let db = TestDb::on(&env("RATE_LIMIT_TEST_FAKETIME_CONNINFO"), "clock_steps");
+    let mut client = db.connect();
+    client
+        .batch_execute(
+            "SELECT rate_limit.create_policy('ten_table', 10, '1 second', 10, store => 'table');
+             SELECT rate_limit.create_policy('ten_memory', 10, '1 second', 10, store => 'memory');",
+        )
+        .expect("policies");
+    for store in ["table", "memory"] {
+        client
+            .batch_execute(&format!("SET rate_limit.store = '{store}'"))
+            .expect("store");
+        for call in [Call::Request, Call::Policy] {
+            for first in ["+1h", "-1h"] {
+                steps(&server, &mut client, call, store, first);
+            }
+        }
+    }
+    server.set_clock("+0");
+}

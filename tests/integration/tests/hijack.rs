@@ -1,0 +1,152 @@
+//! No caller can change what another call sees. An unprivileged role creates its own `=`, `<`, `>=`, `+`,
+//! `*` and `||` operators, look-alike functions, tables and a `text` domain in a schema it puts before
+//! `pg_catalog`, then, as the first calls of a fresh backend (so that every plan the extension keeps is
+//! prepared under that search_path), calls every function PUBLIC may call, in both stores. Every result
+//! must equal a clean session's, a strict policy must still deny, and the same backend, handed to another
+//! client as a transaction pooler would, must still behave.
+
+use postgres::Client;
+use rate_limit_integration::TestDb;
+
+const ATTACK: &str = "
+CREATE FUNCTION evil.yes(text, text) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+CREATE FUNCTION evil.yes(bigint, bigint) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+CREATE FUNCTION evil.yes(bigint, integer) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+CREATE FUNCTION evil.yes(timestamptz, timestamptz) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+CREATE FUNCTION evil.big(bigint, bigint) RETURNS bigint LANGUAGE sql AS 'SELECT 1000000000000::bigint';
+CREATE FUNCTION evil.cat(text, text) RETURNS text LANGUAGE sql AS $$ SELECT 'strict' $$;
+CREATE OPERATOR evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.yes);
+CREATE OPERATOR evil.< (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.yes);
+CREATE OPERATOR evil.>= (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.yes);
+CREATE OPERATOR evil.= (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = evil.yes);
+CREATE OPERATOR evil.>= (LEFTARG = bigint, RIGHTARG = integer, FUNCTION = evil.yes);
+CREATE OPERATOR evil.= (LEFTARG = timestamptz, RIGHTARG = timestamptz, FUNCTION = evil.yes);
+CREATE OPERATOR evil.+ (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = evil.big);
+CREATE OPERATOR evil.* (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = evil.big);
+CREATE OPERATOR evil.|| (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.cat);
+CREATE FUNCTION evil.clock_timestamp() RETURNS timestamptz LANGUAGE sql AS $$ SELECT timestamptz '2999-01-01' $$;
+CREATE FUNCTION evil.now() RETURNS timestamptz LANGUAGE sql AS $$ SELECT timestamptz '2999-01-01' $$;
+CREATE FUNCTION evil.greatest(bigint, bigint) RETURNS bigint LANGUAGE sql AS 'SELECT 1000000000000::bigint';
+CREATE DOMAIN evil.text AS pg_catalog.varchar(1);
+CREATE TABLE evil.bucket_state (namespace pg_catalog.text, key pg_catalog.text, level bigint,
+    updated_at timestamptz, algorithm pg_catalog.text, rate bigint, per_us bigint, burst bigint);
+CREATE TABLE evil.policies (name pg_catalog.text, algorithm pg_catalog.text, rate bigint, per interval,
+    burst bigint, store pg_catalog.text, created_at timestamptz, changed_at timestamptz);
+INSERT INTO evil.policies VALUES ('strict', 'token_bucket', 1000, '1 second', 1000, NULL, now(), now());
+CREATE TABLE evil.pg_type (oid oid, typrelid oid);
+";
+
+/// Every function PUBLIC may call, in both stores, with keys prefixed by `p`; each result as text. The
+/// first call is `headers` of the strict policy, which used to cache a hijacked policy row.
+fn scenario(client: &mut Client, p: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut row = |sql: &str| {
+        let sql = sql.replace("{p}", p);
+        let r = client
+            .query_one(&format!("SELECT ({sql})::pg_catalog.text"), &[])
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        out.push(r.get::<_, String>(0));
+    };
+    row("SELECT rate_limit.headers(ROW(false, 0, 1, interval '1 day', interval '1 day', 'strict')::rate_limit.decision, 'strict')");
+    row("SELECT public.rate_limiting_request('{p}r', 1, 10)");
+    row("SELECT public.rate_limiting_request('{p}r', 1, 10)");
+    row("SELECT rate_limit.peek_request('{p}r', 1, 10)");
+    row("SELECT pg_catalog.floor(rate_limit.tokens('{p}r', 1, 10))");
+    row("SELECT (allowed, remaining, \"limit\", retry_after > interval '23 hours', policy) FROM rate_limit.take('strict', 'victim')");
+    row("SELECT (allowed, remaining, \"limit\", policy) FROM rate_limit.take('strict', '{p}s')");
+    row("SELECT (allowed, remaining, \"limit\", policy) FROM rate_limit.take('strict', '{p}s')");
+    row("SELECT (allowed, remaining, \"limit\", policy) FROM rate_limit.take('strict', '{p}s')");
+    row("SELECT (allowed, remaining, \"limit\") FROM rate_limit.peek('strict', '{p}s')");
+    row("SELECT (allowed, policy) FROM rate_limit.take_many(ARRAY['loose', 'strict'], ARRAY['{p}m'])");
+    row("SELECT (allowed, policy) FROM rate_limit.take_many(ARRAY['loose', 'strict'], ARRAY['{p}m'])");
+    row("SELECT (allowed, remaining) FROM rate_limit.peek('loose', '{p}m')");
+    row("SELECT (allowed, remaining, \"limit\", policy) FROM rate_limit.take_ad_hoc('{p}a', 1, '1 hour', 2)");
+    row("SELECT (allowed, remaining) FROM rate_limit.take_ad_hoc('{p}a', 1, '1 hour', 2)");
+    row("SELECT (allowed, remaining) FROM rate_limit.take_ad_hoc('{p}a', 1, '1 hour', 2)");
+    row("SELECT (allowed, remaining) FROM rate_limit.wait('strict', '{p}w', 1, '0 seconds')");
+    row("SELECT (allowed, remaining) FROM rate_limit.wait('strict', '{p}w', 1, '0 seconds')");
+    row("SELECT rate_limit.headers(d) FROM rate_limit.take('strict', '{p}h') AS d");
+    row("SELECT rate_limit.headers(d) FROM rate_limit.take('strict', '{p}h') AS d");
+    row("SELECT (allowed, remaining) FROM rate_limit.take('strict_memory', '{p}x')");
+    row("SELECT (allowed, remaining) FROM rate_limit.take('strict_memory', '{p}x')");
+    row("SELECT pg_catalog.set_config('rate_limit.store', 'memory', false)");
+    row("SELECT public.rate_limiting_request('{p}r', 1, 10)");
+    row("SELECT public.rate_limiting_request('{p}r', 1, 10)");
+    row("SELECT rate_limit.peek_request('{p}r', 1, 10)");
+    row("SELECT (allowed, remaining) FROM rate_limit.take_ad_hoc('{p}a', 1, '1 hour', 1)");
+    row("SELECT (allowed, remaining) FROM rate_limit.take_ad_hoc('{p}a', 1, '1 hour', 1)");
+    row("SELECT slot_bytes FROM rate_limit.memory_usage()");
+    row("SELECT pg_catalog.set_config('rate_limit.store', 'table', false)");
+    out
+}
+
+#[test]
+fn look_alike_objects_before_pg_catalog_change_nothing() {
+    let db = TestDb::new("hijack");
+    let mut owner = db.connect();
+    owner
+        .batch_execute(
+            "SELECT rate_limit.create_policy('strict', 1, '1 day', 1);
+             SELECT rate_limit.create_policy('loose', 1000, '1 day', 1000);
+             SELECT rate_limit.create_policy('strict_memory', 1, '1 day', 1, store => 'memory');
+             SELECT allowed FROM rate_limit.take('strict', 'victim');
+             DROP ROLE IF EXISTS rl_attacker;
+             CREATE ROLE rl_attacker;
+             CREATE SCHEMA evil AUTHORIZATION rl_attacker;",
+        )
+        .expect("set up");
+
+    let clean = scenario(&mut db.connect(), "c");
+    // the clean answers are the right ones (so the comparison below cannot pass by being wrong twice)
+    assert_eq!(clean[1..5], ["9", "8", "8", "8"]);
+    assert_eq!(
+        clean[5], "(f,0,1,t,strict)",
+        "the drained strict bucket denies"
+    );
+    assert_eq!(
+        clean[6..9],
+        ["(t,0,1,strict)", "(f,0,1,strict)", "(f,0,1,strict)"]
+    );
+    assert_eq!(clean[10..12], ["(t,strict)", "(f,strict)"]);
+    assert_eq!(
+        clean[12], "(t,999)",
+        "the denied multi-limit call took nothing from 'loose'"
+    );
+    assert_eq!(clean[16..18], ["(t,0)", "(f,0)"]);
+
+    // a fresh backend: its first calls prepare every plan under the attacker's search_path
+    let mut attacker = db.connect();
+    attacker
+        .batch_execute("SET ROLE rl_attacker")
+        .expect("set role");
+    attacker.batch_execute(ATTACK).expect("create look-alikes");
+    attacker
+        .batch_execute("SET search_path = evil, pg_catalog, public")
+        .expect("search_path");
+    let hijacked = scenario(&mut attacker, "c2");
+    let clean_again = scenario(&mut db.connect(), "c3");
+    assert_eq!(clean_again, clean, "two clean sessions agree");
+    assert_eq!(hijacked, clean, "the look-alikes changed nothing");
+
+    // the same backend handed to another client (transaction pooling): nothing it cached is poisoned
+    attacker
+        .batch_execute("RESET ROLE; RESET search_path")
+        .expect("reset");
+    let pooled = scenario(&mut attacker, "c4");
+    assert_eq!(pooled, clean);
+    let count = |c: &mut Client, sql: &str| -> i64 { c.query_one(sql, &[]).expect(sql).get(0) };
+    assert_eq!(
+        count(&mut owner, "SELECT count(*) FROM evil.bucket_state"),
+        0
+    );
+    assert_eq!(
+        count(
+            &mut owner,
+            "SELECT count(*) FROM rate_limit.policies WHERE burst > 1 AND name LIKE 'strict%'"
+        ),
+        0
+    );
+    owner
+        .batch_execute("DROP SCHEMA evil CASCADE; DROP ROLE rl_attacker")
+        .expect("clean up");
+}
