@@ -1,1 +1,1 @@
-SELECT allowed FROM rate_limit.take(ARRAY['bench', 'bench_b', 'bench_c'], 'hot');
+SELECT allowed FROM rate_limit.take_many(ARRAY['bench', 'bench_b', 'bench_c'], ARRAY['hot']);

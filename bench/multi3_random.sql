@@ -1,2 +1,2 @@
 \set k random(1, 100000)
-SELECT allowed FROM rate_limit.take(ARRAY['bench', 'bench_b', 'bench_c'], 'key' || :k);
+SELECT allowed FROM rate_limit.take_many(ARRAY['bench', 'bench_b', 'bench_c'], ARRAY['key' || :k]);

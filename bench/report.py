@@ -121,8 +121,8 @@ w("")
 notes = Path(__file__).with_name("NOTES.md")
 if notes.exists():
     out.append(notes.read_text().rstrip())
-take = Path(__file__).with_name("TAKE_RESULTS.md")
-if take.exists():  # written by bench/run_take.sh, kept with the other results
+take = Path(__file__).with_name("CORE_RESULTS.md")
+if take.exists():  # written by bench/run_core.sh, kept with the other results
     out.append("")
     out.append("#" + take.read_text().rstrip())
 print("\n".join(out))

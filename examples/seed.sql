@@ -6,4 +6,4 @@ SELECT pg_sleep(4) \g /dev/null
 \echo 'One more call: 4 tokens were refilled, one is taken, 3 remain:'
 SELECT rate_limiting_request('user1', 1, 10) AS remaining;
 \echo 'The bucket, refilled to this moment (exact to the millionth of a token):'
-SELECT id, tokens, capacity, refill_per_sec, updated_at FROM rate_limit.buckets WHERE id = 'user1';
+SELECT kind, key, tokens, "limit", rate, per, updated_at FROM rate_limit.buckets WHERE key = 'user1';

@@ -676,6 +676,24 @@ mod tests {
             }
         }
 
+        /// A granted take given back at the same instant restores exactly the state before it (what the
+        /// table store's multi-limit call relies on when a later bucket denies): the same tokens now and
+        /// at every later instant.
+        #[test]
+        fn refund_of_a_take_at_its_instant_restores_the_bucket(p in any_policy(), used in 0i64..=20,
+                                                                 cost in 1i64..=20, gap in 0i64..=50_000_000,
+                                                                 later in 0i64..=50_000_000) {
+            let t0 = 1_000_000_000;
+            let start = p.take(p.full(t0), t0, used.min(p.burst())).state;
+            let now = t0 + gap;
+            let taken = p.take(start, now, cost);
+            prop_assume!(taken.allowed);
+            let back = p.refund(taken.state, taken.state.at, cost);
+            for t in [now, now + later] {
+                prop_assert_eq!(p.tokens_exact(back, t), p.tokens_exact(start, t));
+            }
+        }
+
         /// Carrying a bucket in use over to another policy never adds tokens; a full one stays full.
         #[test]
         fn carry_over_never_adds(from in any_policy(), to in any_policy(), used in 0i64..=20,

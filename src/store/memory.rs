@@ -906,8 +906,7 @@ pub fn refund_target(
         return Ok(target.evaluate(None, now, 0)); // missing: full, nothing to put back
     };
     let slot = &mut part.slots[idx];
-    let current = target.current(stored_of(slot), now);
-    let state = target.policy.refund(current, now, tokens);
+    let state = target.refunded(stored_of(slot), now, tokens);
     slot.level = state.level;
     slot.updated_at = state.at;
     Numbers::of_policy(&target.policy).write_to(slot);

@@ -422,9 +422,7 @@ pub fn refund(
         let Some(stored) = stored else {
             return Ok(target.evaluate(None, now, 0)); // no row: full, nothing to put back
         };
-        let state = target
-            .policy
-            .refund(target.current(Some(stored), now), now, tokens);
+        let state = target.refunded(Some(stored), now, tokens);
         write(client, plans, function, target, state)?;
         Ok(target.policy.take(state, now, 0))
     })

@@ -95,6 +95,11 @@ impl Target<'_> {
         self.policy.take(self.current(stored, now), now, cost)
     }
 
+    /// The state after putting up to `tokens` back into `stored` at `now` (never above the capacity).
+    pub fn refunded(&self, stored: Option<Stored>, now: i64, tokens: i64) -> State {
+        self.policy.refund(self.current(stored, now), now, tokens)
+    }
+
     /// Whether two targets name the same bucket.
     pub fn same_bucket(&self, other: &Target<'_>) -> bool {
         self.namespace.stored_name() == other.namespace.stored_name() && self.key == other.key

@@ -54,6 +54,37 @@ fn grants(client: &mut Client, call: Call, store: &str, key: &str) -> usize {
         .count()
 }
 
+/// After a backward step: no token at once, about 10 after one second of real time.
+fn step_back_then_refill(client: &mut Client, call: Call, store: &str, key: &str, what: &str) {
+    let at_once = grants(client, call, store, key);
+    assert!(
+        at_once <= 1,
+        "{what}: a backward step mints nothing ({at_once})"
+    );
+    thread::sleep(Duration::from_millis(1000));
+    let refilled = grants(client, call, store, key);
+    assert!(
+        (8..=14).contains(&refilled),
+        "{what}: refill resumes from the step at 10/s ({refilled} in ~1 s)"
+    );
+}
+
+/// After a forward step: at most a full bucket (the table store, on the wall clock, fills it).
+fn step_forward(client: &mut Client, call: Call, store: &str, key: &str, what: &str) {
+    let granted = grants(client, call, store, key);
+    assert!(
+        granted <= 11,
+        "{what}: a forward step fills at most ({granted})"
+    );
+    if store == "table" {
+        assert!(
+            granted >= 10,
+            "{what}: the wall clock moved an hour ({granted})"
+        );
+    }
+}
+
+/// Drains a new bucket at real time, steps the clock to `first` and back, checking each step.
 fn steps(server: &Server, client: &mut Client, call: Call, store: &str, first: &str) {
     let key = format!("{call:?}_{store}_{first}");
     let what = format!("{call:?} in the {store} store, stepping {first} first");
@@ -64,48 +95,14 @@ fn steps(server: &Server, client: &mut Client, call: Call, store: &str, first: &
         "{what}: a new bucket"
     );
     server.set_clock(first);
-    let after_first = grants(client, call, store, &key);
     if first.starts_with('+') {
-        assert!(
-            after_first <= 11,
-            "{what}: forward step fills at most ({after_first})"
-        );
-        if store == "table" {
-            assert!(
-                after_first >= 10,
-                "{what}: the wall clock moved an hour ({after_first})"
-            );
-        }
+        step_forward(client, call, store, &key, &what);
+        server.set_clock("+0");
+        step_back_then_refill(client, call, store, &key, &what);
     } else {
-        assert!(
-            after_first <= 1,
-            "{what}: a backward step mints nothing ({after_first})"
-        );
-        thread::sleep(Duration::from_millis(1000));
-        let refilled = grants(client, call, store, &key);
-        assert!(
-            (8..=14).contains(&refilled),
-            "{what}: refill resumes from the step at 10/s ({refilled} in ~1 s)"
-        );
-    }
-    server.set_clock("+0");
-    let after_second = grants(client, call, store, &key);
-    if first.starts_with('+') {
-        assert!(
-            after_second <= 1,
-            "{what}: stepping back mints nothing ({after_second})"
-        );
-        thread::sleep(Duration::from_millis(1000));
-        let refilled = grants(client, call, store, &key);
-        assert!(
-            (8..=14).contains(&refilled),
-            "{what}: refill resumes from the step at 10/s ({refilled} in ~1 s)"
-        );
-    } else {
-        assert!(
-            after_second <= 11,
-            "{what}: forward step fills at most ({after_second})"
-        );
+        step_back_then_refill(client, call, store, &key, &what);
+        server.set_clock("+0");
+        step_forward(client, call, store, &key, &what);
     }
 }
 
