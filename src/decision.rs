@@ -58,26 +58,38 @@ impl Decision {
     }
 }
 
-thread_local! {
-    /// `(pg_type oid, typrelid)` of `rate_limit.decision`, resolved once; cleared when the type's relation
-    /// is invalidated (DROP EXTENSION).
-    static TYPE: Cell<Option<(pg_sys::Oid, pg_sys::Oid)>> = const { Cell::new(None) };
+/// `rate_limit.decision` as this backend knows it.
+#[derive(Clone, Copy)]
+struct DecisionType {
+    /// Its relation (`typrelid`): an invalidation of it means the type changed or went away.
+    relation: pg_sys::Oid,
+    /// A copy of its tuple descriptor in `TopMemoryContext`, made once per backend (and again after an
+    /// invalidation), so that a call builds its result without a type-cache lookup and a copy.
+    desc: pg_sys::TupleDesc,
 }
 
-/// Forgets the type's oid if `relid` is its relation (or everything is being invalidated).
+thread_local! {
+    /// Resolved on first use; cleared when the type's relation is invalidated (DROP EXTENSION, ALTER TYPE).
+    static TYPE: Cell<Option<DecisionType>> = const { Cell::new(None) };
+}
+
+/// Forgets the type if `relid` is its relation (or everything is being invalidated). The old descriptor
+/// copy is left in `TopMemoryContext` (a few hundred bytes, once per change of the type): an invalidation
+/// can arrive while a call still holds it.
 pub fn forget_type_if(relid: pg_sys::Oid) {
     TYPE.with(|t| {
-        if let Some((_, rel)) = t.get() {
-            if relid == pg_sys::InvalidOid || relid == rel {
+        if let Some(known) = t.get() {
+            if relid == pg_sys::InvalidOid || relid == known.relation {
                 t.set(None);
             }
         }
     });
 }
 
-fn type_oid(function: &'static str) -> Result<pg_sys::Oid, ErrorReport> {
-    if let Some((oid, _)) = TYPE.with(Cell::get) {
-        return Ok(oid);
+/// The tuple descriptor of `rate_limit.decision`, from this backend's copy.
+fn decision_desc(function: &'static str) -> Result<pg_sys::TupleDesc, ErrorReport> {
+    if let Some(known) = TYPE.with(Cell::get) {
+        return Ok(known.desc);
     }
     let (oid, rel) = Spi::get_two::<pg_sys::Oid, pg_sys::Oid>(
         "SELECT oid, typrelid FROM pg_catalog.pg_type \
@@ -91,8 +103,21 @@ fn type_oid(function: &'static str) -> Result<pg_sys::Oid, ErrorReport> {
             function,
         ));
     };
-    TYPE.with(|t| t.set(Some((oid, rel))));
-    Ok(oid)
+    // SAFETY: the type exists (just resolved); lookup_rowtype_tupdesc_copy returns a fresh, unshared copy,
+    // allocated in TopMemoryContext so that it lives as long as the backend.
+    let desc = unsafe {
+        let old = pg_sys::MemoryContextSwitchTo(pg_sys::TopMemoryContext);
+        let desc = pg_sys::lookup_rowtype_tupdesc_copy(oid, -1);
+        pg_sys::MemoryContextSwitchTo(old);
+        desc
+    };
+    TYPE.with(|t| {
+        t.set(Some(DecisionType {
+            relation: rel,
+            desc,
+        }))
+    });
+    Ok(desc)
 }
 
 /// Microseconds as an interval (all in the time field: `'00:00:06'`). `None` cannot happen: with months
@@ -106,13 +131,9 @@ pub fn to_sql(
     function: &'static str,
     d: &Decision,
 ) -> Result<PgHeapTuple<'static, AllocatedByRust>, ErrorReport> {
-    let desc = PgTupleDesc::for_composite_type_by_oid(type_oid(function)?).ok_or_else(|| {
-        ErrorReport::new(
-            PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
-            "type rate_limit.decision is not a composite type",
-            function,
-        )
-    })?;
+    // SAFETY: the descriptor is this backend's own copy (never reference-counted nor freed), valid until
+    // the type changes; from_pg_unchecked neither releases nor frees it.
+    let desc = unsafe { PgTupleDesc::from_pg_unchecked(decision_desc(function)?) };
     let datums = [
         d.allowed.into_datum(),
         d.remaining.into_datum(),

@@ -37,22 +37,30 @@ struct Entry {
 }
 
 thread_local! {
-    static SHORT: RefCell<HashMap<String, Entry>> = RefCell::new(HashMap::new());
+    static SHORT: RefCell<HashMap<Vec<u8>, Entry>> = RefCell::new(HashMap::new());
+    /// The buffer map keys are built in, so that a lookup allocates nothing.
+    static KEY: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The map key: store, namespace and key, separated by a byte that text cannot contain.
-fn map_key(store: Store, namespace: &Namespace<'_>, key: &str) -> String {
-    let name = namespace.stored_name();
-    let mut k = String::with_capacity(name.len() + key.len() + 24);
-    k.push(if store == Store::Memory { 'm' } else { 't' });
-    k.push_str(name);
-    k.push('\0');
-    k.push_str(key);
-    if let Namespace::Policy { created_at, .. } = namespace {
-        k.push('\0');
-        k.push_str(&created_at.to_string());
-    }
-    k
+/// Calls `f` with the map key of a bucket: store, namespace, key and the policy's creation time, separated
+/// by a byte that text cannot contain.
+fn with_key<R>(
+    store: Store,
+    namespace: &Namespace<'_>,
+    key: &str,
+    f: impl FnOnce(&[u8]) -> R,
+) -> R {
+    KEY.with(|buffer| {
+        let mut k = buffer.borrow_mut();
+        k.clear();
+        k.push(if store == Store::Memory { b'm' } else { b't' });
+        k.extend_from_slice(namespace.stored_name().as_bytes());
+        k.push(0);
+        k.extend_from_slice(key.as_bytes());
+        k.push(0);
+        k.extend_from_slice(&namespace.created_at().to_le_bytes());
+        f(&k)
+    })
 }
 
 /// The denial of `cost` tokens at `now`, if this backend remembers the bucket as too short for it.
@@ -60,49 +68,51 @@ pub fn denial(store: Store, target: &Target<'_>, now: i64, cost: i64) -> Option<
     if cost < 1 {
         return None;
     }
-    SHORT.with(|m| {
-        let mut m = m.borrow_mut();
-        let key = map_key(store, &target.namespace, target.key);
-        let e = m.get(&key)?;
-        if e.policy != target.policy || e.changed_at != target.changed_at || now < e.state.at {
-            m.remove(&key);
-            return None;
-        }
-        let outcome = e.policy.take(e.state, now, cost);
-        if outcome.allowed {
-            m.remove(&key);
-            return None;
-        }
-        Some(outcome)
+    with_key(store, &target.namespace, target.key, |key| {
+        SHORT.with(|m| {
+            let mut m = m.borrow_mut();
+            let e = m.get(key)?;
+            if e.policy != target.policy || e.changed_at != target.changed_at || now < e.state.at {
+                m.remove(key);
+                return None;
+            }
+            let outcome = e.policy.take(e.state, now, cost);
+            if outcome.allowed {
+                m.remove(key);
+                return None;
+            }
+            Some(outcome)
+        })
     })
 }
 
 /// Remembers that the bucket of `target` was short, in state `state` (under `target`'s numbers).
 pub fn remember(store: Store, target: &Target<'_>, state: State) {
-    SHORT.with(|m| {
-        let mut m = m.borrow_mut();
-        let key = map_key(store, &target.namespace, target.key);
-        if m.len() >= CAPACITY && !m.contains_key(&key) {
-            m.clear();
-        }
-        m.insert(
-            key,
-            Entry {
-                policy: target.policy,
-                changed_at: target.changed_at,
-                state,
-            },
-        );
+    with_key(store, &target.namespace, target.key, |key| {
+        SHORT.with(|m| {
+            let mut m = m.borrow_mut();
+            if m.len() >= CAPACITY && !m.contains_key(key) {
+                m.clear();
+            }
+            m.insert(
+                key.to_vec(),
+                Entry {
+                    policy: target.policy,
+                    changed_at: target.changed_at,
+                    state,
+                },
+            );
+        })
     });
 }
 
 /// Forgets a bucket in both stores (after a reset or refund in this backend).
 pub fn forget(namespace: &Namespace<'_>, key: &str) {
-    SHORT.with(|m| {
-        let mut m = m.borrow_mut();
-        m.remove(&map_key(Store::Table, namespace, key));
-        m.remove(&map_key(Store::Memory, namespace, key));
-    });
+    for store in [Store::Table, Store::Memory] {
+        with_key(store, namespace, key, |k| {
+            SHORT.with(|m| m.borrow_mut().remove(k))
+        });
+    }
 }
 
 /// Forgets everything (at transaction abort: a rolled-back take may have been refunded).
