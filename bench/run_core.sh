@@ -7,10 +7,10 @@
 # The two builds run side by side, each in its own copy of the tests' PostgreSQL 15 (one installation cannot
 # hold two builds of one library), each cluster with its own SELECT 1; rounds are interleaved so that drift
 # of this noisy machine affects every figure alike. Policy 'bench' has exactly the limit of
-# rate_limiting_request(key, 2, 60). Writes bench/CORE_RESULTS.md (medians of 3 rounds, min-max spread).
+# rate_limiting_request(key, 2, 60). Writes bench/CORE_RESULTS.md (medians of BENCH_ROUNDS rounds, default 3, with their spread).
 #
 #   bench/run_core.sh                                    (about 15 minutes with both builds to compile)
-#   BENCH_CLIENTS=32 BENCH_BASELINE_REV=<rev> bench/run_core.sh
+#   BENCH_CLIENTS=32 BENCH_ROUNDS=5 BENCH_BASELINE_REV=<rev> bench/run_core.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -20,7 +20,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 source scripts/cluster.sh
 
 SECONDS_PER_ROUND=${BENCH_SECONDS:-5}
-ROUNDS=3
+ROUNDS=${BENCH_ROUNDS:-3}
 CLIENTS=${BENCH_CLIENTS:-8}
 BASELINE_REV=${BENCH_BASELINE_REV:-d7f9333}
 DIR=${RATE_LIMIT_BENCH_DIR:-/var/tmp/rate_limit-bench-core}
@@ -105,12 +105,12 @@ for round in $(seq 1 $ROUNDS); do
   done
 done
 
-python3 - "$RAW" "bench/run_core.sh (BENCH_CLIENTS=$CLIENTS BENCH_BASELINE_REV=$BASELINE_REV BENCH_SECONDS=$SECONDS_PER_ROUND)" \
-  "$CLIENTS" "$BASELINE_REV" "$(nproc)" "$(git rev-parse --short HEAD)" >"$ROOT/bench/CORE_RESULTS.md" <<'PY'
+python3 - "$RAW" "bench/run_core.sh (BENCH_CLIENTS=$CLIENTS BENCH_ROUNDS=$ROUNDS BENCH_BASELINE_REV=$BASELINE_REV BENCH_SECONDS=$SECONDS_PER_ROUND)" \
+  "$CLIENTS" "$BASELINE_REV" "$(nproc)" "$(git rev-parse --short HEAD)" "$ROUNDS" "$SECONDS_PER_ROUND" >"$ROOT/bench/CORE_RESULTS.md" <<'PY'
 import statistics, sys
 from collections import defaultdict
 from datetime import datetime, timezone
-raw, command, clients, baseline, cores, head = sys.argv[1:7]
+raw, command, clients, baseline, cores, head, rounds, seconds = sys.argv[1:9]
 tps = defaultdict(list)
 for line in open(raw):
     build, scenario, store, t = line.rstrip("\n").split("\t")
@@ -128,7 +128,7 @@ s1, s1b = m("new", "select1", "table"), m("baseline", "select1", "table")
 print("# One core for every call: take, take_many and rate_limiting_request in one run\n")
 print(f"Produced by `{command}` at {head} on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC: a {cores}-core")
 print(f"Debian 12 VM, PostgreSQL 15 (built from Debian's source package), {clients} clients, pgbench -M prepared,")
-print("synchronous_commit = off, median TPS of 3 interleaved 5-second rounds (± is the largest deviation of a")
+print(f"synchronous_commit = off, median TPS of {rounds} interleaved {seconds}-second rounds (± is the largest deviation of a")
 print(f"round from the median). The baseline is the release build of `{baseline}` (the last main before the")
 print("change) in its own copy of the same PostgreSQL, with its own `SELECT 1`.\n")
 print(f"`SELECT 1`: {s1:,.0f} TPS (this build's cluster, {spread('new', 'select1', 'table')}), "
