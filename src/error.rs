@@ -90,6 +90,15 @@ pub fn internal(function: &'static str, error: SpiError) -> ErrorReport {
     .set_hint("Check that the extension is installed intact (ALTER EXTENSION rate_limit UPDATE).")
 }
 
+/// XX000: a broken internal contract (a bug), reported instead of a panic.
+pub fn bug(function: &'static str, what: &str) -> ErrorReport {
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+        format!("rate_limit internal error: {what}"),
+        function,
+    )
+}
+
 /// Millionths of a token as an exact `numeric` (e.g. 1500000 → 1.500000).
 pub fn millionths_numeric(
     function: &'static str,

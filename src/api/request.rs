@@ -95,9 +95,11 @@ fn request(
     let id = crate::api::key_arg(function, "id", id)?;
     let policy = request_policy(function, refill_per_sec, window_seconds)?;
     let target = request_target(id, policy);
-    let outcome = store::take(function, gucs::store(), &[target], cost)?
-        .pop()
-        .ok_or_else(|| error::out_of_range_limit(function, "no outcome"))?;
+    let outcomes = store::take(function, gucs::store(), &[target], cost)?;
+    let outcome = outcomes
+        .first()
+        .copied()
+        .ok_or_else(|| error::bug(function, "the store returned no outcome for one bucket"))?;
     Ok((outcome, policy))
 }
 

@@ -75,6 +75,12 @@ test('every public function accepts untyped parameters', async () => {
     assert.equal((await one('SELECT rate_limit.reset_ad_hoc($1) AS r', ['k'])).r, true);
     assert.equal((await one('SELECT rate_limit.reset_request($1) AS r', ['u'])).r, true);
     assert.equal(typeof (await one('SELECT rate_limit.purge() AS r', [])).r, 'string');
+    assert.equal((await one('SELECT slot_bytes FROM rate_limit.memory_usage()', [])).slot_bytes, '96');
+    await one('SET rate_limit.store = memory', []);
+    assert.equal((await one('SELECT rate_limiting_request($1, $2, $3) AS r', ['m', 1, 10])).r, 9);
+    d = await one('SELECT * FROM rate_limit.take_ad_hoc($1, $2, $3)', ['mk', 2, '1 hour']);
+    assert.deepEqual([d.allowed, d.remaining], [true, '1']);
+    await one('RESET rate_limit.store', []);
     assert.equal((await one('SELECT rate_limit.drop_policy($1) AS r', ['org'])).r, true);
   } finally {
     await db.end();
