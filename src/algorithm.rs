@@ -108,7 +108,7 @@ pub struct Policy {
 }
 
 /// The stored state of one bucket (see the module comment for what the fields mean per algorithm).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct State {
     /// Tokens (token bucket, in ticks) or counts (windows).
     pub level: i64,

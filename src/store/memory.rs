@@ -5,11 +5,20 @@
 //! Locking contract.
 //! - The table is split into `partitions` partitions, each a fixed ring of slots with its own LWLock (tranche
 //!   `rate_limit`). A key's 128-bit hash picks its partition, so one call takes exactly one lock.
-//! - Taking tokens, inserting, evicting and deleting hold the partition's lock EXCLUSIVE; `peek` and listing
-//!   hold it SHARED. The two guard types enforce it: a [`SharedGuard`] only hands out `&[Slot]`, an
-//!   [`ExclusiveGuard`] `&mut [Slot]`. While a lock is held nothing allocates, waits, does I/O, takes another
-//!   lock or raises an error: errors are raised after the lock is released. A call locks at most
-//!   [`MAX_TARGETS`] partitions, lowest first (more targets are an error, never a truncation).
+//! - A bucket's level and instant are one 128-bit atomic word ([`AtomicState`]). Taking tokens from one
+//!   existing bucket whose numbers are those of the call (the common case) holds the partition's lock
+//!   SHARED and updates that word with a compare-and-swap loop ([`take_by_cas`]): callers of a partition
+//!   never wait for each other, so a backend preempted in the middle of a call stalls nobody, and two calls
+//!   on one bucket serialise on the word (a failed swap re-reads and re-evaluates: exact). Inserting,
+//!   evicting, deleting, refunds, a call on several buckets (all or nothing) and a bucket whose numbers
+//!   changed (a policy was altered) hold the lock EXCLUSIVE, which excludes every swap. `peek` and listing
+//!   hold it SHARED and read the word atomically. Where the CPU has no lock-free 128-bit compare-and-swap
+//!   (x86-64 CPUs without CMPXCHG16B), every take holds the lock EXCLUSIVE.
+//! - The two guard types enforce the rest: a [`SharedGuard`] only hands out `&[Slot]` (whose state word is
+//!   the one field that changes behind it), an [`ExclusiveGuard`] `&mut [Slot]`. While a lock is held nothing
+//!   allocates, waits, does I/O, takes another lock or raises an error: errors are raised after the lock is
+//!   released. A call locks at most [`MAX_TARGETS`] partitions, lowest first (more targets are an error,
+//!   never a truncation).
 //! - The header (seed, sizes, lock pointers) is written once, in the shmem startup hook under
 //!   AddinShmemInitLock, and only read afterwards. Statistics are atomics, updated without a lock.
 //!
@@ -38,6 +47,8 @@ use std::hash::Hasher;
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use portable_atomic::AtomicU128;
+
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::PgSqlErrorCode;
@@ -64,14 +75,63 @@ const TRANCHE_NAME: &CStr = c"rate_limit";
 /// Index of AddinShmemInitLock in MainLWLockArray (lwlocknames.txt, the same from PostgreSQL 13 to 18).
 const ADDIN_SHMEM_INIT_LOCK: usize = 21;
 
+/// A bucket's state (level and instant) as one 128-bit word, so that it can be swapped atomically.
+#[repr(transparent)]
+pub struct AtomicState(AtomicU128);
+
+impl AtomicState {
+    /// A word holding `state`.
+    pub fn new(state: State) -> AtomicState {
+        AtomicState(AtomicU128::new(Self::pack(state)))
+    }
+
+    fn pack(state: State) -> u128 {
+        (u128::from(state.at as u64) << 64) | u128::from(state.level as u64)
+    }
+
+    fn unpack(word: u128) -> State {
+        State {
+            level: word as u64 as i64,
+            at: (word >> 64) as u64 as i64,
+        }
+    }
+
+    /// The state now.
+    pub fn load(&self) -> State {
+        Self::unpack(self.0.load(Ordering::Acquire))
+    }
+
+    /// Writes `state` (under the exclusive lock, or when nobody else can see the slot).
+    pub fn store(&self, state: State) {
+        self.0.store(Self::pack(state), Ordering::Release);
+    }
+
+    /// Replaces `current` with `new` if the word still holds `current`; false if it changed meanwhile.
+    pub fn swap_if(&self, current: State, new: State) -> bool {
+        self.0
+            .compare_exchange(
+                Self::pack(current),
+                Self::pack(new),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+
+    /// Whether swaps are lock-free on this CPU. Only then may two processes swap the same word concurrently:
+    /// the fallback of `portable_atomic` locks process-local memory, which processes do not share.
+    pub fn swaps_are_lock_free() -> bool {
+        AtomicU128::is_lock_free()
+    }
+}
+
 /// One bucket. `used` is 0 for an empty slot, else the kind of bucket (`KIND_*`). The numbers (`algorithm`,
-/// `rate`, `period_us`, `burst`) are those the level was last written under (see `crate::algorithm`).
+/// `rate`, `period_us`, `burst`) are those the level was last written under (see `crate::algorithm`); only
+/// `state` changes while the partition is locked SHARED.
 #[repr(C)]
-#[derive(Clone, Copy)]
 struct Slot {
     hash: [u64; 2],
-    level: i64,
-    updated_at: i64,
+    state: AtomicState,
     rate: i64,
     period_us: i64,
     burst: i64,
@@ -82,6 +142,25 @@ struct Slot {
     id_len: u8,
     id_truncated: u8,
     id_prefix: [u8; ID_PREFIX],
+}
+
+impl Clone for Slot {
+    fn clone(&self) -> Slot {
+        Slot {
+            hash: self.hash,
+            state: AtomicState::new(self.state.load()),
+            rate: self.rate,
+            period_us: self.period_us,
+            burst: self.burst,
+            database: self.database,
+            policy_tag: self.policy_tag,
+            used: self.used,
+            algorithm: self.algorithm,
+            id_len: self.id_len,
+            id_truncated: self.id_truncated,
+            id_prefix: self.id_prefix,
+        }
+    }
 }
 
 /// Per-partition bookkeeping, protected by the partition's lock.
@@ -373,18 +452,47 @@ impl Table {
             pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
             ExclusiveGuard {
                 lock,
-                header: &mut *header,
-                slots: std::slice::from_raw_parts_mut(
-                    slots,
-                    self.header.slots_per_partition as usize,
-                ),
-                limit: self.header.limit_per_partition,
+                partition: Partition {
+                    header: &mut *header,
+                    slots: std::slice::from_raw_parts_mut(
+                        slots,
+                        self.header.slots_per_partition as usize,
+                    ),
+                    limit: self.header.limit_per_partition,
+                },
             }
         }
     }
 
     fn partition_of(&self, hash: &[u64; 2]) -> u32 {
         (hash[0] % u64::from(self.header.partitions)) as u32
+    }
+
+    /// Starts loading the slot where `hash`'s probe chain starts into the CPU cache, before its partition
+    /// is locked. With a large table that slot is nearly always a cache (and TLB) miss; issued for every
+    /// bucket of a call first, the misses overlap each other and the lock acquisition instead of being
+    /// served one by one under the lock.
+    fn prefetch(&self, hash: &[u64; 2]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let slots_per_partition = u64::from(self.header.slots_per_partition);
+            // SAFETY: partition_of is below the partition count; the pointer is only computed, not
+            // dereferenced, so no lock is needed.
+            let (_, _, slots) = unsafe { self.partition(self.partition_of(hash)) };
+            let slot = slots
+                .wrapping_add((hash[1] % slots_per_partition) as usize)
+                .cast::<i8>()
+                .cast_const();
+            // SAFETY: a prefetch is a hint that never faults and changes no memory; the address lies inside
+            // the segment (a slot spans at most two cache lines: both are fetched).
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(slot);
+                _mm_prefetch::<_MM_HINT_T0>(slot.wrapping_add(64));
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = hash;
     }
 }
 
@@ -398,9 +506,29 @@ struct SharedGuard<'a> {
 /// A partition locked EXCLUSIVE: it can be read and written.
 struct ExclusiveGuard<'a> {
     lock: *mut pg_sys::LWLock,
+    partition: Partition<'a>,
+}
+
+/// A partition's slot table, writable: what an [`ExclusiveGuard`] gives access to (and what the model tests
+/// drive directly, without PostgreSQL).
+struct Partition<'a> {
     header: &'a mut PartitionHeader,
     slots: &'a mut [Slot],
+    /// Buckets the partition may hold.
     limit: u32,
+}
+
+impl<'a> std::ops::Deref for ExclusiveGuard<'a> {
+    type Target = Partition<'a>;
+    fn deref(&self) -> &Partition<'a> {
+        &self.partition
+    }
+}
+
+impl<'a> std::ops::DerefMut for ExclusiveGuard<'a> {
+    fn deref_mut(&mut self) -> &mut Partition<'a> {
+        &mut self.partition
+    }
 }
 
 impl Drop for SharedGuard<'_> {
@@ -451,9 +579,15 @@ impl SharedGuard<'_> {
     }
 }
 
-impl ExclusiveGuard<'_> {
+impl Partition<'_> {
     fn probe(&self, hash: &[u64; 2]) -> Probe {
         probe(self.slots, hash)
+    }
+
+    /// Puts `slot` into the empty slot `idx` that ends its probe chain.
+    fn insert(&mut self, idx: usize, slot: Slot) {
+        self.slots[idx] = slot;
+        self.header.count += 1;
     }
 
     /// Removes slot `hole`, shifting later entries of its probe chain back (no tombstones).
@@ -475,7 +609,7 @@ impl ExclusiveGuard<'_> {
                 hole < home || home <= j
             };
             if !stays {
-                self.slots[hole] = self.slots[j];
+                self.slots[hole] = self.slots[j].clone();
                 self.slots[j].used = 0;
                 hole = j;
             }
@@ -508,7 +642,7 @@ impl ExclusiveGuard<'_> {
                 stats.lossless_evictions.fetch_add(1, Ordering::Relaxed);
                 return true;
             }
-            if oldest.is_none_or(|o| s.updated_at < self.slots[o].updated_at) {
+            if oldest.is_none_or(|o| s.state.load().at < self.slots[o].state.load().at) {
                 oldest = Some(i);
             }
         }
@@ -536,10 +670,7 @@ fn slot_policy(slot: &Slot) -> Option<Policy> {
 }
 
 fn slot_state(slot: &Slot) -> State {
-    State {
-        level: slot.level,
-        at: slot.updated_at,
-    }
+    slot.state.load()
 }
 
 /// Whether the slot's bucket is full at `now` (and may be deleted losslessly).
@@ -598,8 +729,7 @@ fn new_slot(hash: [u64; 2], kind: u8, tag: u32, id: &str, numbers: Numbers, stat
     let (prefix, prefix_len) = id_prefix(id);
     Slot {
         hash,
-        level: state.level,
-        updated_at: state.at,
+        state: AtomicState::new(state),
         rate: numbers.rate,
         period_us: numbers.period_us,
         burst: numbers.burst,
@@ -678,7 +808,7 @@ fn for_each_slot(function: &'static str, mut each: impl FnMut(&Slot, i64, i64)) 
                 part.slots
                     .iter()
                     .filter(|s| s.used != 0 && s.database == database)
-                    .copied(),
+                    .cloned(),
             );
             table.now()
         };
@@ -817,6 +947,7 @@ pub fn take_targets(
     for (i, t) in targets.iter().enumerate() {
         hashes[i] = table.bucket_hash(&t.namespace, t.key);
         parts[i] = table.partition_of(&hashes[i]);
+        table.prefetch(&hashes[i]);
     }
     if cost == 0 {
         // a peek: each bucket under its partition's shared lock, writing nothing
@@ -832,6 +963,11 @@ pub fn take_targets(
             outcomes.push(t.evaluate(stored, now, 0));
         }
         return Ok(outcomes);
+    }
+    if let ([target], true) = (targets, AtomicState::swaps_are_lock_free()) {
+        if let Some(outcome) = take_shared(&table, target, &hashes[0], parts[0], cost) {
+            return Ok(vec![outcome]);
+        }
     }
     let on_full = gucs::on_full();
     let mut outcomes = Vec::with_capacity(n);
@@ -868,8 +1004,7 @@ pub fn take_targets(
         match g.probe(&hashes[i]) {
             Probe::Found(idx) => {
                 let slot = &mut g.slots[idx];
-                slot.level = outcomes[i].state.level;
-                slot.updated_at = outcomes[i].state.at;
+                slot.state.store(outcomes[i].state);
                 numbers.write_to(slot);
             }
             Probe::Empty(idx) => {
@@ -877,7 +1012,7 @@ pub fn take_targets(
                     Namespace::Policy { name, created_at } => policy_tag(name, created_at),
                     Namespace::AdHoc | Namespace::Request => 0,
                 };
-                g.slots[idx] = new_slot(
+                let slot = new_slot(
                     hashes[i],
                     kind_of(&t.namespace),
                     tag,
@@ -885,11 +1020,87 @@ pub fn take_targets(
                     numbers,
                     outcomes[i].state,
                 );
-                g.header.count += 1;
+                g.insert(idx, slot);
             }
         }
     }
     Ok(outcomes)
+}
+
+/// Takes `cost` tokens from one existing bucket under its partition's SHARED lock, by compare-and-swap
+/// ([`take_by_cas`]). `None` when the bucket must be written under the exclusive lock: it does not exist
+/// yet (insert), or it was written under other numbers (they are converted and rewritten with the state).
+fn take_shared(
+    table: &Table,
+    target: &Target<'_>,
+    hash: &[u64; 2],
+    partition: u32,
+    cost: i64,
+) -> Option<Outcome> {
+    let part = table.lock_shared(partition);
+    let Probe::Found(idx) = part.probe(hash) else {
+        return None;
+    };
+    let slot = &part.slots[idx];
+    let stored = slot_policy(slot).filter(|p| *p == target.policy)?;
+    Some(take_by_cas(&slot.state, stored, target, cost, || {
+        table.now()
+    }))
+}
+
+/// Takes `cost` tokens from the bucket whose state is `state` (written under the numbers `stored`, those of
+/// `target`): evaluates the state it loads at `clock()` and swaps in the result if the state is still the
+/// one evaluated, else starts again from the newer state. A denial writes nothing. Each grant is thus
+/// decided on the state it replaces, exactly as if the calls had run one after another in the order of
+/// their swaps; an instant never moves back (a call that read the clock just before another one's swap
+/// evaluates at the stored instant, as no time elapsed).
+fn take_by_cas(
+    state: &AtomicState,
+    stored: Policy,
+    target: &Target<'_>,
+    cost: i64,
+    clock: impl Fn() -> i64,
+) -> Outcome {
+    swap_take(state, stored, target, cost, clock).outcome
+}
+
+/// What [`swap_take`] decided: the outcome, the state it was decided on (the one replaced on a grant) and
+/// the instant it was evaluated at.
+struct Swap {
+    outcome: Outcome,
+    #[cfg_attr(not(test), allow(dead_code))]
+    replaced: State,
+    #[cfg_attr(not(test), allow(dead_code))]
+    now: i64,
+}
+
+/// [`take_by_cas`], also saying which state the decision replaced (for the model tests).
+fn swap_take(
+    state: &AtomicState,
+    stored: Policy,
+    target: &Target<'_>,
+    cost: i64,
+    clock: impl Fn() -> i64,
+) -> Swap {
+    loop {
+        let current = state.load();
+        let now = clock().max(current.at);
+        let outcome = target.evaluate(
+            Some(Stored {
+                state: current,
+                policy: stored,
+            }),
+            now,
+            cost,
+        );
+        if !outcome.allowed || state.swap_if(current, outcome.state) {
+            return Swap {
+                outcome,
+                replaced: current,
+                now,
+            };
+        }
+    }
 }
 
 /// Puts up to `tokens` back into a policy bucket (capped at its capacity); returns it afterwards.
@@ -900,15 +1111,14 @@ pub fn refund_target(
 ) -> Result<Outcome, ErrorReport> {
     let table = Table::attach(function)?;
     let hash = table.bucket_hash(&target.namespace, target.key);
-    let part = table.lock_exclusive(table.partition_of(&hash));
+    let mut part = table.lock_exclusive(table.partition_of(&hash));
     let now = table.now();
     let Probe::Found(idx) = part.probe(&hash) else {
         return Ok(target.evaluate(None, now, 0)); // missing: full, nothing to put back
     };
     let slot = &mut part.slots[idx];
     let state = target.refunded(stored_of(slot), now, tokens);
-    slot.level = state.level;
-    slot.updated_at = state.at;
+    slot.state.store(state);
     Numbers::of_policy(&target.policy).write_to(slot);
     Ok(target.policy.take(state, now, 0))
 }
@@ -963,7 +1173,7 @@ pub fn list() -> Vec<Listed> {
                 key: shown_key(s),
                 millionths: policy.tokens_millionths(slot_state(s), now),
                 policy,
-                updated_at: s.updated_at.saturating_add(wall_offset),
+                updated_at: slot_state(s).at.saturating_add(wall_offset),
             });
         }
     });
@@ -973,6 +1183,249 @@ pub fn list() -> Vec<Listed> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+    use std::sync::atomic::AtomicI64;
+    use std::sync::Mutex;
+
+    const S: i64 = 1_000_000;
+
+    fn target(policy: Policy) -> Target<'static> {
+        Target {
+            namespace: Namespace::AdHoc,
+            key: "k",
+            policy,
+            changed_at: i64::MIN,
+        }
+    }
+
+    /// Eight threads race for the 1 000 tokens of one bucket at a fixed instant: exactly 1 000 are granted
+    /// and the word ends where 1 000 serial takes end.
+    #[test]
+    fn swaps_grant_exactly_the_tokens_there_are() {
+        assert!(
+            AtomicState::swaps_are_lock_free(),
+            "this CPU has no lock-free 128-bit CAS"
+        );
+        let policy = Policy::new(Algorithm::TokenBucket, 1, 3600 * S, 1000).unwrap();
+        let state = AtomicState::new(policy.full(0));
+        let t = target(policy);
+        let granted = AtomicU64::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..8 {
+                scope.spawn(|| {
+                    for _ in 0..500 {
+                        if take_by_cas(&state, policy, &t, 1, || 0).allowed {
+                            granted.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(granted.load(Ordering::Relaxed), 1000);
+        let mut serial = policy.full(0);
+        for _ in 0..1000 {
+            serial = policy.take(serial, 0, 1).state;
+        }
+        assert_eq!(state.load(), serial);
+        assert!(!policy.take(serial, 0, 1).allowed);
+    }
+
+    /// With a clock that moves on at every reading, the grants of eight threads form one chain of swaps from
+    /// the initial state: no two grants replaced the same state (no lost update), every grant is in the
+    /// chain, and every link is exactly the model's step from the state it replaced at the instant it used.
+    #[test]
+    fn swaps_form_one_chain_of_exact_steps() {
+        for algorithm in [
+            Algorithm::TokenBucket,
+            Algorithm::FixedWindow,
+            Algorithm::SlidingWindow,
+        ] {
+            let policy = Policy::new(algorithm, 5, 1000, 5).unwrap();
+            let initial = policy.full(0);
+            let state = AtomicState::new(initial);
+            let t = target(policy);
+            let clock = AtomicI64::new(0);
+            let grants: Mutex<Vec<Swap>> = Mutex::new(Vec::new());
+            std::thread::scope(|scope| {
+                for _ in 0..8 {
+                    scope.spawn(|| {
+                        for _ in 0..2000 {
+                            let swap = swap_take(&state, policy, &t, 1, || {
+                                clock.fetch_add(1, Ordering::Relaxed)
+                            });
+                            if swap.outcome.allowed {
+                                grants.lock().unwrap().push(swap);
+                            }
+                        }
+                    });
+                }
+            });
+            let grants = grants.into_inner().unwrap();
+            let by_replaced: HashMap<State, &Swap> =
+                grants.iter().map(|g| (g.replaced, g)).collect();
+            assert_eq!(
+                by_replaced.len(),
+                grants.len(),
+                "{algorithm:?}: two grants replaced one state"
+            );
+            let mut current = initial;
+            let mut links = 0;
+            while let Some(g) = by_replaced.get(&current) {
+                assert!(g.now >= current.at, "{algorithm:?}: an instant moved back");
+                let step = policy.take(current, g.now, 1);
+                assert!(step.allowed);
+                assert_eq!(
+                    step.state, g.outcome.state,
+                    "{algorithm:?}: not the model's step"
+                );
+                current = g.outcome.state;
+                links += 1;
+            }
+            assert_eq!(
+                current,
+                state.load(),
+                "{algorithm:?}: the chain does not end at the word"
+            );
+            assert_eq!(
+                links,
+                grants.len(),
+                "{algorithm:?}: grants outside the chain"
+            );
+            assert!(
+                links > 5,
+                "{algorithm:?}: refill should grant more than the burst"
+            );
+        }
+    }
+
+    /// A partition of 8 buckets in 11 slots, holding the key `k` under the hash (k, k).
+    fn slot(key: u64, state: State, policy: &Policy) -> Slot {
+        let mut s = Slot {
+            hash: [key, key],
+            state: AtomicState::new(state),
+            rate: 0,
+            period_us: 0,
+            burst: 0,
+            database: 1,
+            policy_tag: 0,
+            used: KIND_AD_HOC,
+            algorithm: 0,
+            id_len: 0,
+            id_truncated: 0,
+            id_prefix: [0; ID_PREFIX],
+        };
+        Numbers::of_policy(policy).write_to(&mut s);
+        s
+    }
+
+    fn empty_slot() -> Slot {
+        let mut s = slot(
+            0,
+            State { level: 0, at: 0 },
+            &Policy::new(Algorithm::TokenBucket, 1, S, 1).unwrap(),
+        );
+        s.used = 0;
+        s
+    }
+
+    fn stats() -> Header {
+        Header {
+            seed: [0; 2],
+            clock_base: 0,
+            partitions: 1,
+            slots_per_partition: 11,
+            limit_per_partition: 8,
+            max_buckets: 8,
+            locks: ptr::null_mut(),
+            lossless_evictions: AtomicU64::new(0),
+            lossy_evictions: AtomicU64::new(0),
+            refused_full: AtomicU64::new(0),
+        }
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Insert(u64, bool),
+        Remove(u64),
+        MakeRoom,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (0u64..40, any::<bool>()).prop_map(|(k, full)| Op::Insert(k, full)),
+            2 => (0u64..40).prop_map(Op::Remove),
+            1 => Just(Op::MakeRoom),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+
+        /// The slot table (linear probing, backward-shift deletion, eviction from a moving hand) against a
+        /// map: after every operation each key of the map is found with its state, no other key is found,
+        /// and the count is the number of used slots.
+        #[test]
+        fn slot_table_behaves_like_a_map(ops in prop::collection::vec(op(), 1..200)) {
+            let policy = Policy::new(Algorithm::TokenBucket, 1, S, 10).unwrap();
+            let full = policy.full(0);
+            let short = policy.take(full, 0, 3).state;
+            let mut header = PartitionHeader { count: 0, hand: 0 };
+            let mut slots: Vec<Slot> = (0..11).map(|_| empty_slot()).collect();
+            let mut part = Partition { header: &mut header, slots: &mut slots, limit: 8 };
+            let stats = stats();
+            let mut model: HashMap<u64, State> = HashMap::new();
+            for op in ops {
+                match op {
+                    Op::Insert(k, is_full) => {
+                        let state = if is_full { full } else { short };
+                        match part.probe(&[k, k]) {
+                            Probe::Found(i) => {
+                                part.slots[i].state.store(state);
+                                model.insert(k, state);
+                            }
+                            Probe::Empty(i) if part.header.count < part.limit => {
+                                part.insert(i, slot(k, state, &policy));
+                                model.insert(k, state);
+                            }
+                            Probe::Empty(_) => {}
+                        }
+                    }
+                    Op::Remove(k) => {
+                        if let Probe::Found(i) = part.probe(&[k, k]) {
+                            part.remove(i);
+                        }
+                        model.remove(&k);
+                    }
+                    Op::MakeRoom => {
+                        let before = part.header.count;
+                        let freed = part.make_room(0, OnFull::EvictOldest, &stats, &[]);
+                        prop_assert_eq!(freed, before > 0);
+                        if freed {
+                            let gone: Vec<u64> = model
+                                .keys()
+                                .copied()
+                                .filter(|k| matches!(part.probe(&[*k, *k]), Probe::Empty(_)))
+                                .collect();
+                            prop_assert_eq!(gone.len(), 1);
+                            let evicted_full = model.remove(&gone[0]) == Some(full);
+                            // a full bucket is evicted whenever one lies in the slots examined (all 11 here)
+                            prop_assert!(evicted_full || !model.values().any(|s| *s == full));
+                        }
+                    }
+                }
+                prop_assert_eq!(part.header.count as usize, model.len());
+                prop_assert_eq!(part.slots.iter().filter(|s| s.used != 0).count(), model.len());
+                for k in 0..40u64 {
+                    match (part.probe(&[k, k]), model.get(&k)) {
+                        (Probe::Found(i), Some(state)) => prop_assert_eq!(part.slots[i].state.load(), *state),
+                        (Probe::Empty(_), None) => {}
+                        (_, expected) => prop_assert!(false, "key {} expected {:?}", k, expected),
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn geometry_fits_128_bytes_per_bucket() {

@@ -1,5 +1,7 @@
 //! The memory store against real servers (the main test server preloads rate_limit):
-//! - exactness on one hot key from 32 connections (conservation: granted + left = start + rate × elapsed);
+//! - exactness on one hot key from 32 connections (conservation: granted + left = start + rate × elapsed),
+//!   for `rate_limiting_request` and for a policy bucket taken by single (compare-and-swap) and two-policy
+//!   (exclusive lock) calls of cost 1 and 2;
 //! - 100 000 distinct keys from 8 connections, every key called 8 times: exactly 4 grants per key;
 //! - buckets are per database; not transactional (ROLLBACK does not refund); usable read-only;
 //! - a full table under both `rate_limit.on_full` settings, lossless eviction first, restart and a backend
@@ -38,6 +40,65 @@ fn usage(client: &mut Client, column: &str) -> i64 {
 fn hot_key_from_32_connections_is_exact() {
     let db = Arc::new(TestDb::new("memory_hot"));
     flood(&db, "memory_hot", 32, IsolationLevel::ReadCommitted, true);
+}
+
+/// 32 connections race for the 3 000 tokens of one policy bucket (refill: one token an hour) with calls of
+/// cost 1 and 2, single-bucket takes (compare-and-swap under the shared lock) mixed with two-policy takes
+/// (exclusive locks) on the same bucket: the tokens granted add up to exactly 3 000, whatever the
+/// interleaving, and the bucket is empty at the end.
+#[test]
+fn policy_bucket_from_32_connections_grants_exactly_its_tokens() {
+    const CONNECTIONS: usize = 32;
+    let db = Arc::new(TestDb::new("memory_cas"));
+    let mut admin = db.connect();
+    admin
+        .batch_execute(
+            "SELECT rate_limit.create_policy('cas', 1, '1 hour', 3000, store => 'memory'); \
+             SELECT rate_limit.create_policy('cas_wide', 1000000, '1 second', 1000000, store => 'memory');",
+        )
+        .expect("policies");
+    let start = Arc::new(Barrier::new(CONNECTIONS));
+    let workers: Vec<_> = (0..CONNECTIONS)
+        .map(|w| {
+            let (db, start) = (Arc::clone(&db), Arc::clone(&start));
+            thread::spawn(move || {
+                let mut client = db.connect_memory();
+                start.wait();
+                let mut tokens = 0i64;
+                for i in 0..150 {
+                    let cost: i32 = if (w + i) % 3 == 0 { 2 } else { 1 };
+                    let allowed: bool = if (w + i) % 5 == 0 {
+                        client.query_one(
+                            "SELECT allowed FROM rate_limit.take_many(ARRAY['cas', 'cas_wide'], ARRAY['k'], $1)",
+                            &[&cost],
+                        )
+                    } else {
+                        client.query_one("SELECT allowed FROM rate_limit.take('cas', 'k', $1)", &[&cost])
+                    }
+                    .expect("take")
+                    .get(0);
+                    if allowed {
+                        tokens += i64::from(cost);
+                    }
+                }
+                tokens
+            })
+        })
+        .collect();
+    let granted: i64 = workers.into_iter().map(|w| w.join().expect("worker")).sum();
+    let left: i64 = admin
+        .query_one("SELECT remaining FROM rate_limit.peek('cas', 'k')", &[])
+        .expect("peek")
+        .get(0);
+    // 32 × 150 calls ask for about 6 400 tokens; the bucket holds 3 000 (and refills one an hour)
+    assert!(
+        (3000..=3001).contains(&(granted + left)),
+        "granted {granted} tokens, {left} left: not the 3 000 the bucket held"
+    );
+    assert!(
+        left <= 1,
+        "{left} tokens left after a flood asking for twice the bucket"
+    );
 }
 
 #[test]
