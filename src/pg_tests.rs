@@ -107,6 +107,20 @@ mod tests {
         assert_eq!(requests("pt_reset", 1, 5, 1), vec![4]);
     }
 
+    /// `TAKE` names the arithmetic in its WHERE and its SET: a grant on an existing row evaluates it once
+    /// (twice before the per-row memo), a denial once.
+    #[pg_test]
+    fn a_table_store_grant_evaluates_the_arithmetic_once() {
+        use crate::store::table::evaluations;
+        requests("pt_once", 1, 100, 1); // creates the row (no TAKE arithmetic on a missing row)
+        let before = evaluations();
+        assert_eq!(requests("pt_once", 1, 100, 3), vec![98, 97, 96]);
+        assert_eq!(evaluations() - before, 3);
+        let before = evaluations();
+        assert_eq!(requests("pt_once_short", 1, 1, 2), vec![0, -1]);
+        assert_eq!(evaluations() - before, 1); // the denial's UPDATE updated nothing
+    }
+
     #[pg_test]
     fn purge_deletes_exactly_the_full_buckets() {
         Spi::run("DELETE FROM rate_limit.bucket_state").expect("clean");

@@ -8,7 +8,6 @@ use pgrx::prelude::*;
 use pgrx::spi::Spi;
 
 use crate::algorithm::{Algorithm, Policy, State};
-use crate::clock;
 use crate::error;
 use crate::store::memory;
 use crate::store::target::Stored;
@@ -88,13 +87,14 @@ mod rate_limit {
     }
 
     /// The instant a row stored at `updated_at` is evaluated at by a call that read the clock at `now`
-    /// (see `crate::clock::effective_now`): the row's new `updated_at` after a grant.
+    /// (see `crate::clock::effective_now`): the row's new `updated_at` after a grant, the very instant the
+    /// arithmetic of the same `TAKE` used (`crate::store::table::instant_of_take`).
     #[pg_extern(volatile, parallel_safe, strict)]
     fn effective_now(
         now: TimestampWithTimeZone,
         updated_at: TimestampWithTimeZone,
     ) -> Result<TimestampWithTimeZone, ErrorReport> {
-        let at = clock::effective_now(now.into_inner(), updated_at.into_inner());
+        let at = crate::store::table::instant_of_take(now.into_inner(), updated_at.into_inner());
         TimestampWithTimeZone::try_from(at).map_err(|_| {
             error::invalid_numbers("rate_limit.effective_now", "the instant is out of range")
         })

@@ -320,6 +320,7 @@ fn take_one(
             timestamptz(function, now)?.into(),
             cost.into(),
         ];
+        forget_last_take();
         let table = spi(function, client.select(&plans.take, None, &args))?;
         if let Some(row) = table.into_iter().next() {
             let level: Option<i64> = spi(function, row.get(1))?;
@@ -451,9 +452,49 @@ pub fn purge(function: &'static str) -> Result<i64, ErrorReport> {
     })
 }
 
+/// The arguments of one evaluation of `TAKE`'s arithmetic.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct TakeArgs {
+    stored: Stored,
+    current: Policy,
+    changed_at: i64,
+    now: i64,
+    cost: i64,
+}
+
+/// One evaluation of `TAKE`'s arithmetic: its arguments, the level it gives (-1: denied) and the instant
+/// it was evaluated at.
+#[derive(Clone, Copy)]
+struct Evaluated {
+    args: TakeArgs,
+    level: i64,
+    instant: i64,
+}
+
+thread_local! {
+    /// The last evaluation in this backend. `TAKE` names the arithmetic in its `WHERE` (may the row be
+    /// updated?) and in its `SET` (the new level and instant) on the same row version; the first call
+    /// evaluates and the others read the result back, so the arithmetic and the clock reading of
+    /// [`clock::effective_now`] happen once per row version and the row's level and instant come from one
+    /// decision. Cleared before every `TAKE`, so a result never serves another statement.
+    static LAST_TAKE: Cell<Option<Evaluated>> = const { Cell::new(None) };
+    /// How many times the arithmetic ran in this backend (for the test that it runs once per grant).
+    static EVALUATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Forgets the last evaluation (before a `TAKE` runs).
+fn forget_last_take() {
+    LAST_TAKE.with(|c| c.set(None));
+}
+
+/// How many times `TAKE`'s arithmetic has been evaluated in this backend.
+pub fn evaluations() -> u64 {
+    EVALUATIONS.with(Cell::get)
+}
+
 /// The level after taking `cost` at `now` from a stored row, converted to the current numbers (in effect
 /// since `changed_at`), or -1 when denied: the arithmetic inside `TAKE`. `now` is the call's clock reading,
-/// evaluated as [`clock::effective_now`] says.
+/// evaluated as [`clock::effective_now`] says. Evaluated once per row version (see `LAST_TAKE`).
 pub fn state_after_take(
     stored: Stored,
     current: Policy,
@@ -461,12 +502,40 @@ pub fn state_after_take(
     now: i64,
     cost: i64,
 ) -> i64 {
-    let now = clock::effective_now(now, stored.state.at);
-    let state = current.carry_over(stored.state, &stored.policy, changed_at, now);
-    let outcome = current.take(state, now, cost);
-    if outcome.allowed {
+    let args = TakeArgs {
+        stored,
+        current,
+        changed_at,
+        now,
+        cost,
+    };
+    if let Some(e) = LAST_TAKE.with(Cell::get).filter(|e| e.args == args) {
+        return e.level;
+    }
+    EVALUATIONS.with(|c| c.set(c.get() + 1));
+    let instant = clock::effective_now(now, stored.state.at);
+    let state = current.carry_over(stored.state, &stored.policy, changed_at, instant);
+    let outcome = current.take(state, instant, cost);
+    let level = if outcome.allowed {
         outcome.state.level
     } else {
         -1
+    };
+    LAST_TAKE.with(|c| {
+        c.set(Some(Evaluated {
+            args,
+            level,
+            instant,
+        }))
+    });
+    level
+}
+
+/// The instant a row stored at `at` is evaluated at by a call that read the clock at `now`: the one the
+/// arithmetic of this `TAKE` used for that row version, else [`clock::effective_now`].
+pub fn instant_of_take(now: i64, at: i64) -> i64 {
+    match LAST_TAKE.with(Cell::get) {
+        Some(e) if e.args.now == now && e.args.stored.state.at == at => e.instant,
+        _ => clock::effective_now(now, at),
     }
 }
