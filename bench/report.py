@@ -1,30 +1,50 @@
 #!/usr/bin/env python3
-"""Turns bench/out/raw.tsv (one line per pgbench round) into bench/RESULTS.md on stdout."""
+"""bench/out/raw.tsv (round, clients, scenario, store, tps: one line per pgbench round) into bench/RESULTS.md
+(stdout), and the chart's data and gnuplot script in the output directory (bench/run.sh renders
+bench/results.svg from them).
+
+Every ratio is taken within one round (a scenario's TPS over `SELECT 1`'s TPS at the same client count in the
+same round), then summarised over the rounds: the median, and the lowest and highest round."""
+import os
 import platform
 import statistics
 import subprocess
 import sys
 from collections import defaultdict
 from datetime import datetime, timezone
-from pathlib import Path
 
-raw_path, usage_path, command = sys.argv[1], sys.argv[2], sys.argv[3]
-tps = defaultdict(list)
-retries = defaultdict(int)
-committed = defaultdict(int)
+raw_path, usage_path, command, head, out_dir = sys.argv[1:6]
+tps = {}
 for line in open(raw_path):
-    scenario, clients, sync, iso, t, r, c = line.rstrip("\n").split("\t")
-    key = (scenario, int(clients), sync, iso)
-    tps[key].append(float(t))
-    retries[key] += int(r)
-    committed[key] += int(c)
-
-RC, SER = "read committed", "serializable"
+    rnd, clients, scenario, store, t = line.rstrip("\n").split("\t")
+    tps[(int(rnd), int(clients), scenario, store)] = float(t)
+rounds = sorted({k[0] for k in tps})
+CLIENTS = (8, 32)
 
 
-def med(scenario, clients, sync="on", iso=RC):
-    values = tps.get((scenario, clients, sync, iso))
-    return statistics.median(values) if values else float("nan")
+def ratios(clients, num, den=("select1", "-")):
+    values = []
+    for r in rounds:
+        a, b = tps.get((r, clients, *num)), tps.get((r, clients, *den))
+        if a is not None and b:
+            values.append(a / b)
+    return values
+
+
+def summary(values):
+    if not values:
+        return float("nan"), float("nan"), float("nan")
+    return statistics.median(values), min(values), max(values)
+
+
+def fmt(values):
+    m, lo, hi = summary(values)
+    return f"{m:.2f}× ({lo:.2f}–{hi:.2f})"
+
+
+def median_tps(clients, scenario, store):
+    v = [tps[(r, clients, scenario, store)] for r in rounds if (r, clients, scenario, store) in tps]
+    return statistics.median(v) if v else float("nan")
 
 
 def cpu_model():
@@ -37,92 +57,124 @@ def cpu_model():
     return platform.processor() or "unknown"
 
 
-def pg_version():
+def memory_gib():
     try:
-        return subprocess.run(["/usr/lib/postgresql/15/bin/postgres", "--version"],
-                              capture_output=True, text=True).stdout.strip()
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal"):
+                return f"{int(line.split()[1]) / 1024 / 1024:.0f} GiB"
     except OSError:
-        return "PostgreSQL 15"
+        pass
+    return "?"
 
 
-clients_list = sorted({k[1] for k in tps})
-out = []
-w = out.append
-w("# Benchmark results\n")
-w(f"- command: `{command}` (pgbench -M prepared, median TPS of 3 rounds per figure)")
-w(f"- machine: {cpu_model()}, {subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores; "
-  f"{pg_version()}; fsync on, shared_buffers 256MB, data on local disk")
-w(f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
-w("- baseline: `bench/baseline.sql`, the PL/pgSQL function written from the reference contract")
-w("- ratios compare figures measured in this same run; this 2-core machine is noisy, so read them as ±10%\n")
+usage = open(usage_path).read().split()
+max_buckets, slot_bytes, total_bytes, bytes_per_bucket = (int(x) for x in usage[:4])
 
-w("## Goals\n")
-w("| goal | figure | met |")
-w("| --- | --- | --- |")
-if 8 in clients_list:
-    hot = med("extension_hot", 8) / med("select1", 8)
-    w(f"| table store, hot-key flood, 8 clients: ≥ 0.5× `SELECT 1` | {hot:.2f}× | {'yes' if hot >= 0.5 else 'no'} |")
-    r_off = med("extension_random", 8, "off") / med("baseline_random", 8, "off")
-    w(f"| table store, 100 000 random keys, 8 clients, synchronous_commit=off: ≥ 1.5× baseline | {r_off:.2f}× | "
-      f"{'yes' if r_off >= 1.5 else 'no'} |")
-    r_on = med("extension_random", 8, "on") / med("baseline_random", 8, "on")
-    w(f"| table store, 100 000 random keys, 8 clients, synchronous_commit=on: ≥ 1× baseline | {r_on:.2f}× | "
-      f"{'yes' if r_on >= 1.0 else 'no'} |")
-    ser = med("extension_hot", 8, "on", SER) / med("baseline_hot", 8, "on", SER)
-    key = ("extension_hot", 8, "on", SER)
-    rpc = retries[key] / committed[key] if committed[key] else float("nan")
-    w(f"| table store, SERIALIZABLE hot key, 8 clients: committed TPS ≥ 10× baseline | {ser:.1f}× | "
-      f"{'yes' if ser >= 10 else 'no'} |")
-    w(f"| table store, SERIALIZABLE hot key, 8 clients: ≤ 0.1 retries per committed call | {rpc:.4f} | "
-      f"{'yes' if rpc <= 0.1 else 'no'} |")
-for c in (8, 32):
-    if c in clients_list:
-        for scenario, label in (("memory_hot", "hot key"), ("memory_random", "100 000 random keys")):
-            r = med(scenario, c) / med("select1", c)
-            w(f"| memory store, {label}, {c} clients: ≥ 0.9× `SELECT 1` | {r:.2f}× | {'yes' if r >= 0.9 else 'no'} |")
+ROWS = [
+    ("memory", "request_hot", "`rate_limiting_request`, hot key"),
+    ("memory", "request_random", "`rate_limiting_request`, 100 000 random keys"),
+    ("memory", "take_hot", "`take(policy, key)` in `FROM`, hot key"),
+    ("memory", "take_random", "`take(policy, key)` in `FROM`, random keys"),
+    ("memory", "take_select_random", "`(take(policy, key)).allowed` in the select list, random keys"),
+    ("memory", "multi3_random", "`take_many`, 3 policies, random keys"),
+    ("table", "request_hot", "`rate_limiting_request`, hot key"),
+    ("table", "request_random", "`rate_limiting_request`, random keys"),
+    ("table", "take_hot", "`take(policy, key)` in `FROM`, hot key"),
+    ("table", "take_random", "`take(policy, key)` in `FROM`, random keys"),
+    ("table", "multi3_random", "`take_many`, 3 policies, random keys"),
+    ("table", "baseline_hot", "PL/pgSQL baseline, hot key"),
+    ("table", "baseline_random", "PL/pgSQL baseline, random keys"),
+]
+
+print("# Benchmarks: every call against `SELECT 1`\n")
+print(f"Produced by `{command}` at `{head}` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.\n")
+print(f"- Machine: {os.cpu_count()} vCPU ({cpu_model()}), {memory_gib()} RAM, {platform.system()} "
+      f"{platform.release()} (Debian 12 VM); pgbench runs on the same cores as the server.")
 try:
-    max_b, used, slot_bytes, total, per_bucket = open(usage_path).read().split()
-    w(f"| memory store: ≤ 128 bytes of shared memory per bucket (ids up to 32 bytes; any length, ids are hashed) | "
-      f"{per_bucket} bytes ({slot_bytes}-byte slots; {int(total):,} bytes for {int(max_b):,} buckets) | "
-      f"{'yes' if int(per_bucket) <= 128 else 'no'} |")
-except (OSError, ValueError):
-    pass
-w("")
-
-w("## READ COMMITTED (TPS, and × `SELECT 1` at the same client count)\n")
-w("| clients | synchronous_commit | SELECT 1 | table store hot | baseline hot | memory store hot | "
-  "table store random | baseline random | memory store random | random: table store / baseline |")
-w("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-for c in clients_list:
-    s1 = med("select1", c)
-    for sync in ("on", "off"):
-        cells = []
-        for scenario in ("extension_hot", "baseline_hot", "memory_hot", "extension_random", "baseline_random",
-                         "memory_random"):
-            v = med(scenario, c, sync)
-            cells.append(f"{v:,.0f} ({v / s1:.2f}×)")
-        ratio = med("extension_random", c, sync) / med("baseline_random", c, sync)
-        w(f"| {c} | {sync} | {s1:,.0f} | " + " | ".join(cells) + f" | {ratio:.2f}× |")
-w("")
-
-w("## SERIALIZABLE hot key (committed TPS; pgbench --max-tries=1000 retries 40001)\n")
-w("| clients | table store | retries per commit | baseline | retries per commit | memory store | "
-  "retries per commit | table store / baseline |")
-w("| --- | --- | --- | --- | --- | --- | --- | --- |")
-for c in clients_list:
+    version = subprocess.run(["bash", "-c", "source scripts/cluster.sh; \"$(pg_bindir 15)/postgres\" --version"],
+                             capture_output=True, text=True).stdout.strip()
+except OSError:
+    version = "PostgreSQL 15"
+print(f"- Server: {version} (built from Debian's source package), release build of rate_limit preloaded, "
+      f"`rate_limit.max_buckets = {max_buckets:,}`, 100 000 keys in every namespace of both stores beforehand.")
+print(f"- Client: `pgbench -M prepared -j 2`, {len(rounds)} rounds; each round runs every scenario once at 8 "
+      "and 32 clients; `synchronous_commit = off`.")
+print("- Figures: median TPS, and the ratio to `SELECT 1` taken within each round, as median (lowest–highest "
+      "round). The spread of the `SELECT 1` rounds themselves: "
+      + ", ".join(f"{c} clients {summary([tps[(r, c, 'select1', '-')] for r in rounds])[1]:,.0f}–"
+                  f"{summary([tps[(r, c, 'select1', '-')] for r in rounds])[2]:,.0f} TPS" for c in CLIENTS) + ".\n")
+print("![Ratio to SELECT 1 per call, 8 and 32 clients](results.svg)\n")
+print("| store | call | 8 clients TPS | × `SELECT 1` | 32 clients TPS | × `SELECT 1` |")
+print("| --- | --- | ---: | ---: | ---: | ---: |")
+print(f"| – | `SELECT 1` | {median_tps(8, 'select1', '-'):,.0f} | 1 | {median_tps(32, 'select1', '-'):,.0f} | 1 |")
+for store, scenario, label in ROWS:
     cells = []
-    for scenario in ("extension_hot", "baseline_hot", "memory_hot"):
-        key = (scenario, c, "on", SER)
-        rpc = retries[key] / committed[key] if committed[key] else float("nan")
-        cells.append(f"{med(scenario, c, 'on', SER):,.0f} | {rpc:.4f}")
-    ratio = med("extension_hot", c, "on", SER) / med("baseline_hot", c, "on", SER)
-    w(f"| {c} | " + " | ".join(cells) + f" | {ratio:.1f}× |")
-w("")
-notes = Path(__file__).with_name("NOTES.md")
-if notes.exists():
-    out.append(notes.read_text().rstrip())
-take = Path(__file__).with_name("CORE_RESULTS.md")
-if take.exists():  # written by bench/run_core.sh, kept with the other results
-    out.append("")
-    out.append("#" + take.read_text().rstrip())
-print("\n".join(out))
+    for c in CLIENTS:
+        cells += [f"{median_tps(c, scenario, store):,.0f}", fmt(ratios(c, (scenario, store)))]
+    print(f"| {store} | {label} | " + " | ".join(cells) + " |")
+
+print("\n## Goals (issue 9)\n")
+print("| goal | 8 clients | 32 clients | met |")
+print("| --- | ---: | ---: | --- |")
+
+
+def goal(label, values8, values32, threshold8, threshold32=None):
+    threshold32 = threshold8 if threshold32 is None else threshold32
+    m8, m32 = summary(values8)[0], summary(values32)[0]
+    ok8 = "" if threshold8 is None else ("yes" if m8 >= threshold8 else "no")
+    ok32 = "yes" if m32 >= threshold32 else "no"
+    met = ok32 if threshold8 is None else ("yes" if ok8 == ok32 == "yes" else f"8: {ok8}, 32: {ok32}")
+    print(f"| {label} | {fmt(values8) if values8 else '–'} | {fmt(values32)} | {met} |")
+
+
+for scenario, label in (("request", "`rate_limiting_request`"), ("take", "`take(policy, key)`")):
+    for shape, keys in (("hot", "hot key"), ("random", "random keys")):
+        goal(f"memory, {label}, {keys} ≥ 0.9× (8) / 0.85× (32) `SELECT 1`",
+             ratios(8, (f"{scenario}_{shape}", "memory")), ratios(32, (f"{scenario}_{shape}", "memory")), 0.9, 0.85)
+goal("memory, 3-policy take ≥ 0.75× `SELECT 1`", ratios(8, ("multi3_random", "memory")),
+     ratios(32, ("multi3_random", "memory")), 0.75)
+for scenario, label in (("request", "`rate_limiting_request`"), ("take", "`take(policy, key)`")):
+    goal(f"table, {label}, hot key ≥ 0.75× `SELECT 1`", ratios(8, (f"{scenario}_hot", "table")),
+         ratios(32, (f"{scenario}_hot", "table")), 0.75)
+goal("table, grants (`rate_limiting_request`, random keys) ≥ 1.25× the PL/pgSQL baseline",
+     ratios(8, ("request_random", "table"), ("baseline_random", "table")),
+     ratios(32, ("request_random", "table"), ("baseline_random", "table")), 1.25)
+goal("table, 3-policy take ≥ 0.5× a single take (32 clients)", [],
+     ratios(32, ("multi3_random", "table"), ("take_random", "table")), None, 0.5)
+print(f"| memory per bucket ≤ 128 bytes | {bytes_per_bucket} bytes ({slot_bytes}-byte slots, "
+      f"{total_bytes / 2**20:.0f} MiB for {max_buckets:,} buckets) | | {'yes' if bytes_per_bucket <= 128 else 'no'} |")
+
+# the chart: median ratio per call with the lowest and highest round as error bars
+CHART = [(s, sc, lab) for s, sc, lab in ROWS if not sc.startswith("baseline")] + [("table", "baseline_random", "")]
+with open(os.path.join(out_dir, "chart.dat"), "w") as f:
+    f.write("# label\tm8\tlo8\thi8\tm32\tlo32\thi32\n")
+    for store, scenario, _ in CHART:
+        short = {"request": "request", "take": "take", "take_select": "take (select list)", "multi3": "3 policies",
+                 "baseline": "PL/pgSQL"}
+        name, shape = scenario.rsplit("_", 1)
+        label = f"{store}: {short[name]}, {'hot' if shape == 'hot' else 'random'}"
+        row = [label]
+        for c in CLIENTS:
+            row += [f"{x:.3f}" for x in summary(ratios(c, (scenario, store)))]
+        f.write('"' + row[0] + '"\t' + "\t".join(row[1:]) + "\n")
+with open(os.path.join(out_dir, "chart.gp"), "w") as f:
+    f.write(f"""set terminal svg size 1200,640 dynamic font "sans,12" background rgb "white" noenhanced
+set output "bench/results.svg"
+set title "rate_limit {head}: throughput as a ratio to SELECT 1 in the same round (median of {len(rounds)} rounds; bars: lowest and highest round)"
+set style data histograms
+set style histogram errorbars gap 1 lw 1
+set style fill solid 0.8 border -1
+set boxwidth 0.9
+set ylabel "× SELECT 1"
+set yrange [0:*]
+set bmargin 11
+set rmargin 12
+set grid ytics
+set xtics rotate by -35 left
+set key top right
+set datafile separator "\\t"
+set arrow from graph 0, first 0.9 to graph 1, first 0.9 nohead dt 2 lc rgb "#555555"
+set label "0.9" at graph 1.005, first 0.9 left
+plot "{out_dir}/chart.dat" using 2:3:4:xtic(1) title "8 clients" lc rgb "#4477aa", \\
+     "" using 5:6:7 title "32 clients" lc rgb "#ee7733"
+""")
