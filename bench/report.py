@@ -13,7 +13,7 @@ import sys
 from collections import defaultdict
 from datetime import datetime, timezone
 
-raw_path, usage_path, command, head, out_dir = sys.argv[1:6]
+raw_path, usage_path, command, head, out_dir, pages = sys.argv[1:7]
 tps = {}
 for line in open(raw_path):
     rnd, clients, scenario, store, t = line.rstrip("\n").split("\t")
@@ -96,7 +96,8 @@ try:
 except OSError:
     version = "PostgreSQL 15"
 print(f"- Server: {version} (built from Debian's source package), release build of rate_limit preloaded, "
-      f"`rate_limit.max_buckets = {max_buckets:,}`, 100 000 keys in every namespace of both stores beforehand.")
+      f"`rate_limit.max_buckets = {max_buckets:,}`, shared memory on {pages}, 100 000 keys in every namespace of "
+      "both stores beforehand.")
 print(f"- Client: `pgbench -M prepared -j 2`, {len(rounds)} rounds; each round runs every scenario once at 8 "
       "and 32 clients; `synchronous_commit = off`.")
 print("- Figures: median TPS, and the ratio to `SELECT 1` taken within each round, as median (lowest–highest "

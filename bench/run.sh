@@ -7,6 +7,8 @@
 #   bench/run.sh                                  (about 25 minutes: a release build, then 14 scenarios × 2
 #                                                  client counts × BENCH_ROUNDS rounds of BENCH_SECONDS s)
 #   BENCH_ROUNDS=5 BENCH_SECONDS=5 bench/run.sh
+#   BENCH_HUGE_PAGES=1 bench/run.sh               the server's shared memory on huge pages (as root: sets
+#                                                  vm.nr_hugepages to what the server needs if it is lower)
 #   BENCH_SETUP_ONLY=1 bench/run.sh               build, start and fill the server, leave it running (for
 #                                                  perf); stop it with the command it prints
 #
@@ -51,6 +53,15 @@ rm -rf "$DIR/data"
 cluster_start bench "$DIR/data" "$PORT" "max_connections = 100" \
   "shared_preload_libraries = 'rate_limit'" "rate_limit.max_buckets = 1000000"
 [ -n "${BENCH_SETUP_ONLY:-}" ] || trap 'cluster_stop bench "$DIR/data"' EXIT
+PAGES="4 kB pages"
+if [ -n "${BENCH_HUGE_PAGES:-}" ]; then # shared memory on huge pages (reserves them with sysctl: root)
+  cluster_stop bench "$DIR/data"
+  need=$(as_pg "'$(pg_bindir bench)/postgres' -D '$DIR/data' -C shared_memory_size_in_huge_pages")
+  [ "$(cat /proc/sys/vm/nr_hugepages)" -ge "$need" ] || sysctl -qw vm.nr_hugepages=$((need + 8))
+  echo "huge_pages = on" | as_pg "cat >> '$DIR/data/postgresql.conf'"
+  cluster_start bench "$DIR/data" "$PORT"
+  PAGES="huge pages (huge_pages = on, $need pages of $(awk '/Hugepagesize/ {print $2 / 1024}' /proc/meminfo) MB)"
+fi
 
 echo "== 100 000 keys in every namespace of both stores, and in the baseline's table"
 psql_at bench "$PORT" -d postgres -qc "CREATE DATABASE bench"
@@ -111,7 +122,7 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 
 python3 bench/report.py "$RAW" "$OUT/memory_usage.tsv" \
-  "bench/run.sh (BENCH_ROUNDS=$ROUNDS BENCH_SECONDS=$SECONDS_PER_ROUND)" "$(git rev-parse --short HEAD)" \
-  "$OUT" >bench/RESULTS.md
+  "${BENCH_HUGE_PAGES:+BENCH_HUGE_PAGES=1 }BENCH_ROUNDS=$ROUNDS BENCH_SECONDS=$SECONDS_PER_ROUND bench/run.sh" \
+  "$(git rev-parse --short HEAD)" "$OUT" "$PAGES" >bench/RESULTS.md
 gnuplot "$OUT/chart.gp"
 cat bench/RESULTS.md

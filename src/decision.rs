@@ -140,7 +140,7 @@ pub fn to_sql(
         d.limit.into_datum(),
         d.retry_after.and_then(interval).into_datum(),
         interval(d.reset_after).into_datum(),
-        d.policy.clone().into_datum(),
+        d.policy.as_deref().into_datum(),
     ];
     // SAFETY: the datums match the type's columns (boolean, bigint, bigint, interval, interval, text),
     // as created by sql/bootstrap.sql.
