@@ -7,7 +7,7 @@
 //!   `rate_limit`). A key's 128-bit hash picks its partition, so one call takes exactly one lock.
 //! - A bucket's level and instant are one 128-bit atomic word ([`AtomicState`]). Taking tokens from one
 //!   existing bucket whose numbers are those of the call (the common case) holds the partition's lock
-//!   SHARED and updates that word with a compare-and-swap loop ([`take_by_cas`]): callers of a partition
+//!   SHARED and updates that word with a compare-and-swap loop ([`swap_take`]): callers of a partition
 //!   never wait for each other, so a backend preempted in the middle of a call stalls nobody, and two calls
 //!   on one bucket serialise on the word (a failed swap re-reads and re-evaluates: exact). Inserting,
 //!   evicting, deleting, refunds, a call on several buckets (all or nothing) and a bucket whose numbers
@@ -1028,7 +1028,7 @@ pub fn take_targets(
 }
 
 /// Takes `cost` tokens from one existing bucket under its partition's SHARED lock, by compare-and-swap
-/// ([`take_by_cas`]). `None` when the bucket must be written under the exclusive lock: it does not exist
+/// ([`swap_take`]). `None` when the bucket must be written under the exclusive lock: it does not exist
 /// yet (insert), or it was written under other numbers (they are converted and rewritten with the state).
 fn take_shared(
     table: &Table,
@@ -1043,25 +1043,7 @@ fn take_shared(
     };
     let slot = &part.slots[idx];
     let stored = slot_policy(slot).filter(|p| *p == target.policy)?;
-    Some(take_by_cas(&slot.state, stored, target, cost, || {
-        table.now()
-    }))
-}
-
-/// Takes `cost` tokens from the bucket whose state is `state` (written under the numbers `stored`, those of
-/// `target`): evaluates the state it loads at `clock()` and swaps in the result if the state is still the
-/// one evaluated, else starts again from the newer state. A denial writes nothing. Each grant is thus
-/// decided on the state it replaces, exactly as if the calls had run one after another in the order of
-/// their swaps; an instant never moves back (a call that read the clock just before another one's swap
-/// evaluates at the stored instant, as no time elapsed).
-fn take_by_cas(
-    state: &AtomicState,
-    stored: Policy,
-    target: &Target<'_>,
-    cost: i64,
-    clock: impl Fn() -> i64,
-) -> Outcome {
-    swap_take(state, stored, target, cost, clock).outcome
+    Some(swap_take(&slot.state, stored, target, cost, || table.now()).outcome)
 }
 
 /// What [`swap_take`] decided: the outcome, the state it was decided on (the one replaced on a grant) and
@@ -1074,7 +1056,13 @@ struct Swap {
     now: i64,
 }
 
-/// [`take_by_cas`], also saying which state the decision replaced (for the model tests).
+/// Takes `cost` tokens from the bucket whose state is `state` (written under the numbers `stored`, those of
+/// `target`): evaluates the state it loads at `clock()` and swaps in the result if the state is still the
+/// one evaluated, else starts again from the newer state. A denial writes nothing. Each grant is thus
+/// decided on the state it replaces, exactly as if the calls had run one after another in the order of
+/// their swaps; an instant never moves back (a call that read the clock just before another one's swap
+/// evaluates at the stored instant, as no time elapsed).
+/// Says which state the decision replaced and the instant used (the model tests check both).
 fn swap_take(
     state: &AtomicState,
     stored: Policy,
@@ -1215,7 +1203,7 @@ mod tests {
             for _ in 0..8 {
                 scope.spawn(|| {
                     for _ in 0..500 {
-                        if take_by_cas(&state, policy, &t, 1, || 0).allowed {
+                        if swap_take(&state, policy, &t, 1, || 0).outcome.allowed {
                             granted.fetch_add(1, Ordering::Relaxed);
                         }
                     }
