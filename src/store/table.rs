@@ -11,8 +11,9 @@
 //!
 //! Concurrency contract.
 //! - One bucket, cost > 0: one conditional `UPDATE … WHERE rate_limit.state_after_take(…) >= 0` (`TAKE`).
-//!   The arithmetic runs on the newest row version: READ COMMITTED waits for a concurrent update and
-//!   re-checks; REPEATABLE READ and SERIALIZABLE raise 40001. If it updates nothing, a fresh read tells a
+//!   The arithmetic runs on the newest row version, once per version (its `WHERE` and `SET` share one
+//!   evaluation, see `LAST_TAKE`): READ COMMITTED waits for a concurrent update and re-checks;
+//!   REPEATABLE READ and SERIALIZABLE raise 40001. If it updates nothing, a fresh read tells a
 //!   denial (nothing written) from a missing row, which is inserted with `ON CONFLICT DO NOTHING` (two
 //!   creators never see a unique violation: the loser starts again).
 //! - Several buckets, all or nothing: fresh reads decide denials without writing anything. Otherwise each
