@@ -54,3 +54,23 @@ psql_at() {
   shift 2
   "$(pg_bindir "$version")/psql" -X -v ON_ERROR_STOP=1 -h "$RATE_LIMIT_SOCKET_DIR" -p "$port" -U postgres "$@"
 }
+
+# The pg_regress examples of tests/pg_regress against an existing database:
+#   run_regress VERSION PORT DATABASE OUTPUT_DIR TEST...
+# with the settings of `cargo pgrx regress` (no NOTICEs in the expected files); prints the diffs on failure.
+run_regress() {
+  local version=$1 port=$2 db=$3 out=$4 pgxs
+  shift 4
+  pgxs=$("$(pg_bindir "$version")/pg_config" --pgxs)
+  rm -rf "$out" && mkdir -p "$out"
+  [ "$(id -u)" != 0 ] || chown postgres "$out"
+  PGOPTIONS="-c client_min_messages=warning" "$(dirname "$(dirname "$pgxs")")/test/regress/pg_regress" \
+    --use-existing --dbname="$db" --host="$RATE_LIMIT_SOCKET_DIR" --port="$port" \
+    --user=postgres --inputdir="$(pwd)/tests/pg_regress" --outputdir="$out" \
+    --bindir="$(pg_bindir "$version")" "$@" ||
+    { cat "$out/regression.diffs" 2>/dev/null; return 1; }
+}
+
+# The pg_regress examples, in order (setup creates the extension).
+REGRESS_TESTS=(setup seed_timeline management transactions errors permissions memory_store policies
+  policy_errors postgrest write_limits statistics)

@@ -12,7 +12,9 @@
 #                                                                     a 256-bucket one, an unpreloaded one and
 #                                                                     one whose clock libfaketime steps)
 #   4. client tests in tests/clients: node-postgres, which sends every parameter untyped
-# Lints (cargo fmt --check, cargo clippy -D warnings) run once first.
+#   5. upgrades: ALTER EXTENSION UPDATE from every released version (scripts/upgrade-test.sh)
+# and, for PostgreSQL 15 as root, the .deb on a Debian system without Rust (scripts/package-test.sh).
+# Lints (released upgrade scripts unchanged, cargo fmt --check, cargo clippy -D warnings) run once first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -49,24 +51,16 @@ step() { # step NAME COMMAND...: runs a layer, counts it, keeps going so every f
 }
 
 lint() {
-  cargo fmt --all --check &&
+  scripts/check-upgrade-scripts.sh &&
+    cargo fmt --all --check &&
     cargo clippy --all-targets -- -D warnings &&
     cargo clippy -p rate_limit_integration --all-targets -- -D warnings
 }
 
-regress() { # regress VERSION PORT
-  local v=$1 port=$2 pgxs out
-  pgxs=$("$(pg_bindir "$v")/pg_config" --pgxs)
-  out="$TEST_ROOT/regress-$v"
-  rm -rf "$out" && mkdir -p "$out"
+regress() { # regress VERSION PORT: the examples in a new database of the main cluster
+  local v=$1 port=$2
   psql_at "$v" "$port" -d postgres -qc "DROP DATABASE IF EXISTS rate_limit_regress" -c "CREATE DATABASE rate_limit_regress"
-  # the same settings as `cargo pgrx regress`: no NOTICEs in the expected files
-  PGOPTIONS="-c client_min_messages=warning" "$(dirname "$(dirname "$pgxs")")/test/regress/pg_regress" \
-    --use-existing --dbname=rate_limit_regress --host="$RATE_LIMIT_SOCKET_DIR" --port="$port" \
-    --user=postgres --inputdir="$ROOT/tests/pg_regress" --outputdir="$out" \
-    --bindir="$(pg_bindir "$v")" \
-    setup seed_timeline management transactions errors permissions memory_store policies policy_errors postgrest ||
-    { cat "$out/regression.diffs" 2>/dev/null; return 1; }
+  run_regress "$v" "$port" rate_limit_regress "$TEST_ROOT/regress-$v" "${REGRESS_TESTS[@]}"
 }
 
 integration() { # integration VERSION: main (preloaded), small (256 buckets), standby, plain (not preloaded)
@@ -74,10 +68,15 @@ integration() { # integration VERSION: main (preloaded), small (256 buckets), st
   RATE_LIMIT_TEST_CONNINFO="$(conninfo $((5500 + v)))" \
   RATE_LIMIT_TEST_STANDBY_CONNINFO="$(conninfo $((5600 + v)))" \
   RATE_LIMIT_TEST_SMALL_CONNINFO="$(conninfo $((5700 + v)))" \
-  RATE_LIMIT_TEST_SMALL_RESTART="$(restart_command "$v" "$TEST_ROOT/small-$v")" \
+  RATE_LIMIT_TEST_SMALL_RESTART="$(pg_ctl_command "$v" "$TEST_ROOT/small-$v" restart)" \
+  RATE_LIMIT_TEST_SMALL_STOP="$(pg_ctl_command "$v" "$TEST_ROOT/small-$v" stop)" \
+  RATE_LIMIT_TEST_SMALL_START="$(pg_ctl_command "$v" "$TEST_ROOT/small-$v" start)" \
+  RATE_LIMIT_TEST_SMALL_DATA="$TEST_ROOT/small-$v" \
   RATE_LIMIT_TEST_PLAIN_CONNINFO="$(conninfo $((5800 + v)))" \
   RATE_LIMIT_TEST_FAKETIME_CONNINFO="$(conninfo $((5900 + v)))" \
   RATE_LIMIT_TEST_FAKETIME_FILE="$(faketime_file "$v")" \
+  RATE_LIMIT_TEST_FAKETIME_STOP="$(pg_ctl_command "$v" "$TEST_ROOT/faketime-$v" stop)" \
+  RATE_LIMIT_TEST_FAKETIME_START="$(pg_ctl_command "$v" "$TEST_ROOT/faketime-$v" start "$(faketime_environment "$v")")" \
   RATE_LIMIT_TEST_BINDIR="$(pg_bindir "$v")" \
     cargo test -p rate_limit_integration -- --test-threads=1
 }
@@ -89,37 +88,42 @@ clients() { # clients VERSION: the node-postgres client test against the main cl
 faketime_file() { echo "$TEST_ROOT/faketime-$1.rc"; }
 
 faketime_cluster_start() { # a preloaded cluster whose wall clock follows $(faketime_file VERSION)
-  local v=$1 dir="$TEST_ROOT/faketime-$1" lib
-  lib=$(dpkg -L libfaketime | grep '/libfaketime.so.1$')
+  local v=$1 dir="$TEST_ROOT/faketime-$1"
   echo "+0" >"$(faketime_file "$v")"
   chmod 644 "$(faketime_file "$v")"
-  cluster_start "$v" "$dir" $((5900 + v)) "fsync = off" "shared_preload_libraries = 'rate_limit'"
+  cluster_start "$v" "$dir" $((5900 + v)) "fsync = off" "shared_preload_libraries = 'rate_limit'" \
+    "rate_limit.purge_interval = 0"
   cluster_stop "$v" "$dir"
-  # monotonic clocks are left alone, as an NTP step or a VM restore leaves them
-  as_pg "LD_PRELOAD='$lib' FAKETIME_TIMESTAMP_FILE='$(faketime_file "$v")' FAKETIME_NO_CACHE=1 \
-    FAKETIME_DONT_FAKE_MONOTONIC=1 '$(pg_bindir "$v")/pg_ctl' -D '$dir' -l '$dir/server.log' -w -t 60 start" >/dev/null
+  sh -c "$(pg_ctl_command "$v" "$dir" start "$(faketime_environment "$v")")"
 }
 
 conninfo() { echo "host=$RATE_LIMIT_SOCKET_DIR port=$1 user=postgres"; }
 
-restart_command() { # the shell command that restarts a cluster, for the restart test
-  local pg_ctl
-  pg_ctl="'$(pg_bindir "$1")/pg_ctl' -D '$2' -l '$2/server.log' -w -t 60 -m fast restart"
-  if [ "$(id -u)" = 0 ]; then echo "su postgres -s /bin/bash -c \"$pg_ctl\" >/dev/null"; else echo "$pg_ctl >/dev/null"; fi
+pg_ctl_command() { # pg_ctl_command VERSION DIR ACTION [ENVIRONMENT]: the shell command that runs `pg_ctl ACTION`
+  local cmd="${4:-} '$(pg_bindir "$1")/pg_ctl' -D '$2' -l '$2/server.log' -w -t 60 -m fast $3"
+  if [ "$(id -u)" = 0 ]; then echo "su postgres -s /bin/bash -c \"$cmd\" >/dev/null"; else echo "$cmd >/dev/null"; fi
+}
+
+faketime_environment() { # what the faketime cluster's postmaster runs with
+  local lib
+  lib=$(dpkg -L libfaketime | grep '/libfaketime.so.1$')
+  # monotonic clocks are left alone, as an NTP step or a VM restore leaves them
+  echo "LD_PRELOAD='$lib' FAKETIME_TIMESTAMP_FILE='$(faketime_file "$1")' FAKETIME_NO_CACHE=1 FAKETIME_DONT_FAKE_MONOTONIC=1"
 }
 
 start_clusters() { # start_clusters VERSION: the four servers the regress and integration tests use
-  local v=$1 preload="shared_preload_libraries = 'rate_limit'"
+  # no background purge unless a test turns it on: some count what rate_limit.purge() deleted
+  local v=$1 preload="shared_preload_libraries = 'rate_limit'" nopurge="rate_limit.purge_interval = 0"
   stop_clusters "$v"
   rm -rf "$TEST_ROOT/cluster-$v" "$TEST_ROOT/standby-$v" "$TEST_ROOT/small-$v" "$TEST_ROOT/plain-$v" \
     "$TEST_ROOT/faketime-$v"
-  cluster_start "$v" "$TEST_ROOT/cluster-$v" $((5500 + v)) "fsync = off" "$preload" \
+  cluster_start "$v" "$TEST_ROOT/cluster-$v" $((5500 + v)) "fsync = off" "$preload" "$nopurge" \
     "rate_limit.max_buckets = 300000"
   as_pg "'$(pg_bindir "$v")/pg_basebackup' -h '$RATE_LIMIT_SOCKET_DIR' -p $((5500 + v)) -U postgres \
     -D '$TEST_ROOT/standby-$v' -R -X stream"
   echo "port = $((5600 + v))" | as_pg "cat >> '$TEST_ROOT/standby-$v/postgresql.conf'"
   cluster_start "$v" "$TEST_ROOT/standby-$v" $((5600 + v))
-  cluster_start "$v" "$TEST_ROOT/small-$v" $((5700 + v)) "fsync = off" "$preload" "rate_limit.max_buckets = 256"
+  cluster_start "$v" "$TEST_ROOT/small-$v" $((5700 + v)) "fsync = off" "$preload" "$nopurge" "rate_limit.max_buckets = 256"
   cluster_start "$v" "$TEST_ROOT/plain-$v" $((5800 + v)) "fsync = off"
   faketime_cluster_start "$v"
 }
@@ -136,6 +140,7 @@ for v in "${VERSIONS[@]}"; do
   stop_clusters "$v"
   step "PostgreSQL $v: unit, property and #[pg_test] tests" \
     cargo pgrx test "pg$v" "${RUNAS[@]}" --pgdata "$TEST_ROOT/pgrx-$v"
+  step "PostgreSQL $v: ALTER EXTENSION UPDATE from every released version" scripts/upgrade-test.sh "$v"
   step "PostgreSQL $v: install" \
     cargo pgrx install --pg-config "$(pg_bindir "$v")/pg_config" --features "pg$v" --no-default-features
   start_clusters "$v"
@@ -143,6 +148,13 @@ for v in "${VERSIONS[@]}"; do
   step "PostgreSQL $v: integration tests" integration "$v"
   step "PostgreSQL $v: untyped parameters from node-postgres" clients "$v"
   stop_clusters "$v"
+done
+
+for v in "${VERSIONS[@]}"; do
+  # the Debian package, installed on a Debian 12 system made for the test (debootstrap needs root)
+  if [ "$v" = 15 ] && [ "$(id -u)" = 0 ]; then
+    step "PostgreSQL 15: the .deb installs without Rust and runs the seed example" scripts/package-test.sh
+  fi
 done
 
 echo

@@ -30,13 +30,32 @@ FROM rate_limit.memory_buckets() AS m;
 COMMENT ON VIEW rate_limit.buckets IS
     'Buckets of both stores (policy, ad-hoc and rate_limiting_request) with their tokens now; full ones may be purged';
 
+-- Statistics from shared memory (55000 without preloading): per policy of this database, and for
+-- rate_limiting_request and the ad-hoc limits as a whole. An 'untracked' row counts the calls beyond
+-- rate_limit.stats_max entries.
+CREATE VIEW rate_limit.stats AS
+SELECT s.kind, s.policy, s.calls, s.granted, s.denied, s.tokens_granted, s.last_denial, s.since
+FROM rate_limit.stats_rows() AS s;
+COMMENT ON VIEW rate_limit.stats IS
+    'Calls, grants, denials and tokens granted per policy (and for rate_limiting_request and ad-hoc limits) since "since"; owner only';
+
+-- The keys denied most per policy (Space-Saving, 32 counters per policy): each listed key was denied
+-- between denials_min and denials times; every key denied more than 1/32 of its policy's denials is listed.
+CREATE VIEW rate_limit.top_limited AS
+SELECT t.kind, t.policy, t.rank, t.key, t.denials, t.denials_min
+FROM rate_limit.top_limited_rows() AS t;
+COMMENT ON VIEW rate_limit.top_limited IS
+    'The most denied keys per policy: denied between denials_min and denials times (Space-Saving summary); owner only';
+
 -- Security model: any role may take, peek and wait, and read the policies; only the extension owner (and
--- roles it grants) may change policies, refund, reset, purge and list buckets. The state table is closed
+-- roles it grants) may change policies, refund, reset, purge, list buckets and read or reset statistics. The state table is closed
 -- to PUBLIC; the functions that write it are SECURITY DEFINER. Internal helpers are not executable by
 -- PUBLIC: only the owner's statements call them.
 GRANT USAGE ON SCHEMA rate_limit TO PUBLIC;
 REVOKE ALL ON TABLE rate_limit.bucket_state FROM PUBLIC;
 REVOKE ALL ON TABLE rate_limit.buckets FROM PUBLIC;
+REVOKE ALL ON TABLE rate_limit.stats FROM PUBLIC;
+REVOKE ALL ON TABLE rate_limit.top_limited FROM PUBLIC;
 GRANT SELECT ON TABLE rate_limit.policies TO PUBLIC;
 
 REVOKE EXECUTE ON FUNCTION rate_limit.reset_request(text) FROM PUBLIC;
@@ -48,6 +67,9 @@ REVOKE EXECUTE ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigi
 REVOKE EXECUTE ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.drop_policy(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.memory_buckets() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.stats_rows() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.top_limited_rows() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.reset_stats(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.state_after_take(bigint, timestamptz, text, bigint, bigint, bigint,
     text, bigint, bigint, bigint, timestamptz, timestamptz, bigint) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.effective_now(timestamptz, timestamptz) FROM PUBLIC;
@@ -55,6 +77,9 @@ REVOKE EXECUTE ON FUNCTION rate_limit.state_tokens(bigint, timestamptz, text, bi
     timestamptz) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.state_is_full(bigint, timestamptz, text, bigint, bigint, bigint,
     timestamptz) FROM PUBLIC;
+
+-- The write-limiting trigger runs as the owner, like take: writers need no rights on the state table.
+ALTER FUNCTION rate_limit.limit_writes() SECURITY DEFINER;
 
 COMMENT ON FUNCTION rate_limiting_request(text, integer, integer) IS
     'Take one token from bucket id (refill_per_sec tokens/s, capacity refill_per_sec * window_seconds); '
@@ -99,3 +124,10 @@ COMMENT ON FUNCTION rate_limit.state_tokens(bigint, timestamptz, text, bigint, b
     'Internal: tokens of a stored row at a given time, exact to the millionth';
 COMMENT ON FUNCTION rate_limit.state_is_full(bigint, timestamptz, text, bigint, bigint, bigint, timestamptz) IS
     'Internal: whether a stored row is full at a given time';
+COMMENT ON FUNCTION rate_limit.limit_writes() IS
+    'Row trigger: limit_writes(policy, key_column [, cost]) takes cost tokens per written row from the '
+    'bucket of the row''s key; a denied row raises 53400 with the RateLimit header values in DETAIL';
+COMMENT ON FUNCTION rate_limit.stats_rows() IS 'Internal: the rows of rate_limit.stats';
+COMMENT ON FUNCTION rate_limit.top_limited_rows() IS 'Internal: the rows of rate_limit.top_limited';
+COMMENT ON FUNCTION rate_limit.reset_stats(text) IS
+    'Zero the statistics and top limited keys of a policy, or of everything in this database (NULL); owner only';

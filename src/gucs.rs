@@ -39,6 +39,28 @@ pub const DEFAULT_MAX_BUCKETS: i32 = 100_000;
 /// `rate_limit.max_buckets`: buckets the memory store holds; fixed at server start.
 pub static MAX_BUCKETS: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_BUCKETS);
 
+/// Default of `rate_limit.stats_max`: statistics for 1 000 (database, policy) pairs, about 3 MB.
+pub const DEFAULT_STATS_MAX: i32 = 1000;
+
+/// `rate_limit.stats_max`: (database, namespace) pairs with statistics; fixed at server start.
+pub static STATS_MAX: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_STATS_MAX);
+
+/// Default of `rate_limit.purge_interval`: 5 minutes. A purge reads the whole state table (about a second
+/// of one core per million rows) and a full bucket costs only its row until then: every 5 minutes keeps
+/// the table within 5 minutes of idle buckets for well under 1% of a core.
+pub const DEFAULT_PURGE_INTERVAL: i32 = 300;
+
+/// `rate_limit.purge_interval` (seconds): how often the background worker purges full buckets; 0 disables.
+pub static PURGE_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_PURGE_INTERVAL);
+
+/// `rate_limit.memory_snapshot_interval` (seconds): how often the worker saves the memory store; 0 (the
+/// default): only at a clean shutdown.
+pub static MEMORY_SNAPSHOT_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(0);
+
+/// `rate_limit.track_stats`: whether calls are counted in `rate_limit.stats` and `rate_limit.top_limited`
+/// (default on; superuser-only, as the statistics belong to everyone).
+pub static TRACK_STATS: GucSetting<bool> = GucSetting::<bool>::new(true);
+
 /// Registers the settings. Called once from `_PG_init`; `preloading` tells whether the library is being
 /// loaded through `shared_preload_libraries` (a PGC_POSTMASTER setting can only be defined then).
 pub fn init(preloading: bool) {
@@ -59,6 +81,36 @@ pub fn init(preloading: bool) {
         GucContext::Suset,
         GucFlags::default(),
     );
+    GucRegistry::define_bool_guc(
+        c"rate_limit.track_stats",
+        c"Whether rate_limit counts calls in rate_limit.stats and rate_limit.top_limited.",
+        c"The counters live in shared memory (shared_preload_libraries); off saves their small cost.",
+        &TRACK_STATS,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"rate_limit.purge_interval",
+        c"How often the rate_limit background worker deletes full buckets; 0 disables.",
+        c"Full buckets are deleted losslessly (a missing bucket is a full one) from the memory store and \
+          from rate_limit.bucket_state in every database. Needs shared_preload_libraries.",
+        &PURGE_INTERVAL,
+        0,
+        i32::MAX / 1000,
+        GucContext::Sighup,
+        GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"rate_limit.memory_snapshot_interval",
+        c"How often the memory store is saved to disk, so that a crash loses at most that much; 0: only \
+          at a clean shutdown.",
+        c"The snapshot is pg_stat/rate_limit.memory in the data directory, loaded at the next start.",
+        &MEMORY_SNAPSHOT_INTERVAL,
+        0,
+        i32::MAX / 1000,
+        GucContext::Sighup,
+        GucFlags::UNIT_S,
+    );
     if !preloading {
         return;
     }
@@ -72,6 +124,17 @@ pub fn init(preloading: bool) {
         GucContext::Postmaster,
         GucFlags::default(),
     );
+    GucRegistry::define_int_guc(
+        c"rate_limit.stats_max",
+        c"How many (database, policy) pairs rate_limit keeps statistics for.",
+        c"Each policy of each database, and rate_limiting_request and the ad-hoc limits of each database, \
+          take one entry (about 3 KB) at their first call; calls beyond are counted as untracked.",
+        &STATS_MAX,
+        16,
+        1_000_000,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
 }
 
 /// The store selected for this call.
@@ -82,6 +145,26 @@ pub fn store() -> Store {
 /// The full-table policy of the memory store.
 pub fn on_full() -> OnFull {
     ON_FULL.get()
+}
+
+/// Whether calls are counted in the statistics.
+pub fn track_stats() -> bool {
+    TRACK_STATS.get()
+}
+
+/// The purge interval in seconds (0: disabled).
+pub fn purge_interval() -> i32 {
+    PURGE_INTERVAL.get()
+}
+
+/// The memory store's snapshot interval in seconds (0: only at a clean shutdown).
+pub fn memory_snapshot_interval() -> i32 {
+    MEMORY_SNAPSHOT_INTERVAL.get()
+}
+
+/// The configured number of statistics entries.
+pub fn stats_max() -> i32 {
+    STATS_MAX.get()
 }
 
 /// The configured capacity of the memory store.

@@ -16,8 +16,12 @@ pub mod decision;
 pub mod error;
 pub mod gucs;
 pub mod http;
+pub mod persist;
 pub mod policies;
+pub mod shmem;
+pub mod stats;
 pub mod store;
+pub mod worker;
 
 #[cfg(any(test, feature = "pg_test"))]
 mod pg_tests;
@@ -36,7 +40,8 @@ pub extern "C-unwind" fn _PG_init() {
     let preloading = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
     gucs::init(preloading);
     if preloading {
-        store::memory::init_when_preloading();
+        shmem::init_when_preloading();
+        worker::register();
     }
     // SAFETY: registering callbacks is allowed at any time in a backend; the functions live as long as the
     // library, which is never unloaded.
@@ -85,6 +90,8 @@ pub mod pg_test {
         vec![
             "shared_preload_libraries = 'rate_limit'",
             "rate_limit.max_buckets = 4096",
+            // no background purge under the tests: some count what rate_limit.purge() deleted
+            "rate_limit.purge_interval = 0",
         ]
     }
 }

@@ -60,6 +60,18 @@ SELECT rate_limit.purge();
 -- rate_limit.memory_usage (library preloaded)
 SELECT max_buckets, slot_bytes, bytes_per_bucket FROM rate_limit.memory_usage();
 
+-- rate_limit.stats, rate_limit.top_limited (library preloaded)
+SELECT kind, policy, calls, granted, denied, tokens_granted FROM rate_limit.stats ORDER BY kind, policy;
+SELECT kind, policy, rank, key, denials, denials_min FROM rate_limit.top_limited ORDER BY kind, policy, rank;
+
+-- rate_limit.limit_writes
+SELECT rate_limit.create_policy('comments_per_author', 2, '1 day');
+CREATE TABLE comments (id int GENERATED ALWAYS AS IDENTITY, author_id int NOT NULL, body text NOT NULL);
+CREATE TRIGGER comments_rate_limit BEFORE INSERT ON comments
+    FOR EACH ROW EXECUTE FUNCTION rate_limit.limit_writes('comments_per_author', 'author_id');
+INSERT INTO comments (author_id, body) VALUES (1, 'first'), (1, 'second');
+INSERT INTO comments (author_id, body) VALUES (1, 'third');
+
 -- errors
 SELECT rate_limiting_request(NULL);
 SELECT * FROM rate_limit.take('nope', 'k');

@@ -38,7 +38,7 @@ fn cost_arg(function: &'static str, cost: Option<i32>) -> Result<i64, ErrorRepor
 }
 
 /// `take(policy, key, cost)` as a plain decision (also the body of `peek` and `wait`).
-fn take_policy(
+pub(super) fn take_policy(
     function: &'static str,
     policy: Option<&str>,
     key: Option<&str>,

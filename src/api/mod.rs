@@ -4,6 +4,8 @@
 //! - `limits`: the limiter API over named policies and ad-hoc limits (`take`, `take_many`,
 //!   `take_ad_hoc`, `peek`, `wait`, `refund`, `reset`, `headers`);
 //! - `policies`: creating, changing and dropping policies (owner only);
+//! - `triggers`: `limit_writes`, the row trigger that limits writes per key;
+//! - `stats`: the statistics views' functions and their reset (owner only);
 //! - `internal`: helpers the extension's own statements and views use; not executable by PUBLIC.
 //!
 //! No function carries a `SET` clause: the statements they run name every object and operator with its
@@ -14,6 +16,8 @@ pub mod internal;
 pub mod limits;
 pub mod policies;
 pub mod request;
+pub mod stats;
+pub mod triggers;
 
 use std::rc::Rc;
 

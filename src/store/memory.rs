@@ -59,6 +59,9 @@ use crate::clock;
 use crate::gucs::{self, OnFull};
 use crate::store::target::{Namespace, Stored, Target, MAX_TARGETS};
 
+mod snapshot;
+pub use snapshot::{load as load_saved, save};
+
 /// Slots an insert into a full partition examines at most to find a bucket to evict.
 pub const EVICTION_SCAN: usize = 128;
 
@@ -72,8 +75,6 @@ const KIND_POLICY: u8 = 3;
 
 const SEGMENT_NAME: &CStr = c"rate_limit memory store";
 const TRANCHE_NAME: &CStr = c"rate_limit";
-/// Index of AddinShmemInitLock in MainLWLockArray (lwlocknames.txt, the same from PostgreSQL 13 to 18).
-const ADDIN_SHMEM_INIT_LOCK: usize = 21;
 
 /// A bucket's state (level and instant) as one 128-bit word, so that it can be swapped atomically.
 #[repr(transparent)]
@@ -232,51 +233,16 @@ pub const SLOT_BYTES: usize = size_of::<Slot>();
 
 /// The segment, once attached; copied into every backend by fork.
 static mut SEGMENT: *mut Header = ptr::null_mut();
-/// Whether `_PG_init` ran while preloading (only then is there a segment).
-static mut PRELOADED: bool = false;
-
-static mut PREV_SHMEM_STARTUP_HOOK: pg_sys::shmem_startup_hook_type = None;
-#[cfg(not(feature = "pg13"))]
-static mut PREV_SHMEM_REQUEST_HOOK: pg_sys::shmem_request_hook_type = None;
 
 fn geometry() -> Geometry {
     Geometry::for_max_buckets(gucs::max_buckets().max(1) as u32)
 }
 
-/// Requests the segment and the partition locks. Called from `_PG_init` only while preloading.
-pub fn init_when_preloading() {
-    // SAFETY: _PG_init runs once, single-threaded, in the postmaster; the hooks are process globals that
-    // PostgreSQL expects extensions to chain exactly like this.
-    unsafe {
-        PRELOADED = true;
-        #[cfg(feature = "pg13")]
-        request_shmem();
-        #[cfg(not(feature = "pg13"))]
-        {
-            PREV_SHMEM_REQUEST_HOOK = pg_sys::shmem_request_hook;
-            pg_sys::shmem_request_hook = Some(shmem_request);
-        }
-        PREV_SHMEM_STARTUP_HOOK = pg_sys::shmem_startup_hook;
-        pg_sys::shmem_startup_hook = Some(shmem_startup);
-    }
-}
-
-#[cfg(not(feature = "pg13"))]
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn shmem_request() {
-    // SAFETY: called by the postmaster in its shmem request phase; the previous hook was saved by
-    // init_when_preloading and is called first, as every extension does.
-    unsafe {
-        if let Some(prev) = PREV_SHMEM_REQUEST_HOOK {
-            prev();
-        }
-        request_shmem();
-    }
-}
-
+/// Requests the segment and the partition locks ([`crate::shmem`] calls it in the request phase).
+///
 /// # Safety
 /// Only in the postmaster while shared memory may still be requested.
-unsafe fn request_shmem() {
+pub unsafe fn request_shmem() {
     let g = geometry();
     // SAFETY: the caller guarantees we are in the request phase; the name is a static C string.
     unsafe {
@@ -285,33 +251,23 @@ unsafe fn request_shmem() {
     }
 }
 
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn shmem_startup() {
-    // SAFETY: called by the postmaster (at start and after every crash-restart) with shared memory set up;
-    // the segment is created or found under AddinShmemInitLock, as pg_stat_statements does, and initialised
+/// Creates or finds the segment ([`crate::shmem`] calls it from the startup hook, holding
+/// AddinShmemInitLock); returns true if it was created (empty).
+///
+/// # Safety
+/// Only from the shmem startup hook, with AddinShmemInitLock held and the space requested.
+pub unsafe fn attach_or_create() -> bool {
+    // SAFETY: the caller holds AddinShmemInitLock, as pg_stat_statements does; the segment is initialised
     // only by whoever created it. All pointers stay inside the segment sized by request_shmem.
     unsafe {
-        if let Some(prev) = PREV_SHMEM_STARTUP_HOOK {
-            prev();
-        }
         let g = geometry();
-        let init_lock = &raw mut (*pg_sys::MainLWLockArray.add(ADDIN_SHMEM_INIT_LOCK)).lock;
-        pg_sys::LWLockAcquire(init_lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
         let mut found = false;
         let segment = pg_sys::ShmemInitStruct(SEGMENT_NAME.as_ptr(), g.segment_bytes(), &mut found)
             .cast::<Header>();
         if !found {
             ptr::write_bytes(segment.cast::<u8>(), 0, g.segment_bytes());
-            let mut seed = [0u64; 2];
-            if !pg_sys::pg_strong_random(seed.as_mut_ptr().cast(), size_of_val(&seed)) {
-                // no strong randomness: still keyed, from the clock and the pid (never a fixed key)
-                seed = [
-                    clock::now_us() as u64,
-                    u64::from(std::process::id()).rotate_left(32),
-                ];
-            }
             segment.write(Header {
-                seed,
+                seed: crate::shmem::random_seed(),
                 clock_base: clock::now_us() - clock::monotonic_us(),
                 partitions: g.partitions,
                 slots_per_partition: g.slots_per_partition,
@@ -324,7 +280,7 @@ unsafe extern "C-unwind" fn shmem_startup() {
             });
         }
         SEGMENT = segment;
-        pg_sys::LWLockRelease(init_lock);
+        !found
     }
 }
 
@@ -361,9 +317,7 @@ impl Table {
         // SAFETY: SEGMENT is written only by shmem_startup in the postmaster before any backend exists,
         // then inherited read-only; a non-null pointer points at an initialised Header.
         let segment = unsafe { SEGMENT };
-        // SAFETY: see above; PRELOADED is written only in _PG_init.
-        let preloaded = unsafe { PRELOADED };
-        if !preloaded || segment.is_null() {
+        if !crate::shmem::preloaded() || segment.is_null() {
             return Err(not_preloaded(function));
         }
         // SAFETY: non-null and initialised (see above); the header is never freed while the server runs.
@@ -769,9 +723,20 @@ fn full_error(function: &'static str, max_buckets: u32) -> ErrorReport {
     )
 }
 
-/// Deletes every bucket that is full now; returns how many.
-pub fn purge(function: &'static str) -> Result<i64, ErrorReport> {
+/// Which buckets a purge looks at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PurgeScope {
+    /// The buckets of the current database (`rate_limit.purge()`, which counts what it deleted there).
+    CurrentDatabase,
+    /// Every bucket of the server (the background worker).
+    AllDatabases,
+}
+
+/// Deletes every bucket in `scope` that is full now; returns how many.
+pub fn purge(function: &'static str, scope: PurgeScope) -> Result<i64, ErrorReport> {
     let table = Table::attach(function)?;
+    let database = current_database();
+    let in_scope = |s: &Slot| scope == PurgeScope::AllDatabases || s.database == database;
     let mut purged = 0i64;
     for p in 0..table.header.partitions {
         let mut part = table.lock_exclusive(p);
@@ -779,7 +744,7 @@ pub fn purge(function: &'static str) -> Result<i64, ErrorReport> {
         let mut i = 0;
         while i < part.slots.len() {
             let s = &part.slots[i];
-            if s.used != 0 && slot_is_full(s, now) {
+            if s.used != 0 && in_scope(s) && slot_is_full(s, now) {
                 part.remove(i); // an entry may have moved into i: look at i again
                 purged += 1;
             } else {

@@ -16,6 +16,7 @@ use pgrx::pg_sys::panic::ErrorReport;
 use crate::algorithm::{Outcome, State};
 use crate::clock;
 use crate::gucs::Store;
+use crate::stats;
 use target::{Namespace, Target};
 
 /// Now on the clock of `store`: the wall clock for the table store, the memory store's own clock (55000
@@ -42,6 +43,7 @@ pub fn take(
             if let Some(denied) = short::denial(store, t, now, cost) {
                 let mut outcomes = vec![not_looked_at(); targets.len()];
                 outcomes[i] = denied;
+                stats::record(targets, &outcomes, cost);
                 return Ok(outcomes);
             }
         }
@@ -56,6 +58,7 @@ pub fn take(
                 short::remember(store, t, o.state);
             }
         }
+        stats::record(targets, &outcomes, cost);
     }
     Ok(outcomes)
 }
@@ -104,7 +107,7 @@ pub fn reset(
 pub fn purge(function: &'static str) -> Result<i64, ErrorReport> {
     let mut purged = table::purge(function)?;
     if memory::available() {
-        purged += memory::purge(function)?;
+        purged += memory::purge(function, memory::PurgeScope::CurrentDatabase)?;
     }
     Ok(purged)
 }

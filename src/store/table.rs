@@ -65,6 +65,16 @@ const DELETE: &str = "DELETE FROM rate_limit.bucket_state";
 const PURGE: &str = "DELETE FROM rate_limit.bucket_state AS s \
      WHERE rate_limit.state_is_full(s.level, s.updated_at, s.algorithm, s.rate, s.per_us, s.burst, $1)";
 
+/// One batch of the background worker's purge: at most `$2` full rows, locked first with SKIP LOCKED so
+/// that the worker never waits for a caller (a row a caller holds is left for the next round), and
+/// checked again when deleted.
+const PURGE_BATCH: &str = "DELETE FROM rate_limit.bucket_state AS s \
+     WHERE s.ctid OPERATOR(pg_catalog.=) ANY (ARRAY( \
+         SELECT f.ctid FROM rate_limit.bucket_state AS f \
+         WHERE rate_limit.state_is_full(f.level, f.updated_at, f.algorithm, f.rate, f.per_us, f.burst, $1) \
+         LIMIT $2 FOR UPDATE SKIP LOCKED)) \
+       AND rate_limit.state_is_full(s.level, s.updated_at, s.algorithm, s.rate, s.per_us, s.burst, $1)";
+
 /// The saved plans of this backend.
 struct Plans {
     /// Read one row in the caller's snapshot (peek).
@@ -449,6 +459,16 @@ pub fn purge(function: &'static str) -> Result<i64, ErrorReport> {
     Spi::connect_mut(|client| {
         let args: [DatumWithOid<'_>; 1] = [now.into()];
         let deleted = spi(function, client.update(PURGE, None, &args))?.len();
+        Ok(i64::try_from(deleted).unwrap_or(i64::MAX))
+    })
+}
+
+/// Deletes at most `limit` full buckets (the background worker's batch); returns how many.
+pub fn purge_batch(function: &'static str, limit: i64) -> Result<i64, ErrorReport> {
+    let now = timestamptz(function, clock::now_us())?;
+    Spi::connect_mut(|client| {
+        let args: [DatumWithOid<'_>; 2] = [now.into(), limit.into()];
+        let deleted = spi(function, client.update(PURGE_BATCH, None, &args))?.len();
         Ok(i64::try_from(deleted).unwrap_or(i64::MAX))
     })
 }

@@ -270,3 +270,14 @@ pub fn flood(
         "{id}: the key was not flooded ({calls} calls)"
     );
 }
+
+/// Remaining tokens of (policy, key), read without taking.
+pub fn remaining(client: &mut Client, policy: &str, key: &str) -> i64 {
+    client
+        .query_one(
+            "SELECT remaining FROM rate_limit.peek($1, $2)",
+            &[&policy, &key],
+        )
+        .expect("peek")
+        .get(0)
+}

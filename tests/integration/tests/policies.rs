@@ -6,22 +6,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use postgres::error::SqlState;
-use postgres::Client;
-use rate_limit_integration::TestDb;
+use rate_limit_integration::{remaining, TestDb};
 
 const THREADS: usize = 8;
 const CALLS: usize = 150;
-
-/// Remaining tokens of (policy, key), read without taking.
-fn remaining(client: &mut Client, policy: &str, key: &str) -> i64 {
-    client
-        .query_one(
-            "SELECT remaining FROM rate_limit.peek($1, $2)",
-            &[&policy, &key],
-        )
-        .expect("peek")
-        .get(0)
-}
 
 /// Policies `a` (burst 40), `b` (burst 25) and `c` (burst 1000), refilling one token a day, in `store`.
 /// Eight connections call `take(['a','b','c'], 'k')` and, in between, `take('b', 'k')` alone. If a

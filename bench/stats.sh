@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The cost of the statistics: the memory store's hot-key and random-key calls with rate_limit.track_stats
+# on (the default) and off, in one run, interleaved, on the server bench/run.sh sets up (release build, its
+# own copy of PostgreSQL 15, 1 000 000 memory buckets, 100 000 keys). Writes bench/STATS.md.
+#
+#   bench/stats.sh                       (about 15 minutes with the release build: 9 scenarios × 2 client
+#                                         counts × BENCH_ROUNDS rounds of BENCH_SECONDS s)
+#   BENCH_ROUNDS=5 BENCH_SECONDS=10 bench/stats.sh
+#
+# Every figure is a ratio within one round: a call's TPS over `SELECT 1`'s, and with statistics over
+# without (the cost is 1 minus that ratio). The hot key is mostly denied, so it also measures the top-keys
+# summary, which only denials update.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+SECONDS_PER_ROUND=${BENCH_SECONDS:-5}
+ROUNDS=${BENCH_ROUNDS:-5}
+PORT=${RATE_LIMIT_BENCH_PORT:-5441}
+DIR=${RATE_LIMIT_BENCH_DIR:-/var/tmp/rate_limit-bench}
+OUT="$ROOT/bench/out"
+RAW="$OUT/stats.tsv"
+mkdir -p "$OUT"
+
+BENCH_SETUP_ONLY=1 bench/run.sh >"$OUT/stats-setup.log"
+# shellcheck source=../scripts/cluster.sh
+source scripts/cluster.sh
+pg_bindir() { case $1 in bench) echo "$DIR/pg/bin" ;; *) echo "$PG_CACHE/$1/bin" ;; esac; }
+trap 'cluster_stop bench "$DIR/data"' EXIT
+
+# scenario  track_stats  pgbench script
+SCENARIOS=(
+  "select1 on select1.sql"
+  "request_hot on extension_hot.sql"
+  "request_hot off extension_hot.sql"
+  "request_random on extension_random.sql"
+  "request_random off extension_random.sql"
+  "take_hot on take_hot.sql"
+  "take_hot off take_hot.sql"
+  "take_random on take_random.sql"
+  "take_random off take_random.sql"
+)
+PGBENCH="$(pg_bindir bench)/pgbench"
+: >"$RAW"
+for round in $(seq 1 "$ROUNDS"); do
+  for clients in 8 32; do
+    for s in "${SCENARIOS[@]}"; do
+      read -r scenario track script <<<"$s"
+      out=$(PGOPTIONS="-c rate_limit.store=memory -c rate_limit.track_stats=$track" \
+        "$PGBENCH" -n -M prepared -h "$RATE_LIMIT_SOCKET_DIR" -p "$PORT" -U postgres \
+        -c "$clients" -j 2 -T "$SECONDS_PER_ROUND" -f "bench/$script" bench 2>&1) ||
+        { echo "$out" >&2; echo "pgbench failed" >&2; exit 1; }
+      tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out" | head -1)
+      printf '%s\t%s\t%s\t%s\t%s\n' "$round" "$clients" "$scenario" "$track" "${tps:-0}" >>"$RAW"
+      echo "round $round clients $clients $scenario track_stats=$track tps=${tps:-?}"
+    done
+  done
+done
+psql_at bench "$PORT" -d bench -AtF ' ' -c "SELECT policy, calls, denied FROM rate_limit.stats WHERE policy = 'bench'" \
+  >"$OUT/stats-counted.txt"
+
+python3 - "$RAW" "$ROUNDS" "$SECONDS_PER_ROUND" "$(git rev-parse --short HEAD)" "$(cat "$OUT/stats-counted.txt")" \
+  >bench/STATS.md <<'PY'
+import statistics, sys, platform, os
+raw, rounds, seconds, head, counted = sys.argv[1:6]
+tps = {}
+for line in open(raw):
+    r, c, s, t, v = line.rstrip("\n").split("\t")
+    tps[(int(r), int(c), s, t)] = float(v)
+R = sorted({k[0] for k in tps})
+def med(vals):
+    return statistics.median(vals), min(vals), max(vals)
+def fmt(v):
+    m, lo, hi = med(v)
+    return f"{m:.3f} ({lo:.3f}–{hi:.3f})"
+print("# Cost of the statistics (memory store)\n")
+print(f"Command: `BENCH_ROUNDS={rounds} BENCH_SECONDS={seconds} bench/stats.sh` at {head}; "
+      f"{platform.machine()}, {os.cpu_count()} cores; PostgreSQL 15, release build, pgbench -M prepared over "
+      "Unix sockets; rounds interleaved. Figures: median over the rounds (lowest–highest round).\n")
+print("| call | clients | with statistics ÷ SELECT 1 | without ÷ SELECT 1 | with ÷ without | cost |")
+print("| --- | --- | --- | --- | --- | --- |")
+worst = 0.0
+for scen, label in [("request_hot", "rate_limiting_request, hot key (mostly denied)"),
+                    ("request_random", "rate_limiting_request, 100 000 random keys"),
+                    ("take_hot", "take(policy, key), hot key (mostly denied)"),
+                    ("take_random", "take(policy, key), 100 000 random keys")]:
+    for c in (8, 32):
+        on = [tps[(r, c, scen, "on")] / tps[(r, c, "select1", "on")] for r in R]
+        off = [tps[(r, c, scen, "off")] / tps[(r, c, "select1", "on")] for r in R]
+        rel = [tps[(r, c, scen, "on")] / tps[(r, c, scen, "off")] for r in R]
+        cost = 1 - statistics.median(rel)
+        worst = max(worst, cost)
+        print(f"| {label} | {c} | {fmt(on)} | {fmt(off)} | {fmt(rel)} | {100 * cost:+.1f}% |")
+print(f"\nGoal: at most 5% throughput cost. Largest median cost measured: {100 * worst:.1f}% "
+      f"({'met' if worst <= 0.05 else 'NOT met'}).")
+print(f"\nCounted during the run for policy `bench` (calls, denied): {counted.split(' ', 1)[-1] if counted else 'n/a'}.")
+PY
+cat bench/STATS.md

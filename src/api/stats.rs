@@ -1,0 +1,131 @@
+//! The statistics views' functions and the reset (owner only): `rate_limit.stats`,
+//! `rate_limit.top_limited` and `rate_limit.reset_stats`. 55000 when the library is not preloaded.
+
+use pgrx::datum::TimestampWithTimeZone;
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::prelude::*;
+
+use crate::stats;
+use crate::store::target::{AD_HOC_NAMESPACE, REQUEST_NAMESPACE};
+
+/// `kind` and `policy` of a namespace, as `rate_limit.buckets` shows them.
+fn kind_and_policy(name: &str) -> (String, Option<String>) {
+    match name {
+        REQUEST_NAMESPACE => ("request".to_string(), None),
+        AD_HOC_NAMESPACE => ("ad_hoc".to_string(), None),
+        policy => ("policy".to_string(), Some(policy.to_string())),
+    }
+}
+
+fn count(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn timestamp(us: i64) -> Option<TimestampWithTimeZone> {
+    TimestampWithTimeZone::try_from(us).ok()
+}
+
+/// Statistics SQL functions, in schema `rate_limit`.
+#[pg_schema]
+mod rate_limit {
+    use super::*;
+
+    /// One row per policy of this database (and `rate_limiting_request`, the ad-hoc limits) with calls;
+    /// plus an `untracked` row counting calls beyond `rate_limit.stats_max`, if any. For the
+    /// `rate_limit.stats` view.
+    #[allow(clippy::type_complexity)] // the row type is the SQL signature, spelled out for pgrx
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn stats_rows() -> Result<
+        TableIterator<
+            'static,
+            (
+                name!(kind, String),
+                name!(policy, Option<String>),
+                name!(calls, i64),
+                name!(granted, i64),
+                name!(denied, i64),
+                name!(tokens_granted, i64),
+                name!(last_denial, Option<TimestampWithTimeZone>),
+                name!(since, Option<TimestampWithTimeZone>),
+            ),
+        >,
+        ErrorReport,
+    > {
+        const F: &str = "rate_limit.stats_rows";
+        let mut rows: Vec<_> = stats::rows(F)?
+            .into_iter()
+            .map(|r| {
+                let (kind, policy) = kind_and_policy(&r.name);
+                (
+                    kind,
+                    policy,
+                    count(r.totals.calls),
+                    count(r.totals.granted),
+                    count(r.totals.denied),
+                    count(r.totals.tokens),
+                    r.last_denial.and_then(timestamp),
+                    timestamp(r.since),
+                )
+            })
+            .collect();
+        let untracked = stats::untracked(F)?;
+        if untracked > 0 {
+            rows.push((
+                "untracked".to_string(),
+                None,
+                count(untracked),
+                0,
+                0,
+                0,
+                None,
+                None,
+            ));
+        }
+        Ok(TableIterator::new(rows))
+    }
+
+    /// The most denied keys of each policy of this database, most first, from the Space-Saving summary:
+    /// each key was denied between `denials_min` and `denials` times since the statistics' `since`. For
+    /// the `rate_limit.top_limited` view.
+    #[allow(clippy::type_complexity)] // the row type is the SQL signature, spelled out for pgrx
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn top_limited_rows() -> Result<
+        TableIterator<
+            'static,
+            (
+                name!(kind, String),
+                name!(policy, Option<String>),
+                name!(rank, i32),
+                name!(key, String),
+                name!(denials, i64),
+                name!(denials_min, i64),
+            ),
+        >,
+        ErrorReport,
+    > {
+        const F: &str = "rate_limit.top_limited_rows";
+        let mut rows = Vec::new();
+        for r in stats::rows(F)? {
+            let (kind, policy) = kind_and_policy(&r.name);
+            for (i, c) in r.top.iter().enumerate() {
+                rows.push((
+                    kind.clone(),
+                    policy.clone(),
+                    i as i32 + 1,
+                    c.display_key(),
+                    count(c.count),
+                    count(c.count - c.error),
+                ));
+            }
+        }
+        Ok(TableIterator::new(rows))
+    }
+
+    /// Zeroes the statistics (and top limited keys) of policy `policy` in this database, or of everything
+    /// in it when `policy` is NULL (including `rate_limiting_request` and the ad-hoc limits); returns how
+    /// many were reset. Owner only.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn reset_stats(policy: default!(Option<&str>, "NULL")) -> Result<i64, ErrorReport> {
+        stats::reset("rate_limit.reset_stats", policy)
+    }
+}

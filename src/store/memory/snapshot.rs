@@ -1,0 +1,123 @@
+//! The memory store across restarts: [`save`] writes every bucket to `pg_stat/rate_limit.memory` (at a
+//! clean shutdown, and every `rate_limit.memory_snapshot_interval` from the background worker), [`load`]
+//! puts them back into a segment just created. File format and failure handling: [`crate::persist`].
+//!
+//! Instants are saved on the wall clock: the store's own clock (`CLOCK_BOOTTIME` plus a base taken at
+//! creation) starts again at a reboot, so `at` is converted to wall-clock microseconds when saved and back
+//! to the new store clock when loaded. An instant that would lie in the future of the new clock (the wall
+//! clock went back meanwhile) is brought to now: no time counts as elapsed, so no token is minted. The
+//! table's hash key is saved with the buckets and restored, since a slot is found by its keyed hash (the
+//! id itself is not stored). Buckets that do not fit (a smaller `rate_limit.max_buckets`) are left out:
+//! they start full.
+
+use super::{
+    slot_policy, AtomicState, Probe, Slot, Table, ID_PREFIX, KIND_AD_HOC, KIND_POLICY,
+    KIND_REQUEST, SEGMENT,
+};
+use crate::algorithm::State;
+use crate::persist;
+
+const FILE: &str = "pg_stat/rate_limit.memory";
+const MAGIC: &[u8; 8] = b"RLMEM001";
+
+/// Writes every bucket of every database. Logs and gives up on any error.
+pub fn save() {
+    let Ok(table) = Table::attach("rate_limit") else {
+        return;
+    };
+    let mut slots: Vec<Slot> = Vec::new();
+    let mut wall_offset = 0;
+    for p in 0..table.header.partitions {
+        // copied under the shared lock, written after it is released
+        let part = table.lock_shared(p);
+        slots.extend(part.slots.iter().filter(|s| s.used != 0).cloned());
+        wall_offset = table.wall_offset();
+    }
+    let mut w = persist::Writer::new(MAGIC);
+    w.u64(table.header.seed[0]);
+    w.u64(table.header.seed[1]);
+    w.u64(slots.len() as u64);
+    for s in &slots {
+        let state = s.state.load();
+        w.u64(s.hash[0]);
+        w.u64(s.hash[1]);
+        w.i64(state.level);
+        w.i64(state.at.saturating_add(wall_offset));
+        w.i64(s.rate);
+        w.i64(s.period_us);
+        w.i64(s.burst);
+        w.u32(s.database);
+        w.u32(s.policy_tag);
+        w.bytes(&[s.used, s.algorithm, s.id_len, s.id_truncated]);
+        w.bytes(&s.id_prefix);
+    }
+    persist::write_file(FILE, "the memory store", &w.finish());
+}
+
+/// Loads the saved buckets into the segment just created (in the postmaster, before any backend).
+pub fn load() {
+    persist::read_file(FILE, "memory-store buckets", |bytes| {
+        let table = Table::attach("rate_limit").map_err(|_| "the memory store is missing")?;
+        let bad = "the payload is malformed";
+        let mut r = persist::open(bytes, MAGIC)?;
+        let seed = [r.u64().ok_or(bad)?, r.u64().ok_or(bad)?];
+        let count = r.u64().ok_or(bad)?;
+        let wall_offset = table.wall_offset();
+        let now = table.now();
+        // Parse and check everything before touching shared memory: a damaged file changes nothing.
+        let mut slots = Vec::new();
+        for _ in 0..count {
+            let hash = [r.u64().ok_or(bad)?, r.u64().ok_or(bad)?];
+            let level = r.i64().ok_or(bad)?;
+            let at_wall = r.i64().ok_or(bad)?;
+            let (rate, period_us, burst) = (
+                r.i64().ok_or(bad)?,
+                r.i64().ok_or(bad)?,
+                r.i64().ok_or(bad)?,
+            );
+            let (database, policy_tag) = (r.u32().ok_or(bad)?, r.u32().ok_or(bad)?);
+            let flags = r.bytes(4).ok_or(bad)?;
+            let id_prefix: [u8; ID_PREFIX] =
+                r.bytes(ID_PREFIX).ok_or(bad)?.try_into().map_err(|_| bad)?;
+            let slot = Slot {
+                hash,
+                state: AtomicState::new(State {
+                    level,
+                    at: at_wall.saturating_sub(wall_offset).min(now),
+                }),
+                rate,
+                period_us,
+                burst,
+                database,
+                policy_tag,
+                used: flags[0],
+                algorithm: flags[1],
+                id_len: flags[2],
+                id_truncated: flags[3],
+                id_prefix,
+            };
+            let kind_ok = [KIND_REQUEST, KIND_AD_HOC, KIND_POLICY].contains(&slot.used);
+            if !kind_ok || slot_policy(&slot).is_none() || usize::from(slot.id_len) > ID_PREFIX {
+                return Err(bad);
+            }
+            slots.push(slot);
+        }
+        if !r.at_end() {
+            return Err(bad);
+        }
+        // SAFETY: SEGMENT points at the header just created (attach succeeded); we are in the postmaster
+        // at start, before any backend exists and before any slot is hashed with the new key.
+        unsafe { (*SEGMENT).seed = seed };
+        let mut loaded = 0;
+        for slot in slots {
+            let mut part = table.lock_exclusive(table.partition_of(&slot.hash));
+            if let Probe::Empty(idx) = part.probe(&slot.hash) {
+                if part.header.count < part.limit {
+                    part.insert(idx, slot);
+                    loaded += 1;
+                }
+            }
+        }
+        Ok(loaded)
+    });
+}

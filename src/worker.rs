@@ -1,0 +1,224 @@
+//! The background worker, started when the library is preloaded.
+//!
+//! `rate_limit launcher` (one per server, connected to no database; in `pg_stat_activity` with that
+//! `backend_type`) wakes every `rate_limit.purge_interval`:
+//! 1. purges the memory store's full buckets of every database (lossless: a missing bucket is a full one);
+//! 2. on a primary, starts `rate_limit purge` in each database that accepts connections, one at a time,
+//!    and waits for it; that worker does nothing where the extension is not installed (or not at the
+//!    library's version: it says so in the log), else deletes the full rows of `rate_limit.bucket_state`
+//!    in batches of [`BATCH`], each its own short transaction, skipping rows a caller holds locked
+//!    (`FOR UPDATE SKIP LOCKED`): callers never wait for the worker, and wait at most one batch for a row
+//!    the worker locked first.
+//!
+//! It also writes the memory store's snapshot every `rate_limit.memory_snapshot_interval` (0: only at a
+//! clean shutdown). A purge interval of 0 disables the purges. Errors are logged by PostgreSQL: a
+//! database's worker that fails exits (the next round tries again), and a launcher that fails exits with
+//! code 1 and is restarted by the postmaster after [`RESTART_SECONDS`]; neither takes the server down.
+
+use std::time::{Duration, Instant};
+
+use pgrx::bgworkers::{
+    BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
+};
+use pgrx::prelude::*;
+
+use crate::gucs;
+use crate::store::{memory, table};
+
+/// Rows deleted per transaction by a database's purge.
+pub const BATCH: i64 = 5000;
+
+/// Seconds before the postmaster restarts a launcher that exited with an error.
+pub const RESTART_SECONDS: u64 = 10;
+
+/// Registers the launcher. Called from `_PG_init` while preloading.
+pub fn register() {
+    BackgroundWorkerBuilder::new("rate_limit launcher")
+        .set_type("rate_limit launcher")
+        .set_library("rate_limit")
+        .set_function("rate_limit_launcher_main")
+        .enable_shmem_access(None)
+        .enable_spi_access() // connected to no database, but able to read the shared catalogs
+        .set_start_time(BgWorkerStartTime::ConsistentState)
+        .set_restart_time(Some(Duration::from_secs(RESTART_SECONDS)))
+        .load();
+}
+
+fn seconds(setting: i32) -> Option<Duration> {
+    (setting > 0).then(|| Duration::from_secs(setting as u64))
+}
+
+/// The launcher's main loop.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn rate_limit_launcher_main(_arg: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    BackgroundWorker::connect_worker_to_spi(None, None);
+    set_idle();
+    let mut next_purge = Instant::now();
+    let mut next_snapshot = Instant::now();
+    loop {
+        if BackgroundWorker::sighup_received() {
+            // SAFETY: called in the worker's main loop, outside any transaction, as PostgreSQL's own
+            // processes reload their configuration.
+            unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
+        }
+        let purge_every = seconds(gucs::purge_interval());
+        let snapshot_every = seconds(gucs::memory_snapshot_interval());
+        let now = Instant::now();
+        if let Some(every) = purge_every {
+            if now >= next_purge {
+                purge_round();
+                next_purge = Instant::now() + every;
+            }
+        }
+        if let Some(every) = snapshot_every {
+            if now >= next_snapshot {
+                memory::save();
+                next_snapshot = Instant::now() + every;
+            }
+        }
+        let now = Instant::now();
+        let wake = [
+            purge_every.map(|_| next_purge),
+            snapshot_every.map(|_| next_snapshot),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map_or(Duration::from_secs(60), |at| {
+            at.saturating_duration_since(now)
+        });
+        if !BackgroundWorker::wait_latch(Some(wake.max(Duration::from_millis(10)))) {
+            break;
+        }
+    }
+}
+
+/// One purge: the memory store, then the table store of every database, one worker at a time.
+fn purge_round() {
+    set_activity("purging the memory store");
+    if memory::available() {
+        if let Err(e) = memory::purge("rate_limit launcher", memory::PurgeScope::AllDatabases) {
+            e.report(PgLogLevel::WARNING);
+        }
+    }
+    // SAFETY: RecoveryInProgress only reads shared state.
+    if unsafe { pg_sys::RecoveryInProgress() } {
+        set_idle();
+        return; // a standby's table store is the primary's, purged there
+    }
+    for database in databases() {
+        set_activity("waiting for a database's purge");
+        // SAFETY: MyProcPid is a plain global of this process.
+        let me = unsafe { pg_sys::MyProcPid };
+        let started = BackgroundWorkerBuilder::new("rate_limit purge")
+            .set_type("rate_limit purge")
+            .set_library("rate_limit")
+            .set_function("rate_limit_purge_main")
+            .enable_spi_access()
+            .set_start_time(BgWorkerStartTime::RecoveryFinished)
+            .set_argument(Some(pg_sys::Datum::from(database.to_u32())))
+            .set_notify_pid(me)
+            .load_dynamic();
+        match started {
+            Ok(worker) => {
+                let _ = worker.wait_for_shutdown();
+            }
+            Err(_) => {
+                log!("rate_limit launcher: no background worker slot free (max_worker_processes); the table store is purged next round");
+                break;
+            }
+        }
+        if BackgroundWorker::sigterm_received() {
+            break;
+        }
+    }
+    set_idle();
+}
+
+/// The databases that accept connections, read from the shared catalog `pg_database`.
+fn databases() -> Vec<pg_sys::Oid> {
+    BackgroundWorker::transaction(|| {
+        let mut oids = Vec::new();
+        // SAFETY: inside a transaction with a snapshot (BackgroundWorker::transaction); pg_database is a
+        // shared catalog any process may scan, as the autovacuum launcher does; every tuple returned by
+        // heap_getnext is a valid pg_database row until the next call.
+        unsafe {
+            let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+            let rel = pg_sys::table_open(pg_sys::DatabaseRelationId, lock);
+            let scan = pg_sys::table_beginscan_catalog(rel, 0, std::ptr::null_mut());
+            loop {
+                let tuple = pg_sys::heap_getnext(scan, pg_sys::ScanDirection::ForwardScanDirection);
+                if tuple.is_null() {
+                    break;
+                }
+                let form = pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_database>(tuple);
+                if (*form).datallowconn {
+                    oids.push((*form).oid);
+                }
+            }
+            pg_sys::table_endscan(scan);
+            pg_sys::table_close(rel, lock);
+        }
+        oids
+    })
+}
+
+/// Shows `what` in the `query` column of `pg_stat_activity`, with state `active`.
+fn set_activity(what: &str) {
+    report(pg_sys::BackendState::STATE_RUNNING, what);
+}
+
+/// Shows the launcher as `idle` in `pg_stat_activity`, waiting for its next round.
+fn set_idle() {
+    report(
+        pg_sys::BackendState::STATE_IDLE,
+        "waiting for the next purge",
+    );
+}
+
+fn report(state: pg_sys::BackendState::Type, what: &str) {
+    let text = std::ffi::CString::new(what).unwrap_or_default();
+    // SAFETY: pgstat_report_activity copies the string; the state is a valid enum value.
+    unsafe { pg_sys::pgstat_report_activity(state, text.as_ptr()) };
+}
+
+/// One database's purge of the table store (a dynamic worker; `arg` is the database's OID).
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub extern "C-unwind" fn rate_limit_purge_main(arg: pg_sys::Datum) {
+    BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    let database = pg_sys::Oid::from(arg.value() as u32);
+    BackgroundWorker::connect_worker_to_spi_by_oid(Some(database), None);
+    let installed = BackgroundWorker::transaction(|| {
+        Spi::get_one::<String>(
+            "SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'rate_limit'",
+        )
+    });
+    match installed {
+        Ok(Some(version)) if version == env!("CARGO_PKG_VERSION") => {}
+        Ok(Some(version)) => {
+            log!(
+                "rate_limit purge: skipped database {}: the extension is at version {version}, the library at {}; run ALTER EXTENSION rate_limit UPDATE",
+                database.to_u32(),
+                env!("CARGO_PKG_VERSION")
+            );
+            return;
+        }
+        _ => return, // not installed here
+    }
+    set_activity("purging full buckets from rate_limit.bucket_state");
+    loop {
+        let deleted =
+            BackgroundWorker::transaction(|| table::purge_batch("rate_limit purge", BATCH));
+        match deleted {
+            Ok(n) if n >= BATCH && !BackgroundWorker::sigterm_received() => continue,
+            Ok(_) => break,
+            Err(e) => {
+                e.report(PgLogLevel::WARNING);
+                break;
+            }
+        }
+    }
+}
