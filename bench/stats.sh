@@ -58,10 +58,40 @@ done
 psql_at bench "$PORT" -d bench -AtF ' ' -c "SELECT policy, calls, denied FROM rate_limit.stats WHERE policy = 'bench'" \
   >"$OUT/stats-counted.txt"
 
+# The CPU the statistics add to one call, without round trips: 300 000 calls inside one statement of one
+# backend (the hot key is denied from the backend's memory after its first denial, the random keys are
+# granted), alternating on and off, BENCH_ROUNDS times.
+psql_at bench "$PORT" -d bench -q <<'SQL'
+CREATE OR REPLACE FUNCTION bench_cpu_us(kind text, n int) RETURNS float8 LANGUAGE plpgsql AS $$
+DECLARE
+  t0 timestamptz := clock_timestamp();
+  c bigint;
+BEGIN
+  IF kind = 'hot' THEN
+    SELECT count(*) INTO c FROM generate_series(1, n) AS g WHERE rate_limiting_request('cpu_hot', 2, 60) >= 0;
+  ELSE
+    SELECT count(*) INTO c FROM generate_series(1, n) AS g
+    WHERE rate_limiting_request('key' || (g % 100000 + 1), 2, 60) >= 0;
+  END IF;
+  RETURN extract(epoch FROM clock_timestamp() - t0) * 1e6 / n;
+END $$;
+SQL
+CPU="$OUT/stats-cpu.tsv"
+: >"$CPU"
+for round in $(seq 1 "$ROUNDS"); do
+  for kind in hot random; do
+    for track in on off; do
+      us=$(PGOPTIONS="-c rate_limit.store=memory -c rate_limit.track_stats=$track" \
+        psql_at bench "$PORT" -d bench -Atc "SELECT bench_cpu_us('$kind', 300000)")
+      printf '%s\t%s\t%s\t%s\n' "$round" "$kind" "$track" "$us" >>"$CPU"
+    done
+  done
+done
+
 python3 - "$RAW" "$ROUNDS" "$SECONDS_PER_ROUND" "$(git rev-parse --short HEAD)" "$(cat "$OUT/stats-counted.txt")" \
-  >bench/STATS.md <<'PY'
+  "$CPU" >bench/STATS.md <<'PY'
 import statistics, sys, platform, os
-raw, rounds, seconds, head, counted = sys.argv[1:6]
+raw, rounds, seconds, head, counted, cpu = sys.argv[1:7]
 tps = {}
 for line in open(raw):
     r, c, s, t, v = line.rstrip("\n").split("\t")
@@ -92,6 +122,23 @@ for scen, label in [("request_hot", "rate_limiting_request, hot key (mostly deni
         print(f"| {label} | {c} | {fmt(on)} | {fmt(off)} | {fmt(rel)} | {100 * cost:+.1f}% |")
 print(f"\nGoal: at most 5% throughput cost. Largest median cost measured: {100 * worst:.1f}% "
       f"({'met' if worst <= 0.05 else 'NOT met'}).")
+us = {}
+for line in open(cpu):
+    r, kind, track, v = line.rstrip("\n").split("\t")
+    us.setdefault((kind, track), []).append(float(v))
+# CPU time of one SELECT 1 transaction in this run: both cores over its median TPS at 8 clients
+select1 = statistics.median(tps[(r, 8, "select1", "on")] for r in R)
+budget = (os.cpu_count() or 2) * 1e6 / select1
+print("\nThe CPU the statistics add to one call, measured without round trips (300 000 calls in one "
+      "statement of one backend, on and off alternating, median of the rounds), and that CPU as a share "
+      f"of the CPU of one `SELECT 1` transaction in this run ({budget:.1f} µs: {os.cpu_count()} cores at "
+      f"{select1:,.0f} TPS):\n")
+print("| calls | µs per call with statistics | without | added | share of a `SELECT 1` transaction |")
+print("| --- | --- | --- | --- | --- |")
+for kind, label in [("hot", "one key, denied (from the backend's memory)"),
+                    ("random", "100 000 keys, granted")]:
+    on, off = statistics.median(us[(kind, "on")]), statistics.median(us[(kind, "off")])
+    print(f"| {label} | {on:.3f} | {off:.3f} | {on - off:+.3f} | {100 * (on - off) / budget:+.2f}% |")
 print(f"\nCounted during the run for policy `bench` (calls, denied): {counted.split(' ', 1)[-1] if counted else 'n/a'}.")
 PY
 cat bench/STATS.md

@@ -35,7 +35,9 @@ sql() { psql_at "$v" "$port" -q "$@"; }
 
 cluster_stop "$v" "$dir"
 rm -rf "$dir"
-mapfile -t released < <(grep -v '^#' sql/RELEASED | awk 'NF { print $1 " " $2 }')
+current=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
+# every released version but the current one (which a fresh install is)
+mapfile -t released < <(grep -v '^#' sql/RELEASED | awk -v cur="$current" 'NF && $1 != cur { print $1 " " $2 }')
 for line in "${released[@]}"; do
   read -r version commit <<<"$line"
   src="$TEST_ROOT/old-sources/$version"

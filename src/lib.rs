@@ -52,7 +52,8 @@ pub extern "C-unwind" fn _PG_init() {
     policies::register_invalidation();
 }
 
-/// A rolled-back transaction may refund tokens: forget the buckets remembered as short.
+/// A rolled-back transaction may refund tokens: forget the buckets remembered as short. At every end of a
+/// transaction, add this backend's pending denials to the statistics once they are old enough.
 #[pg_guard]
 unsafe extern "C-unwind" fn on_xact_event(
     event: pg_sys::XactEvent::Type,
@@ -62,6 +63,10 @@ unsafe extern "C-unwind" fn on_xact_event(
         || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT
     {
         store::short::forget_all();
+    }
+    if event == pg_sys::XactEvent::XACT_EVENT_COMMIT || event == pg_sys::XactEvent::XACT_EVENT_ABORT
+    {
+        stats::flush_if_due();
     }
 }
 

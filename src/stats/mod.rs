@@ -13,7 +13,10 @@
 //!   the backend's pid) so that backends hitting one hot policy do not all write one cache line; readers add
 //!   the stripes up. `since` and `last_denial` are single atomic words.
 //! - The denied-keys summary of an entry is guarded by a spin lock of its own, held only to update or copy
-//!   the summary: a few dozen comparisons, no allocation, nothing that can fail.
+//!   the summary: a few dozen comparisons, no allocation, nothing that can fail. A backend adds repeated
+//!   denials of one key in batches ([`Pending`]): `top_limited` may lag behind `denied` by up to
+//!   [`FLUSH_AFTER_DENIALS`] denials per backend, for [`FLUSH_AFTER_US`] while it runs transactions, and
+//!   until its next transaction or its exit when it goes idle.
 //! - A reset zeroes counters and summaries in place; calls running meanwhile may land on either side.
 //!
 //! Counting. A call with cost ≥ 1 counts once per (namespace, key) it names: `calls`; `granted` and
@@ -398,10 +401,100 @@ pub fn record(targets: &[Target<'_>], outcomes: &[Outcome], cost: i64) {
             s.tokens.fetch_add(cost as u64, Ordering::Relaxed);
         } else if !o.allowed {
             s.denied.fetch_add(1, Ordering::Relaxed);
-            e.last_denial.store(clock::now_us(), Ordering::Relaxed);
-            let hash = stats.key_hash(t.key);
-            e.with_summary(|summary| summary.record(hash, t.key.as_bytes(), 1));
+            let now = clock::now_us();
+            // to the millisecond: a denied flood does not make every backend write this word every call
+            if e.last_denial.load(Ordering::Relaxed) < now - 1000 {
+                e.last_denial.store(now, Ordering::Relaxed);
+            }
+            note_denial(&stats, i, t.key, now);
         }
+    }
+}
+
+/// Denials of one key that this backend counted but has not yet added to its policy's summary. A client
+/// hammering a key is denied many times in a row; adding each denial to the shared summary would make every
+/// backend write the same cache lines under the summary's lock. They are added after
+/// [`FLUSH_AFTER_DENIALS`] denials, when another key is denied, at the end of a transaction
+/// [`FLUSH_AFTER_US`] after the first of them, when this backend reads or resets the statistics, and when
+/// it exits.
+struct Pending {
+    entry: u32,
+    hash: u64,
+    key: String,
+    count: u64,
+    since: i64,
+}
+
+/// Denials of one key a backend adds to the summary at once, at most.
+pub const FLUSH_AFTER_DENIALS: u64 = 64;
+/// How long (µs) a backend keeps denials from the summary, at most, while it runs transactions.
+pub const FLUSH_AFTER_US: i64 = 100_000;
+
+thread_local! {
+    static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
+    static EXIT_HOOK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn note_denial(stats: &Stats, entry: u32, key: &str, now: i64) {
+    let hash = stats.key_hash(key);
+    let due = PENDING.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        match slot.as_mut() {
+            Some(p) if p.entry == entry && p.hash == hash => {
+                p.count += 1;
+                if p.count >= FLUSH_AFTER_DENIALS || now - p.since >= FLUSH_AFTER_US {
+                    slot.take()
+                } else {
+                    None
+                }
+            }
+            _ => slot.replace(Pending {
+                entry,
+                hash,
+                key: key.to_string(),
+                count: 1,
+                since: now,
+            }),
+        }
+    });
+    if !EXIT_HOOK.with(|h| h.replace(true)) {
+        // SAFETY: registering an exit callback is allowed at any time in a backend; the function lives as
+        // long as the library, which is never unloaded.
+        unsafe { pg_sys::before_shmem_exit(Some(flush_at_exit), pg_sys::Datum::from(0)) };
+    }
+    if let Some(p) = due {
+        add_to_summary(stats, p);
+    }
+}
+
+fn add_to_summary(stats: &Stats, p: Pending) {
+    stats
+        .entry(p.entry)
+        .with_summary(|summary| summary.record(p.hash, p.key.as_bytes(), p.count));
+}
+
+/// Adds this backend's pending denials to the summary now.
+fn flush_pending(stats: &Stats) {
+    if let Some(p) = PENDING.with(|cell| cell.borrow_mut().take()) {
+        add_to_summary(stats, p);
+    }
+}
+
+/// At the end of a transaction: adds the pending denials if the first of them is [`FLUSH_AFTER_US`] old.
+/// Reads the clock only when denials are pending.
+pub fn flush_if_due() {
+    let pending_since = PENDING.with(|cell| cell.borrow().as_ref().map(|p| p.since));
+    if let (Some(since), Some(stats)) = (pending_since, Stats::attach()) {
+        if clock::now_us() - since >= FLUSH_AFTER_US {
+            flush_pending(&stats);
+        }
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn flush_at_exit(_code: std::ffi::c_int, _arg: pg_sys::Datum) {
+    if let Some(stats) = Stats::attach() {
+        flush_pending(&stats);
     }
 }
 
@@ -435,6 +528,7 @@ pub struct Row {
 /// Every namespace of the current database with statistics; 55000 without preloading.
 pub fn rows(function: &'static str) -> Result<Vec<Row>, ErrorReport> {
     let stats = Stats::attach().ok_or_else(|| not_preloaded(function))?;
+    flush_pending(&stats);
     let database = current_database();
     let used = stats.header.used.load(Ordering::Acquire);
     let mut rows = Vec::new();
@@ -467,6 +561,7 @@ pub fn untracked(function: &'static str) -> Result<u64, ErrorReport> {
 /// entries were reset.
 pub fn reset(function: &'static str, name: Option<&str>) -> Result<i64, ErrorReport> {
     let stats = Stats::attach().ok_or_else(|| not_preloaded(function))?;
+    flush_pending(&stats);
     let database = current_database();
     let used = stats.header.used.load(Ordering::Acquire);
     let now = clock::now_us();
