@@ -4,7 +4,10 @@
 //! types), `decision` and `http` shape what a call reports. One store seam: `store` takes, peeks, refunds,
 //! resets, purges and lists the buckets of a call, in the table store or the memory store. `api` is the
 //! thin SQL surface, `policies` the coherent cache of named policies, `error` the SQLSTATE errors, `gucs`
-//! the settings, `clock` the clocks. The hand-written SQL (schema, table, views, grants) is in `sql/`.
+//! the settings, `clock` the clocks. For operators: `stats` counts calls per policy in shared memory,
+//! `worker` purges full buckets in the background, `shmem` wires the shared memory of both into
+//! PostgreSQL's hooks and `persist` keeps it across clean restarts. The hand-written SQL (schema, table,
+//! views, grants, upgrade scripts) is in `sql/`.
 
 use pgrx::prelude::*;
 

@@ -1,6 +1,7 @@
 //! The memory store: buckets in a hash table in PostgreSQL's shared memory. No WAL, no table, nothing
-//! transactional: it works in read-only transactions and on hot standbys, and its state is lost when the
-//! server restarts (or crash-restarts).
+//! transactional: it works in read-only transactions and on hot standbys. Its state is saved at a clean
+//! shutdown and loaded at the next start (module `snapshot`); a crash loses it (or goes back to the last
+//! snapshot, with `rate_limit.memory_snapshot_interval`).
 //!
 //! Locking contract.
 //! - The table is split into `partitions` partitions, each a fixed ring of slots with its own LWLock (tranche
@@ -38,9 +39,9 @@
 //! be refused while a full bucket lies outside the slots it examined (the next insert looks further).
 //!
 //! Time. The store measures time on [`clock::monotonic_us`], a clock that never steps, anchored to the wall
-//! clock when the segment is created (`clock_base`): state lives for one server lifetime, so wall-clock
-//! steps (NTP, VM restore) neither mint tokens nor freeze buckets here. Listings show instants converted to
-//! the wall clock of the moment of the listing.
+//! clock when the segment is created (`clock_base`): while the server runs, wall-clock steps (NTP, VM
+//! restore) neither mint tokens nor freeze buckets here; across a restart, `snapshot` converts instants
+//! through the wall clock. Listings show instants converted to the wall clock of the moment of the listing.
 
 use std::ffi::CStr;
 use std::hash::Hasher;
