@@ -30,9 +30,13 @@ DROP FUNCTION rate_limit.memory_buckets();
 DROP FUNCTION rate_limit.state_after_take(bigint, timestamptz, text, bigint, bigint, bigint, text, bigint,
     bigint, bigint, timestamptz, timestamptz, bigint);
 
--- The one state table, exactly as a fresh 0.2.0 install creates it, filled from the two old ones.
-ALTER TABLE rate_limit.bucket_state RENAME TO bucket_state_0_1_0;
-ALTER INDEX rate_limit.bucket_state_pkey RENAME TO bucket_state_0_1_0_pkey;
+-- The one state table, exactly as a fresh 0.2.0 install creates it, filled from the two old ones. 0.1.0's
+-- request buckets wait in a temporary table while bucket_state is dropped and created again: renaming the
+-- old table instead would keep its constraint names (PostgreSQL 18 names NOT NULL constraints too), and
+-- the new table's would then differ from a fresh install's.
+CREATE TEMPORARY TABLE request_buckets_0_1_0 AS
+    SELECT id, level, updated_at, refill_per_sec, capacity FROM rate_limit.bucket_state;
+DROP TABLE rate_limit.bucket_state;
 CREATE TABLE rate_limit.bucket_state (
     namespace  text COLLATE "C" NOT NULL,
     key        text COLLATE "C" NOT NULL,   -- byte-wise equality and the fastest comparisons
@@ -48,12 +52,12 @@ COMMENT ON TABLE rate_limit.bucket_state IS
     'rate_limit table store: one row per (namespace, key) bucket; read it through rate_limit.buckets';
 INSERT INTO rate_limit.bucket_state (namespace, key, level, updated_at, algorithm, rate, per_us, burst)
 SELECT '#request', o.id, o.level, o.updated_at, 'token_bucket', o.refill_per_sec, 1000000, o.capacity
-FROM rate_limit.bucket_state_0_1_0 AS o;
+FROM pg_temp.request_buckets_0_1_0 AS o;
 INSERT INTO rate_limit.bucket_state (namespace, key, level, updated_at, algorithm, rate, per_us, burst)
 SELECT CASE p.policy WHEN '' THEN '#ad_hoc' ELSE p.policy END, p.key, p.level, p.updated_at, p.algorithm,
        p.rate, p.per_us, p.burst
 FROM rate_limit.policy_state AS p;
-DROP TABLE rate_limit.bucket_state_0_1_0;
+DROP TABLE pg_temp.request_buckets_0_1_0;
 DROP TABLE rate_limit.policy_state;
 REVOKE ALL ON TABLE rate_limit.bucket_state FROM PUBLIC;
 COMMENT ON SCHEMA rate_limit IS 'rate_limit: bucket state, policies, the limiter API and its views';
