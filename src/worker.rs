@@ -8,7 +8,10 @@
 //!    library's version: it says so in the log), else deletes the full rows of `rate_limit.bucket_state`
 //!    in batches of [`BATCH`], each its own short transaction, skipping rows a caller holds locked
 //!    (`FOR UPDATE SKIP LOCKED`): callers never wait for the worker, and wait at most one batch for a row
-//!    the worker locked first.
+//!    the worker locked first. It waits at most [`LOCK_TIMEOUT_MS`] for a lock: a transaction that holds
+//!    the table (VACUUM FULL, CLUSTER, ALTER TABLE, LOCK TABLE) makes that database's purge fail, logged,
+//!    instead of stalling the launcher, which purges the memory store, writes snapshots and serves the
+//!    other databases.
 //!
 //! It also writes the memory store's snapshot every `rate_limit.memory_snapshot_interval` (0: only at a
 //! clean shutdown). A purge interval of 0 disables the purges. Errors are logged by PostgreSQL: a
@@ -27,6 +30,10 @@ use crate::store::{memory, table};
 
 /// Rows deleted per transaction by a database's purge.
 pub const BATCH: i64 = 5000;
+
+/// Milliseconds a database's purge waits for a lock (`lock_timeout`) before it fails; the next round
+/// tries again.
+pub const LOCK_TIMEOUT_MS: i32 = 1000;
 
 /// Seconds before the postmaster restarts a launcher that exited with an error.
 pub const RESTART_SECONDS: u64 = 10;
@@ -192,6 +199,8 @@ pub extern "C-unwind" fn rate_limit_purge_main(arg: pg_sys::Datum) {
     let database = pg_sys::Oid::from(arg.value() as u32);
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(database), None);
     let installed = BackgroundWorker::transaction(|| {
+        // for the whole session of this worker
+        Spi::run(&format!("SET lock_timeout = {LOCK_TIMEOUT_MS}"))?;
         Spi::get_one::<String>(
             "SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'rate_limit'",
         )

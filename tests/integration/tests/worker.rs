@@ -1,8 +1,10 @@
 //! The background worker: with `rate_limit.purge_interval = 1s` (set with ALTER SYSTEM, reset at the end),
 //! 100 000 idle full buckets of the table store and 20 000 of the memory store disappear without any call
 //! of purge(), while another connection keeps calling (every call answered, exactly the burst granted,
-//! its bucket kept); the launcher is in pg_stat_activity.
+//! its bucket kept); the launcher is in pg_stat_activity. A database whose state table is locked by someone
+//! else does not stall the worker: its purge gives up after a lock timeout, logged, and is retried.
 
+use std::fs;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -23,8 +25,33 @@ impl Drop for PurgeEverySecond {
     }
 }
 
+impl PurgeEverySecond {
+    /// Sets `rate_limit.purge_interval = '1s'` for the server; dropping the guard resets it.
+    fn start(admin: Client) -> PurgeEverySecond {
+        let mut guard = PurgeEverySecond(admin);
+        guard
+            .0
+            .batch_execute("ALTER SYSTEM SET rate_limit.purge_interval = '1s'")
+            .expect("purge every second");
+        guard
+            .0
+            .batch_execute("SELECT pg_reload_conf()")
+            .expect("reload");
+        guard
+    }
+}
+
 fn count(c: &mut Client, sql: &str) -> i64 {
     c.query_one(sql, &[]).expect(sql).get(0)
+}
+
+/// Polls `done` every 50 ms for up to `seconds`; panics with `what` if it never holds.
+fn wait_for(seconds: u64, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} (waited {seconds} s)");
+        thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[test]
@@ -63,14 +90,8 @@ fn idle_full_buckets_are_purged_while_calls_continue() {
         })
     };
 
-    let guard = PurgeEverySecond(db.connect());
+    let guard = PurgeEverySecond::start(db.connect());
     let mut admin = db.connect();
-    admin
-        .batch_execute("ALTER SYSTEM SET rate_limit.purge_interval = '1s'")
-        .expect("purge every second");
-    admin
-        .batch_execute("SELECT pg_reload_conf()")
-        .expect("reload");
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut saw_launcher = false;
     loop {
@@ -112,5 +133,76 @@ fn idle_full_buckets_are_purged_while_calls_continue() {
         ),
         1,
         "a bucket that is not full stays"
+    );
+}
+
+/// A transaction holds `rate_limit.bucket_state` in ACCESS EXCLUSIVE mode (as VACUUM FULL, CLUSTER or
+/// ALTER TABLE would) while purges run every second. The database's purge waits for the lock only up to its
+/// lock timeout, then fails with the error in the server's log; the launcher goes on, so the memory store
+/// is still purged meanwhile (buckets made after the purge first met the lock disappear). Once the lock is
+/// released, a later round purges the table.
+#[test]
+fn a_purge_that_cannot_lock_the_table_is_logged_and_retried() {
+    let db = TestDb::new("worker_locked");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT count(*) FROM generate_series(1, 1000) AS g WHERE rate_limiting_request('locked' || g, 1000, 1) >= 0",
+    )
+    .expect("idle table buckets");
+    let log: String = c
+        .query_one(
+            "SELECT current_setting('data_directory') || '/server.log'",
+            &[],
+        )
+        .expect("log path")
+        .get(0);
+    let log_start = fs::metadata(&log).expect("the server's log").len() as usize;
+
+    let mut holder = db.connect();
+    holder
+        .batch_execute("BEGIN; LOCK TABLE rate_limit.bucket_state IN ACCESS EXCLUSIVE MODE")
+        .expect("lock the state table");
+    let guard = PurgeEverySecond::start(db.connect());
+    let mut admin = db.connect();
+    wait_for(60, "no purge of this database met the lock", || {
+        count(
+            &mut admin,
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'rate_limit purge'
+             AND datname = current_database() AND wait_event_type = 'Lock'",
+        ) > 0
+    });
+
+    let mut memory = db.connect_memory();
+    memory
+        .batch_execute(
+            "SELECT count(*) FROM generate_series(1, 100) AS g WHERE rate_limiting_request('locked_memory' || g, 1000, 1) >= 0",
+        )
+        .expect("idle memory buckets");
+    let idle_in_memory =
+        "SELECT count(*) FROM rate_limit.memory_buckets() WHERE key LIKE 'locked_memory%'";
+    assert_eq!(count(&mut admin, idle_in_memory), 100);
+    wait_for(
+        30,
+        "the memory store was not purged while one database's state table was locked",
+        || count(&mut admin, idle_in_memory) == 0,
+    );
+
+    holder.batch_execute("ROLLBACK").expect("release the lock");
+    wait_for(
+        30,
+        "the table was not purged once the lock was released",
+        || {
+            count(
+                &mut admin,
+                "SELECT count(*) FROM rate_limit.bucket_state WHERE key LIKE 'locked%'",
+            ) == 0
+        },
+    );
+    drop(guard);
+    let logged = fs::read(&log).expect("the server's log");
+    let logged = String::from_utf8_lossy(&logged[log_start.min(logged.len())..]);
+    assert!(
+        logged.contains("canceling statement due to lock timeout"),
+        "the failed purge is in the server's log"
     );
 }
