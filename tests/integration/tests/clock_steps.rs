@@ -13,7 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use postgres::Client;
-use rate_limit_integration::{env, TestDb};
+use rate_limit_integration::{env, most_refilled, TestDb};
 
 const QUICK_CALLS: usize = 30;
 
@@ -58,11 +58,9 @@ struct Burst {
     ended: Instant,
 }
 
-/// The most tokens 10 per second refill in `span` of real time. Tests bound grants by the time they measured,
-/// not by an assumed speed: on a loaded machine (and with libfaketime reading its file at every clock read)
-/// 30 calls can take longer than the 100 ms in which one token refills.
+/// The most whole tokens the 10-per-second buckets refill in `span`.
 fn refill_in(span: Duration) -> usize {
-    (10.0 * span.as_secs_f64()).floor() as usize
+    most_refilled(10.0, span) as usize
 }
 
 impl Burst {
@@ -103,7 +101,7 @@ fn step_back_then_refill(
     key: &str,
     what: &str,
     drained: &Burst,
-) -> Burst {
+) {
     let at_once = grants(client, call, store, key);
     assert!(
         at_once.granted <= at_once.most_after_draining(drained),
@@ -119,7 +117,6 @@ fn step_back_then_refill(
         refilled.granted,
         refilled.most_from_full()
     );
-    refilled
 }
 
 /// After a forward step: at most a full bucket (the table store, on the wall clock, fills it).
