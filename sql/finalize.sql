@@ -70,6 +70,8 @@ REVOKE EXECUTE ON FUNCTION rate_limit.memory_buckets() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.stats_rows() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.top_limited_rows() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.reset_stats(text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.reset_stats() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.memory_shares() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.state_after_take(bigint, timestamptz, text, bigint, bigint, bigint,
     text, bigint, bigint, bigint, timestamptz, timestamptz, bigint) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.effective_now(timestamptz, timestamptz) FROM PUBLIC;
@@ -113,7 +115,9 @@ COMMENT ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text
     'Change a policy (NULL keeps a value); buckets carry their tokens over, never gaining any; owner only';
 COMMENT ON FUNCTION rate_limit.drop_policy(text) IS 'Drop a policy and its table-store buckets; owner only';
 COMMENT ON FUNCTION rate_limit.memory_usage() IS
-    'Size and use of the memory store: buckets, slots, bytes per bucket, evictions';
+    'Size and use of the memory store: buckets, slots, bytes per bucket, evictions, this database''s share';
+COMMENT ON FUNCTION rate_limit.memory_shares() IS
+    'Buckets each database holds in the memory store; owner only';
 COMMENT ON FUNCTION rate_limit.memory_buckets() IS 'Internal: buckets of the memory store, for rate_limit.buckets';
 COMMENT ON FUNCTION rate_limit.state_after_take(bigint, timestamptz, text, bigint, bigint, bigint,
     text, bigint, bigint, bigint, timestamptz, timestamptz, bigint) IS
@@ -130,4 +134,6 @@ COMMENT ON FUNCTION rate_limit.limit_writes() IS
 COMMENT ON FUNCTION rate_limit.stats_rows() IS 'Internal: the rows of rate_limit.stats';
 COMMENT ON FUNCTION rate_limit.top_limited_rows() IS 'Internal: the rows of rate_limit.top_limited';
 COMMENT ON FUNCTION rate_limit.reset_stats(text) IS
-    'Zero the statistics and top limited keys of a policy, or of everything in this database (NULL); owner only';
+    'Zero the statistics and top limited keys of a policy in this database; owner only';
+COMMENT ON FUNCTION rate_limit.reset_stats() IS
+    'Zero every statistic and top limited key of this database; owner only';

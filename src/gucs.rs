@@ -1,7 +1,7 @@
 //! Every setting of the extension: a documented `static`, one `init()` that registers them, and small
-//! accessors. `rate_limit.store` and `rate_limit.on_full` are registered whenever the library loads, so a
-//! `SET` always validates its value; `rate_limit.max_buckets` (PGC_POSTMASTER) only when preloading, the
-//! only time PostgreSQL allows it and the only time shared memory is requested.
+//! accessors. Every setting is registered whenever the library loads, so a `SET` always validates its
+//! value, except the two PGC_POSTMASTER ones (`rate_limit.max_buckets`, `rate_limit.stats_max`): only when
+//! preloading, the only time PostgreSQL allows them and the only time shared memory is requested.
 
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting, PostgresGucEnum};
 
@@ -22,7 +22,8 @@ pub enum OnFull {
     /// Raise 53200 (out_of_memory) with a hint to raise `rate_limit.max_buckets`.
     #[name = c"error"]
     Error,
-    /// Evict the bucket of the partition updated longest ago (lossy: that id starts full again).
+    /// Evict the database's own bucket updated longest ago, within its share (lossy: that key starts full
+    /// again, so its limit is reset).
     #[name = c"evict_oldest"]
     EvictOldest,
 }
@@ -32,6 +33,29 @@ pub static STORE: GucSetting<Store> = GucSetting::<Store>::new(Store::Table);
 
 /// `rate_limit.on_full`: `error` (default) or `evict_oldest`; superuser-only, as eviction affects everyone.
 pub static ON_FULL: GucSetting<OnFull> = GucSetting::<OnFull>::new(OnFull::Error);
+
+/// Default of `rate_limit.database_share`: half of the memory store, so that two databases are isolated
+/// from each other with no setting at all.
+pub const DEFAULT_DATABASE_SHARE: i32 = 50;
+
+/// `rate_limit.database_share` (percent): how much of the memory store (of each of its partitions) the
+/// buckets of one database may fill. Superuser-only; per database with `ALTER DATABASE … SET`.
+pub static DATABASE_SHARE: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_DATABASE_SHARE);
+
+/// Default of `rate_limit.max_refill_time`: one day.
+pub const DEFAULT_MAX_REFILL_TIME: i32 = 86_400;
+
+/// `rate_limit.max_refill_time` (seconds): the longest an ad-hoc or `rate_limiting_request` bucket may take
+/// to refill from empty, unless the caller has the privileges of the extension's owner (named policies,
+/// made by the owner, are not bounded). A bucket that never refills could never be purged.
+pub static MAX_REFILL_TIME: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_REFILL_TIME);
+
+/// Default of `rate_limit.max_wait`: 30 seconds.
+pub const DEFAULT_MAX_WAIT_MS: i32 = 30_000;
+
+/// `rate_limit.max_wait` (milliseconds): the longest `rate_limit.wait` sleeps, and its timeout when none is
+/// given. Superuser-only: a waiting call holds its statement's snapshot.
+pub static MAX_WAIT: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_WAIT_MS);
 
 /// Default of `rate_limit.max_buckets`: 100 000 buckets, about 11 MB of shared memory.
 pub const DEFAULT_MAX_BUCKETS: i32 = 100_000;
@@ -80,6 +104,39 @@ pub fn init(preloading: bool) {
         &ON_FULL,
         GucContext::Suset,
         GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"rate_limit.database_share",
+        c"Percentage of the memory store (of each of its partitions) that one database's buckets may fill.",
+        c"Set per database with ALTER DATABASE ... SET; while the shares of the databases that use the \
+          memory store add up to 100 or less, no database can fill or evict another's buckets.",
+        &DATABASE_SHARE,
+        1,
+        100,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"rate_limit.max_refill_time",
+        c"Longest time an ad-hoc or rate_limiting_request bucket may take to refill, for roles other than \
+          the extension's owner.",
+        c"A longer limit is refused with 22023. Named policies are not bounded.",
+        &MAX_REFILL_TIME,
+        1,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"rate_limit.max_wait",
+        c"Longest time rate_limit.wait sleeps, and its timeout when none is given.",
+        c"A waiting call holds its statement's snapshot (and, with the table store, its lock on the state \
+          table) while it sleeps; this bounds both.",
+        &MAX_WAIT,
+        0,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_MS,
     );
     GucRegistry::define_bool_guc(
         c"rate_limit.track_stats",
@@ -145,6 +202,21 @@ pub fn store() -> Store {
 /// The full-table policy of the memory store.
 pub fn on_full() -> OnFull {
     ON_FULL.get()
+}
+
+/// The current database's share of the memory store, in percent (1 to 100).
+pub fn database_share() -> u32 {
+    DATABASE_SHARE.get().clamp(1, 100) as u32
+}
+
+/// The longest refill time of a bucket made by a role without the owner's privileges, in microseconds.
+pub fn max_refill_time_us() -> i64 {
+    i64::from(MAX_REFILL_TIME.get().max(1)) * 1_000_000
+}
+
+/// The longest `rate_limit.wait` sleeps, in microseconds.
+pub fn max_wait_us() -> i64 {
+    i64::from(MAX_WAIT.get().max(0)) * 1_000
 }
 
 /// Whether calls are counted in the statistics.

@@ -5,8 +5,9 @@
 //! resets, purges and lists the buckets of a call, in the table store or the memory store. `api` is the
 //! thin SQL surface, `policies` the coherent cache of named policies, `error` the SQLSTATE errors, `gucs`
 //! the settings, `clock` the clocks. For operators: `stats` counts calls per policy in shared memory,
-//! `worker` purges full buckets in the background, `shmem` wires the shared memory of both into
-//! PostgreSQL's hooks and `persist` keeps it across clean restarts. The hand-written SQL (schema, table,
+//! `worker` purges full buckets in the background, `hooks` wires the shared memory of both into
+//! PostgreSQL's hooks (`shmem` is the leaf of facts and helpers they share) and `persist` keeps it across
+//! clean restarts. The hand-written SQL (schema, table,
 //! views, grants, upgrade scripts) is in `sql/`.
 
 use pgrx::prelude::*;
@@ -18,6 +19,7 @@ pub mod clock;
 pub mod decision;
 pub mod error;
 pub mod gucs;
+pub mod hooks;
 pub mod http;
 pub mod persist;
 pub mod policies;
@@ -43,7 +45,7 @@ pub extern "C-unwind" fn _PG_init() {
     let preloading = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
     gucs::init(preloading);
     if preloading {
-        shmem::init_when_preloading();
+        hooks::init_when_preloading();
         worker::register();
     }
     // SAFETY: registering callbacks is allowed at any time in a backend; the functions live as long as the

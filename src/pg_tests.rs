@@ -275,7 +275,7 @@ mod tests {
             )
             .as_deref(),
             Some(
-                "effective_now headers memory_usage policies_changed reset_stats state_after_take \
+                "effective_now headers memory_shares memory_usage policies_changed reset_stats state_after_take \
                  state_is_full state_tokens stats_rows top_limited_rows"
             )
         );

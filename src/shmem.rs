@@ -1,29 +1,17 @@
-//! Shared memory when the library is preloaded: one place that chains PostgreSQL's hooks and calls each
-//! user of shared memory (the memory store, the statistics) in turn.
-//!
-//! - request phase (`shmem_request_hook` from PostgreSQL 15, `_PG_init` itself on 13): each requests its
-//!   space and locks;
-//! - startup (`shmem_startup_hook`, in the postmaster at start and after every crash-restart): each creates
-//!   or finds its segment under AddinShmemInitLock, and a segment just created loads what a clean shutdown
-//!   saved;
-//! - clean shutdown (`on_shmem_exit` in the postmaster, exit code 0): each saves its state to a file in the
-//!   data directory. A crash (non-zero code, or a killed postmaster) saves nothing.
+//! A leaf of facts and helpers about shared memory, used by the memory store and the statistics alike:
+//! whether the library was preloaded, the keyed hashes' random seed, and one way to request and create a
+//! named segment. It imports none of the modules that use it; the hooks that call them are in
+//! [`crate::hooks`].
+
+use std::ffi::CStr;
+use std::ptr;
 
 use pgrx::pg_sys;
 
 use crate::clock;
-use crate::stats;
-use crate::store::memory;
-
-/// Index of AddinShmemInitLock in MainLWLockArray (lwlocknames.txt, the same from PostgreSQL 13 to 18).
-const ADDIN_SHMEM_INIT_LOCK: usize = 21;
 
 /// Whether `_PG_init` ran while preloading (only then is there shared memory of ours).
 static mut PRELOADED: bool = false;
-
-static mut PREV_SHMEM_STARTUP_HOOK: pg_sys::shmem_startup_hook_type = None;
-#[cfg(not(feature = "pg13"))]
-static mut PREV_SHMEM_REQUEST_HOOK: pg_sys::shmem_request_hook_type = None;
 
 /// Whether the library was preloaded, so that shared memory exists.
 pub fn preloaded() -> bool {
@@ -31,81 +19,45 @@ pub fn preloaded() -> bool {
     unsafe { PRELOADED }
 }
 
-/// Installs the hooks. Called from `_PG_init` only while preloading.
-pub fn init_when_preloading() {
-    // SAFETY: _PG_init runs once, single-threaded, in the postmaster; the hooks are process globals that
-    // PostgreSQL expects extensions to chain exactly like this.
-    unsafe {
-        PRELOADED = true;
-        #[cfg(feature = "pg13")]
-        request_all();
-        #[cfg(not(feature = "pg13"))]
-        {
-            PREV_SHMEM_REQUEST_HOOK = pg_sys::shmem_request_hook;
-            pg_sys::shmem_request_hook = Some(shmem_request);
-        }
-        PREV_SHMEM_STARTUP_HOOK = pg_sys::shmem_startup_hook;
-        pg_sys::shmem_startup_hook = Some(shmem_startup);
-    }
+/// Records that the library is being preloaded.
+///
+/// # Safety
+/// Only from `_PG_init` in the postmaster, single-threaded, before any backend is forked.
+pub unsafe fn set_preloaded() {
+    // SAFETY: the caller's contract: no other thread or process reads it yet.
+    unsafe { PRELOADED = true };
 }
 
+/// Requests `bytes` of shared memory and, if given, a named tranche of `locks` LWLocks.
+///
 /// # Safety
 /// Only in the postmaster while shared memory may still be requested.
-unsafe fn request_all() {
-    // SAFETY: the caller's contract is theirs.
+pub unsafe fn request(bytes: usize, tranche: Option<(&'static CStr, u32)>) {
+    // SAFETY: the caller guarantees the request phase; the tranche name is a static C string.
     unsafe {
-        memory::request_shmem();
-        stats::request_shmem();
-    }
-}
-
-#[cfg(not(feature = "pg13"))]
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn shmem_request() {
-    // SAFETY: called by the postmaster in its shmem request phase; the previous hook was saved by
-    // init_when_preloading and is called first, as every extension does.
-    unsafe {
-        if let Some(prev) = PREV_SHMEM_REQUEST_HOOK {
-            prev();
-        }
-        request_all();
-    }
-}
-
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn shmem_startup() {
-    // SAFETY: called by the postmaster with shared memory set up; the segments are created or found under
-    // AddinShmemInitLock, as pg_stat_statements does. The exit callback is registered once, in the
-    // postmaster (not under it), where the segments outlive every backend.
-    unsafe {
-        if let Some(prev) = PREV_SHMEM_STARTUP_HOOK {
-            prev();
-        }
-        let init_lock = &raw mut (*pg_sys::MainLWLockArray.add(ADDIN_SHMEM_INIT_LOCK)).lock;
-        pg_sys::LWLockAcquire(init_lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
-        let memory_created = memory::attach_or_create();
-        let stats_created = stats::attach_or_create();
-        pg_sys::LWLockRelease(init_lock);
-        if !pg_sys::IsUnderPostmaster {
-            if memory_created {
-                memory::load_saved();
-            }
-            if stats_created {
-                stats::load_saved();
-            }
-            pg_sys::on_shmem_exit(Some(shmem_exit), pg_sys::Datum::from(0));
+        pg_sys::RequestAddinShmemSpace(bytes);
+        if let Some((name, locks)) = tranche {
+            pg_sys::RequestNamedLWLockTranche(name.as_ptr(), locks as i32);
         }
     }
 }
 
-/// Saves the state of a clean shutdown; nothing after a crash (the state may be inconsistent).
-#[pgrx::pg_guard]
-unsafe extern "C-unwind" fn shmem_exit(code: std::ffi::c_int, _arg: pg_sys::Datum) {
-    if code != 0 {
-        return;
+/// Finds the segment `name` of `bytes` bytes, or creates it zeroed; returns it and whether it was created
+/// (then its creator initialises it before releasing AddinShmemInitLock).
+///
+/// # Safety
+/// Only from the shmem startup hook, with AddinShmemInitLock held and the space requested.
+pub unsafe fn attach(name: &'static CStr, bytes: usize) -> (*mut u8, bool) {
+    let mut found = false;
+    // SAFETY: the caller holds AddinShmemInitLock, as pg_stat_statements does; a new segment is zeroed
+    // before anyone else can see it (the lock is held until its creator has initialised it).
+    unsafe {
+        let segment = pg_sys::ShmemInitStruct(name.as_ptr(), bytes, &mut found).cast::<u8>();
+        if !found {
+            ptr::write_bytes(segment, 0, bytes);
+        }
+        (segment, !found)
     }
-    memory::save();
-    stats::save();
 }
 
 /// A random 128-bit key for the keyed hashes of shared memory; from the clock and the pid if the system

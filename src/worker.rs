@@ -51,8 +51,11 @@ pub fn register() {
         .load();
 }
 
-fn seconds(setting: i32) -> Option<Duration> {
-    (setting > 0).then(|| Duration::from_secs(setting as u64))
+/// When a job that last ran at `last` (None: never) is due again every `interval_seconds` (0: never);
+/// a job that never ran is due at once.
+fn due(last: Option<Instant>, interval_seconds: i32) -> Option<Instant> {
+    let every = (interval_seconds > 0).then(|| Duration::from_secs(interval_seconds as u64))?;
+    Some(last.map_or_else(Instant::now, |at| at + every))
 }
 
 /// The launcher's main loop.
@@ -62,33 +65,30 @@ pub extern "C-unwind" fn rate_limit_launcher_main(_arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     BackgroundWorker::connect_worker_to_spi(None, None);
     set_idle();
-    let mut next_purge = Instant::now();
-    let mut next_snapshot = Instant::now();
+    // When each job last ran (None: not yet). The next run is due `interval` after the last one, with the
+    // interval read afresh at every wake-up, so a reload that shortens it takes effect at once.
+    let mut last_purge: Option<Instant> = None;
+    let mut last_snapshot: Option<Instant> = None;
     loop {
         if BackgroundWorker::sighup_received() {
             // SAFETY: called in the worker's main loop, outside any transaction, as PostgreSQL's own
             // processes reload their configuration.
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
-        let purge_every = seconds(gucs::purge_interval());
-        let snapshot_every = seconds(gucs::memory_snapshot_interval());
-        let now = Instant::now();
-        if let Some(every) = purge_every {
-            if now >= next_purge {
-                purge_round();
-                next_purge = Instant::now() + every;
-            }
+        let next_purge = due(last_purge, gucs::purge_interval());
+        if next_purge.is_some_and(|at| Instant::now() >= at) {
+            purge_round();
+            last_purge = Some(Instant::now());
         }
-        if let Some(every) = snapshot_every {
-            if now >= next_snapshot {
-                memory::save();
-                next_snapshot = Instant::now() + every;
-            }
+        let next_snapshot = due(last_snapshot, gucs::memory_snapshot_interval());
+        if next_snapshot.is_some_and(|at| Instant::now() >= at) {
+            memory::save();
+            last_snapshot = Some(Instant::now());
         }
         let now = Instant::now();
         let wake = [
-            purge_every.map(|_| next_purge),
-            snapshot_every.map(|_| next_snapshot),
+            due(last_purge, gucs::purge_interval()),
+            due(last_snapshot, gucs::memory_snapshot_interval()),
         ]
         .into_iter()
         .flatten()
@@ -106,7 +106,17 @@ pub extern "C-unwind" fn rate_limit_launcher_main(_arg: pg_sys::Datum) {
 fn purge_round() {
     set_activity("purging the memory store");
     if memory::available() {
-        if let Err(e) = memory::purge("rate_limit launcher", memory::PurgeScope::AllDatabases) {
+        // The databases holding buckets are read before pg_database, so a database created meanwhile
+        // (whose backends could not have made buckets before it committed) is never taken for dropped.
+        let holding = memory::shares("rate_limit launcher").unwrap_or_default();
+        let existing: Vec<u32> = databases().iter().map(|(oid, _)| oid.to_u32()).collect();
+        let dropped: Vec<u32> = holding
+            .iter()
+            .map(|(database, _)| *database)
+            .filter(|database| !existing.contains(database))
+            .collect();
+        let scope = memory::PurgeScope::Server { dropped: &dropped };
+        if let Err(e) = memory::purge("rate_limit launcher", scope) {
             e.report(PgLogLevel::WARNING);
         }
     }
@@ -115,7 +125,10 @@ fn purge_round() {
         set_idle();
         return; // a standby's table store is the primary's, purged there
     }
-    for database in databases() {
+    for (database, _) in databases()
+        .into_iter()
+        .filter(|(_, connectable)| *connectable)
+    {
         set_activity("waiting for a database's purge");
         // SAFETY: MyProcPid is a plain global of this process.
         let me = unsafe { pg_sys::MyProcPid };
@@ -144,8 +157,8 @@ fn purge_round() {
     set_idle();
 }
 
-/// The databases that accept connections, read from the shared catalog `pg_database`.
-fn databases() -> Vec<pg_sys::Oid> {
+/// Every database, and whether it accepts connections, read from the shared catalog `pg_database`.
+fn databases() -> Vec<(pg_sys::Oid, bool)> {
     BackgroundWorker::transaction(|| {
         let mut oids = Vec::new();
         // SAFETY: inside a transaction with a snapshot (BackgroundWorker::transaction); pg_database is a
@@ -161,9 +174,7 @@ fn databases() -> Vec<pg_sys::Oid> {
                     break;
                 }
                 let form = pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_database>(tuple);
-                if (*form).datallowconn {
-                    oids.push((*form).oid);
-                }
+                oids.push(((*form).oid, (*form).datallowconn));
             }
             pg_sys::table_endscan(scan);
             pg_sys::table_close(rel, lock);

@@ -215,6 +215,9 @@ mod rate_limit {
                 name!(lossless_evictions, i64),
                 name!(lossy_evictions, i64),
                 name!(refused_full, i64),
+                name!(share_percent, i64),
+                name!(share_buckets, i64),
+                name!(database_buckets, i64),
             ),
         >,
         ErrorReport,
@@ -231,6 +234,30 @@ mod rate_limit {
             u.lossless_evictions,
             u.lossy_evictions,
             u.refused_full,
+            u.share_percent,
+            u.share_buckets,
+            u.database_buckets,
         )))
+    }
+
+    /// The buckets each database holds in the memory store, for operators: every database that holds
+    /// any, with its name (NULL once dropped, until the background worker frees its buckets). Owner only.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn memory_shares() -> Result<
+        TableIterator<'static, (name!(database, Option<String>), name!(buckets, i64))>,
+        ErrorReport,
+    > {
+        const F: &str = "rate_limit.memory_shares";
+        let mut rows = Vec::new();
+        for (oid, buckets) in memory::shares(F)? {
+            // SAFETY: get_database_name reads the syscache inside this function's transaction and returns
+            // a palloc'd copy (or NULL for an OID that names no database).
+            let name = unsafe {
+                let p = pg_sys::get_database_name(pg_sys::Oid::from(oid));
+                (!p.is_null()).then(|| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned())
+            };
+            rows.push((name, buckets));
+        }
+        Ok(TableIterator::new(rows))
     }
 }

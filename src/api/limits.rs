@@ -12,6 +12,7 @@ use crate::algorithm::Algorithm;
 use crate::clock;
 use crate::decision::Decision;
 use crate::error;
+use crate::gucs;
 use crate::policies;
 use crate::store::{self, target::Namespace, target::Target, target::MAX_TARGETS};
 
@@ -183,6 +184,7 @@ mod rate_limit {
         })?;
         let cost = cost_arg(F, cost)?;
         let policy = build_policy(F, Algorithm::TokenBucket, rate, per, burst)?;
+        crate::api::bounded_refill(F, &policy, cost)?;
         let t = Target {
             namespace: Namespace::AdHoc,
             key,
@@ -216,8 +218,10 @@ mod rate_limit {
     }
 
     /// Waits on the backend's latch until `cost` tokens can be taken, takes them and returns the decision;
-    /// gives up, taking nothing, when they cannot be had within `timeout` (NULL: no limit but
-    /// `statement_timeout`). Query cancel and `statement_timeout` interrupt the wait.
+    /// gives up, taking nothing, when they cannot be had within `timeout` (NULL: `rate_limit.max_wait`,
+    /// which also bounds any timeout given). While it sleeps the call holds its statement's snapshot and,
+    /// with the table store, the lock of its first take on the state table, as every statement does until
+    /// it ends: `rate_limit.max_wait` bounds both. Query cancel and `statement_timeout` interrupt the wait.
     #[pg_extern(volatile, parallel_unsafe, security_definer)]
     fn wait(
         policy: Option<&str>,
@@ -226,8 +230,9 @@ mod rate_limit {
         timeout: default!(Option<Interval>, "NULL"),
     ) -> Result<pgrx::composite_type!('static, "rate_limit.decision"), ErrorReport> {
         const F: &str = "rate_limit.wait";
-        let deadline = match timeout {
-            None => None,
+        let max_us = gucs::max_wait_us();
+        let timeout_us = match timeout {
+            None => max_us,
             Some(t) => {
                 if t.months() != 0 || t.as_micros() < 0 {
                     return Err(ErrorReport::new(
@@ -236,20 +241,37 @@ mod rate_limit {
                         F,
                     )
                     .set_hint(
-                        "Pass e.g. interval '5 seconds', or NULL to wait until statement_timeout.",
+                        "Pass e.g. interval '5 seconds', or NULL to wait up to rate_limit.max_wait.",
                     ));
                 }
                 let us = i64::try_from(t.as_micros()).unwrap_or(i64::MAX);
-                Some(clock::now_us().saturating_add(us))
+                if us > max_us {
+                    return Err(ErrorReport::new(
+                        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                        format!(
+                            "timeout must be at most rate_limit.max_wait ({} ms), got {} ms",
+                            max_us / 1000,
+                            us.saturating_add(999) / 1000
+                        ),
+                        F,
+                    )
+                    .set_detail("A waiting call holds its statement's snapshot while it sleeps.")
+                    .set_hint(
+                        "Pass a shorter timeout, or NULL for rate_limit.max_wait; a superuser sets \
+                         rate_limit.max_wait.",
+                    ));
+                }
+                us
             }
         };
+        let deadline = clock::now_us().saturating_add(timeout_us);
         loop {
             let d = take_policy(F, policy, key, cost)?;
             let Some(retry) = d.retry_after.filter(|_| !d.allowed) else {
                 return to_row(F, &d); // granted, or can never be
             };
             let now = clock::now_us();
-            if deadline.is_some_and(|end| now.saturating_add(retry) > end) {
+            if now.saturating_add(retry) > deadline {
                 return to_row(F, &d); // not within the timeout: give up now, like Go's Limiter.Wait
             }
             sleep_us(retry);
@@ -299,37 +321,42 @@ mod rate_limit {
     }
 
     /// The HTTP response fields for a decision, per the IETF RateLimit header fields draft: `RateLimit`,
-    /// `RateLimit-Policy` (when the policy is known) and, when denied, `Retry-After`.
+    /// `RateLimit-Policy` (when the decision names its policy) and, when denied, `Retry-After`. `policy`
+    /// is only the name printed (a label, e.g. for ad-hoc decisions): the numbers are always those of the
+    /// decision's own policy, never of a policy the label happens to name.
     #[pg_extern(stable, parallel_safe)]
     fn headers(
         decision: Option<pgrx::composite_type!("rate_limit.decision")>,
         policy: default!(Option<&str>, "NULL"),
-    ) -> Result<Option<JsonB>, ErrorReport> {
+    ) -> Result<JsonB, ErrorReport> {
         const F: &str = "rate_limit.headers";
-        let Some(d) = decision else {
-            return Ok(None);
-        };
+        let d = decision.ok_or_else(|| {
+            error::null_argument(
+                F,
+                "decision",
+                "Pass the decision of a call, e.g. SELECT rate_limit.headers(d) FROM rate_limit.take('api', 'alice') AS d.",
+            )
+        })?;
         let allowed: Option<bool> = field(F, &d, "allowed")?;
         let remaining: Option<i64> = field(F, &d, "remaining")?;
         let limit: Option<i64> = field(F, &d, "limit")?;
         let retry: Option<Interval> = field(F, &d, "retry_after")?;
         let reset: Option<Interval> = field(F, &d, "reset_after")?;
-        let named_in: Option<String> = field(F, &d, "policy")?;
-        let name = policy.map(str::to_string).or(named_in);
-        let named = match name.as_deref() {
-            Some(n) => Some(policies::get(F, n)?),
+        let decided_by: Option<String> = field(F, &d, "policy")?;
+        let numbers = match decided_by.as_deref() {
+            Some(n) => Some(policies::get(F, n)?.policy),
             None => None,
         };
         let fields = crate::http::fields(&crate::http::Input {
-            name: name.as_deref(),
+            name: policy.or(decided_by.as_deref()),
             allowed: allowed.unwrap_or(false),
             remaining: remaining.unwrap_or(0),
             limit,
             retry_after_us: retry.map(|i| i.as_micros()),
             reset_after_us: reset.map_or(0, |i| i.as_micros()),
-            policy: named.as_deref().map(|n| n.policy),
+            policy: numbers,
         });
-        Ok(Some(JsonB(fields)))
+        Ok(JsonB(fields))
     }
 }
 

@@ -190,8 +190,14 @@ mod rate_limit {
     }
 
     /// Statement trigger on `rate_limit.policies`: every change invalidates every backend's policy cache.
-    #[pg_trigger]
-    fn policies_changed<'a>(
+    /// Its C entry point is `policies_changed_wrapper` below, which refuses a direct call with 39P01.
+    #[pg_trigger(sql = r#"
+CREATE FUNCTION rate_limit."policies_changed"()
+	RETURNS TRIGGER
+	LANGUAGE c
+	AS 'MODULE_PATHNAME', 'policies_changed_wrapper';
+"#)]
+    fn policies_changed_statement<'a>(
         trigger: &'a pgrx::PgTrigger<'a>,
     ) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, ErrorReport> {
         let relid = trigger.relid().map_err(|e| {
@@ -204,4 +210,11 @@ mod rate_limit {
         policies::invalidate(relid);
         Ok(None)
     }
+
+    crate::trigger_entry_point!(
+        policies_changed_wrapper,
+        pg_finfo_policies_changed_wrapper,
+        policies_changed_statement_wrapper,
+        "rate_limit.policies_changed"
+    );
 }

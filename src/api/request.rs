@@ -94,6 +94,7 @@ fn request(
 ) -> Result<(Outcome, Policy), ErrorReport> {
     let id = crate::api::key_arg(function, "id", id)?;
     let policy = request_policy(function, refill_per_sec, window_seconds)?;
+    crate::api::bounded_refill(function, &policy, cost)?;
     let target = request_target(id, policy);
     let outcomes = store::take(function, gucs::store(), &[target], cost)?;
     let outcome = outcomes

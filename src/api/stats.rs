@@ -121,11 +121,25 @@ mod rate_limit {
         Ok(TableIterator::new(rows))
     }
 
-    /// Zeroes the statistics (and top limited keys) of policy `policy` in this database, or of everything
-    /// in it when `policy` is NULL (including `rate_limiting_request` and the ad-hoc limits); returns how
-    /// many were reset. Owner only.
+    /// Zeroes the statistics (and top limited keys) of every policy in this database, and of
+    /// `rate_limiting_request` and the ad-hoc limits; returns how many were reset. Owner only.
+    #[pg_extern(volatile, parallel_unsafe, name = "reset_stats")]
+    fn reset_all_stats() -> Result<i64, ErrorReport> {
+        stats::reset("rate_limit.reset_stats", None)
+    }
+
+    /// Zeroes the statistics (and top limited keys) of policy `policy` in this database; returns how many
+    /// were reset (0 or 1). A NULL policy is 22004, never "everything": that is `reset_stats()`. Owner only.
     #[pg_extern(volatile, parallel_unsafe)]
-    fn reset_stats(policy: default!(Option<&str>, "NULL")) -> Result<i64, ErrorReport> {
-        stats::reset("rate_limit.reset_stats", policy)
+    fn reset_stats(policy: Option<&str>) -> Result<i64, ErrorReport> {
+        const F: &str = "rate_limit.reset_stats";
+        let policy = policy.ok_or_else(|| {
+            crate::error::null_argument(
+                F,
+                "policy",
+                "Pass a policy's name, or call rate_limit.reset_stats() to reset everything.",
+            )
+        })?;
+        stats::reset(F, Some(policy))
     }
 }

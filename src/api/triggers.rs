@@ -188,9 +188,15 @@ mod rate_limit {
     /// BEFORE INSERT OR UPDATE … FOR EACH ROW trigger: takes `cost` tokens (third argument, default 1)
     /// from the bucket of the row's key column (second argument) under a policy (first argument); a
     /// denied row raises 53400. SECURITY DEFINER (set in `sql/finalize.sql`): writers need no rights on
-    /// the extension's tables.
-    #[pg_trigger]
-    fn limit_writes<'a>(
+    /// the extension's tables. Its C entry point is `limit_writes_wrapper` below, which refuses a direct
+    /// call with 39P01 before pgrx's wrapper runs.
+    #[pg_trigger(sql = r#"
+CREATE FUNCTION rate_limit."limit_writes"()
+	RETURNS TRIGGER
+	LANGUAGE c
+	AS 'MODULE_PATHNAME', 'limit_writes_wrapper';
+"#)]
+    fn limit_writes_row<'a>(
         trigger: &'a PgTrigger<'a>,
     ) -> Result<Option<PgHeapTuple<'a, AllocatedByPostgres>>, ErrorReport> {
         // pgrx turns an `Err` of a trigger function into XX000 ("Trigger function panic"): raise the
@@ -200,6 +206,13 @@ mod rate_limit {
         }
         Ok(trigger.new())
     }
+
+    crate::trigger_entry_point!(
+        limit_writes_wrapper,
+        pg_finfo_limit_writes_wrapper,
+        limit_writes_row_wrapper,
+        "rate_limit.limit_writes"
+    );
 }
 
 /// The body of `limit_writes`: checks how it fires, then takes the row's tokens or refuses the row.

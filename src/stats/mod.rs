@@ -136,16 +136,13 @@ fn layout() -> Layout {
     Layout::for_capacity(gucs::stats_max().max(1) as u32)
 }
 
-/// Requests the segment and its lock ([`crate::shmem`] calls it in the request phase).
+/// Requests the segment and its lock ([`crate::hooks`] calls it in the request phase).
 ///
 /// # Safety
 /// Only in the postmaster while shared memory may still be requested.
 pub unsafe fn request_shmem() {
     // SAFETY: the caller guarantees we are in the request phase; the name is a static C string.
-    unsafe {
-        pg_sys::RequestAddinShmemSpace(layout().bytes());
-        pg_sys::RequestNamedLWLockTranche(TRANCHE_NAME.as_ptr(), 1);
-    }
+    unsafe { crate::shmem::request(layout().bytes(), Some((TRANCHE_NAME, 1))) }
 }
 
 /// Creates or finds the segment; returns true if it was created (empty).
@@ -154,14 +151,12 @@ pub unsafe fn request_shmem() {
 /// Only from the shmem startup hook, with AddinShmemInitLock held and the space requested.
 pub unsafe fn attach_or_create() -> bool {
     let l = layout();
-    // SAFETY: the caller holds AddinShmemInitLock; the segment is initialised only by its creator, zeroed
-    // first (every atomic and summary starts at zero, which is their empty state).
+    // SAFETY: the caller's contract is shmem::attach's; a new segment comes zeroed (every atomic and
+    // summary starts at zero, which is their empty state) and is initialised here before anyone sees it.
     unsafe {
-        let mut found = false;
-        let segment =
-            pg_sys::ShmemInitStruct(SEGMENT_NAME.as_ptr(), l.bytes(), &mut found).cast::<Header>();
-        if !found {
-            ptr::write_bytes(segment.cast::<u8>(), 0, l.bytes());
+        let (segment, created) = crate::shmem::attach(SEGMENT_NAME, l.bytes());
+        let segment = segment.cast::<Header>();
+        if created {
             segment.write(Header {
                 seed: crate::shmem::random_seed(),
                 capacity: l.capacity,
@@ -172,7 +167,7 @@ pub unsafe fn attach_or_create() -> bool {
             });
         }
         SEGMENT = segment;
-        !found
+        created
     }
 }
 

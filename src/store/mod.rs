@@ -50,7 +50,7 @@ pub fn take(
     }
     let outcomes = match store {
         Store::Table => table::take(function, targets, cost)?,
-        Store::Memory => memory::take_targets(function, targets, cost)?,
+        Store::Memory => memory::take(function, targets, cost)?,
     };
     if cost > 0 {
         for (t, o) in targets.iter().zip(&outcomes) {
@@ -84,7 +84,7 @@ pub fn refund(
     short::forget(&target.namespace, target.key);
     match store {
         Store::Table => table::refund(function, target, tokens),
-        Store::Memory => memory::refund_target(function, target, tokens),
+        Store::Memory => memory::refund(function, target, tokens),
     }
 }
 

@@ -10,10 +10,9 @@
 //! id itself is not stored). Buckets that do not fit (a smaller `rate_limit.max_buckets`) are left out:
 //! they start full.
 
-use super::{
-    slot_policy, AtomicState, Probe, Slot, Table, ID_PREFIX, KIND_AD_HOC, KIND_POLICY,
-    KIND_REQUEST, SEGMENT,
-};
+use super::cas::AtomicState;
+use super::segment::{Table, SEGMENT};
+use super::slots::{slot_policy, Probe, Slot, ID_PREFIX, KIND_AD_HOC, KIND_POLICY, KIND_REQUEST};
 use crate::algorithm::State;
 use crate::persist;
 
@@ -112,8 +111,7 @@ pub fn load() {
         for slot in slots {
             let mut part = table.lock_exclusive(table.partition_of(&slot.hash));
             if let Probe::Empty(idx) = part.probe(&slot.hash) {
-                if part.header.count < part.limit {
-                    part.insert(idx, slot);
+                if part.header.count < part.limit && part.insert(idx, slot) {
                     loaded += 1;
                 }
             }

@@ -249,7 +249,16 @@ fn small_table_full_eviction_restart_and_crash() {
     let server = env("RATE_LIMIT_TEST_SMALL_CONNINFO");
     let restart = env("RATE_LIMIT_TEST_SMALL_RESTART");
     let db = TestDb::on(&server, "memory_small");
-    let mut client = db.connect_memory();
+    // one database may fill the whole table here (a superuser's setting; tests/shares.rs tries the
+    // default share of 50% against a second database)
+    let whole_table = |db: &TestDb| {
+        let mut client = db.connect_memory();
+        client
+            .batch_execute("SET rate_limit.database_share = 100")
+            .expect("the whole table for this database");
+        client
+    };
+    let mut client = whole_table(&db);
     assert_eq!(usage(&mut client, "max_buckets"), 256);
 
     // 1. full, rate_limit.on_full = 'error' (default), no bucket evictable (each needs 1000 s to refill)
@@ -263,11 +272,13 @@ fn small_table_full_eviction_restart_and_crash() {
     };
     assert_eq!(err.code(), Some(&SqlState::OUT_OF_MEMORY));
     let db_err = err.as_db_error().expect("server error");
-    assert_eq!(db_err.message(), "the rate_limit memory store is full");
-    assert!(db_err
-        .hint()
-        .unwrap_or_default()
-        .contains("rate_limit.max_buckets"));
+    assert_eq!(
+        db_err.message(),
+        "this database's share of the rate_limit memory store is full"
+    );
+    let hint = db_err.hint().unwrap_or_default();
+    assert!(hint.contains("rate_limit.max_buckets"), "{hint}");
+    assert!(!hint.contains("evict_oldest"), "evict_oldest resets limits: {hint}");
     assert!(
         stored > 128,
         "only {stored} buckets fitted in a table of 256"
@@ -307,7 +318,7 @@ fn small_table_full_eviction_restart_and_crash() {
         .status()
         .expect("restart");
     assert!(status.success(), "restart command failed");
-    let mut client = db.connect_memory();
+    let mut client = whole_table(&db);
     assert_eq!(
         usage(&mut client, "buckets"),
         buckets,
@@ -340,7 +351,7 @@ fn small_table_full_eviction_restart_and_crash() {
 
     // 5. a backend killed with SIGKILL while hammering the store: the server crash-restarts, the store
     //    comes back empty and usable
-    let mut victim = db.connect_memory();
+    let mut victim = whole_table(&db);
     let pid: i32 = victim
         .query_one("SELECT pg_backend_pid()", &[])
         .expect("pid")

@@ -6,6 +6,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use postgres::error::SqlState;
+use postgres::Client;
 use rate_limit_integration::{remaining, TestDb};
 
 const THREADS: usize = 8;
@@ -140,8 +141,10 @@ fn hot_policy_key_grants_exactly_the_burst() {
     }
 }
 
-/// `wait` sleeps until the token exists (about 1 s here), gives up at once when the timeout is too short,
-/// and is interrupted by statement_timeout and by a query cancel, taking nothing.
+/// `wait` sleeps until the token exists (1 s after the take that drained it), gives up without sleeping
+/// when the timeout is too short, and is interrupted by statement_timeout and by a query cancel, taking
+/// nothing. Every time bound is one the behaviour itself sets (the refill, the timeout), measured from
+/// before the call it bounds.
 #[test]
 fn wait_sleeps_gives_up_and_is_interruptible() {
     let db = TestDb::new("wait");
@@ -149,13 +152,14 @@ fn wait_sleeps_gives_up_and_is_interruptible() {
     client
         .batch_execute(
             "SELECT rate_limit.create_policy('slow', 1, '1 second', 1);
-             SELECT rate_limit.create_policy('daily', 1, '1 day', 1);",
+             SELECT rate_limit.create_policy('daily', 1, '1 day', 1);
+             SELECT rate_limit.create_policy('twenty', 1, '20 seconds', 1);",
         )
         .expect("create policies");
+    let drained_at = Instant::now();
     client
         .query_one("SELECT allowed FROM rate_limit.take('slow', 'k')", &[])
         .expect("take");
-    let started = Instant::now();
     let allowed: bool = client
         .query_one(
             "SELECT allowed FROM rate_limit.wait('slow', 'k', 1, '5 seconds')",
@@ -163,14 +167,14 @@ fn wait_sleeps_gives_up_and_is_interruptible() {
         )
         .expect("wait")
         .get(0);
-    let slept = started.elapsed();
-    assert!(allowed);
+    assert!(allowed, "the token exists within the timeout");
     assert!(
-        slept >= Duration::from_millis(900) && slept < Duration::from_millis(2500),
-        "slept {slept:?}"
+        drained_at.elapsed() >= Duration::from_secs(1),
+        "granted {:?} after the drain, before the token existed",
+        drained_at.elapsed()
     );
 
-    // too short a timeout: returns at once, denied, nothing taken
+    // too short a timeout: returns without sleeping it out, denied, nothing taken
     client
         .query_one("SELECT allowed FROM rate_limit.take('daily', 'k')", &[])
         .expect("drain daily");
@@ -183,18 +187,27 @@ fn wait_sleeps_gives_up_and_is_interruptible() {
         .expect("wait")
         .get(0);
     assert!(!allowed);
-    assert!(started.elapsed() < Duration::from_millis(500));
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "it slept the timeout out"
+    );
 
-    // statement_timeout interrupts a wait without a timeout
+    // statement_timeout interrupts a wait that would sleep 20 s (within rate_limit.max_wait)
+    client
+        .query_one("SELECT allowed FROM rate_limit.take('twenty', 'k')", &[])
+        .expect("drain twenty");
     client
         .batch_execute("SET statement_timeout = '300ms'")
         .expect("set");
     let started = Instant::now();
     let err = client
-        .query_one("SELECT allowed FROM rate_limit.wait('daily', 'k')", &[])
+        .query_one("SELECT allowed FROM rate_limit.wait('twenty', 'k')", &[])
         .expect_err("statement_timeout ends the wait");
     assert_eq!(err.code(), Some(&SqlState::QUERY_CANCELED));
-    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "slept until the refill"
+    );
     client
         .batch_execute("RESET statement_timeout")
         .expect("reset");
@@ -209,12 +222,119 @@ fn wait_sleeps_gives_up_and_is_interruptible() {
     });
     let started = Instant::now();
     let err = client
-        .query_one("SELECT allowed FROM rate_limit.wait('daily', 'k')", &[])
+        .query_one("SELECT allowed FROM rate_limit.wait('twenty', 'k')", &[])
         .expect_err("cancel ends the wait");
     canceller.join().expect("canceller");
     assert_eq!(err.code(), Some(&SqlState::QUERY_CANCELED));
-    assert!(started.elapsed() < Duration::from_secs(3));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "slept until the refill"
+    );
     assert_eq!(remaining(&mut client, "slow", "k"), 0);
+    assert_eq!(remaining(&mut client, "twenty", "k"), 0);
+}
+
+/// `wait` is bounded by `rate_limit.max_wait` (30 s by default, superuser-only): without a timeout it waits
+/// at most that long, so a bucket that refills later is denied at once instead of holding the statement
+/// until statement_timeout (before, it slept until the hour was over); a longer timeout is 22023; a role
+/// with only LOGIN cannot raise the bound. While it sleeps the call holds its statement's snapshot
+/// (`backend_xmin`), as docs/reference.md says: the bound is what limits it, and it is gone afterwards.
+#[test]
+fn wait_is_bounded_by_max_wait() {
+    let db = TestDb::new("wait_bounded");
+    let mut client = db.connect();
+    let show: String = client
+        .query_one("SHOW rate_limit.max_wait", &[])
+        .expect("show")
+        .get(0);
+    assert_eq!(show, "30s");
+    client
+        .batch_execute(
+            "SELECT rate_limit.create_policy('hourly', 1, '1 hour', 1);
+             SELECT rate_limit.create_policy('two', 1, '2 seconds', 1);
+             SELECT rate_limit.take('hourly', 'k');
+             SET statement_timeout = '10s';",
+        )
+        .expect("set up");
+    let allowed: bool = client
+        .query_one("SELECT allowed FROM rate_limit.wait('hourly', 'k')", &[])
+        .expect("a wait without timeout returns within rate_limit.max_wait")
+        .get(0);
+    assert!(!allowed);
+    let err = client
+        .query_one(
+            "SELECT allowed FROM rate_limit.wait('hourly', 'k', 1, '31 seconds')",
+            &[],
+        )
+        .expect_err("a timeout over max_wait");
+    assert_eq!(err.code(), Some(&SqlState::INVALID_PARAMETER_VALUE));
+    assert!(err
+        .as_db_error()
+        .and_then(|e| e.hint())
+        .unwrap_or_default()
+        .contains("rate_limit.max_wait"));
+
+    // what a sleeping wait holds: its snapshot, until it returns
+    client
+        .batch_execute("SET rate_limit.max_wait = '3s'; SELECT rate_limit.take('two', 'k')")
+        .expect("drain two");
+    let pid: i32 = client
+        .query_one("SELECT pg_backend_pid()", &[])
+        .expect("pid")
+        .get(0);
+    let waiter = thread::spawn(move || {
+        let allowed: bool = client
+            .query_one("SELECT allowed FROM rate_limit.wait('two', 'k')", &[])
+            .expect("wait")
+            .get(0);
+        (allowed, client)
+    });
+    let mut observer = db.connect();
+    let mut seen_holding = false;
+    while !waiter.is_finished() {
+        let row = observer
+            .query_one(
+                "SELECT wait_event IS NOT DISTINCT FROM 'Extension' AND backend_xmin IS NOT NULL \
+                 FROM pg_stat_activity WHERE pid = $1",
+                &[&pid],
+            )
+            .expect("observe");
+        seen_holding |= row.get::<_, bool>(0);
+        thread::sleep(Duration::from_millis(20));
+    }
+    let (allowed, _client) = waiter.join().expect("waiter");
+    assert!(allowed, "the token came within max_wait");
+    assert!(
+        seen_holding,
+        "never saw the sleeping wait with its snapshot"
+    );
+    let xmin_after: bool = observer
+        .query_one(
+            "SELECT backend_xmin IS NULL FROM pg_stat_activity WHERE pid = $1",
+            &[&pid],
+        )
+        .expect("after")
+        .get(0);
+    assert!(xmin_after, "the snapshot outlived the wait");
+
+    // the bound is the superuser's
+    let mut admin = db.connect();
+    admin
+        .batch_execute("DROP ROLE IF EXISTS rl_wait_role; CREATE ROLE rl_wait_role LOGIN")
+        .expect("role");
+    let mut role = Client::connect(
+        &format!(
+            "{} dbname={} user=rl_wait_role",
+            rate_limit_integration::conninfo(),
+            db.name()
+        ),
+        postgres::NoTls,
+    )
+    .expect("connect as the role");
+    let err = role
+        .batch_execute("SET rate_limit.max_wait = '1h'")
+        .expect_err("only a superuser sets max_wait");
+    assert_eq!(err.code(), Some(&SqlState::INSUFFICIENT_PRIVILEGE));
 }
 
 /// Policies are an extension configuration table: pg_dump writes them and a restore brings them back.

@@ -28,16 +28,26 @@ impl Drop for PurgeEverySecond {
 impl PurgeEverySecond {
     /// Sets `rate_limit.purge_interval = '1s'` for the server; dropping the guard resets it.
     fn start(admin: Client) -> PurgeEverySecond {
+        PurgeEverySecond::start_with(admin, "1s")
+    }
+
+    /// Sets `rate_limit.purge_interval` to `interval` for the server; dropping the guard resets it.
+    fn start_with(admin: Client, interval: &str) -> PurgeEverySecond {
         let mut guard = PurgeEverySecond(admin);
+        guard.set(interval);
         guard
-            .0
-            .batch_execute("ALTER SYSTEM SET rate_limit.purge_interval = '1s'")
-            .expect("purge every second");
-        guard
-            .0
+    }
+
+    /// Sets another interval and reloads the configuration.
+    fn set(&mut self, interval: &str) {
+        self.0
+            .batch_execute(&format!(
+                "ALTER SYSTEM SET rate_limit.purge_interval = '{interval}'"
+            ))
+            .expect("set the purge interval");
+        self.0
             .batch_execute("SELECT pg_reload_conf()")
             .expect("reload");
-        guard
     }
 }
 
@@ -205,4 +215,64 @@ fn a_purge_that_cannot_lock_the_table_is_logged_and_retried() {
         logged.contains("canceling statement due to lock timeout"),
         "the failed purge is in the server's log"
     );
+}
+
+/// Memory buckets of a dropped database are freed by the worker's next round (they could never be called
+/// again, and they filled that database's share); and a reload that shortens `rate_limit.purge_interval`
+/// applies at once (before, the launcher kept the deadline of the old interval: 300 s here).
+#[test]
+fn dropped_databases_lose_their_memory_buckets_and_a_shorter_interval_applies_at_once() {
+    let mut admin = Client::connect(
+        &format!("{} dbname=postgres", rate_limit_integration::conninfo()),
+        postgres::NoTls,
+    )
+    .expect("admin");
+    let dropped_buckets = |admin: &mut Client| -> i64 {
+        admin
+            .query_one(
+                "SELECT coalesce(sum(buckets), 0)::bigint FROM rate_limit.memory_shares() \
+                 WHERE database IS NULL",
+                &[],
+            )
+            .expect("memory_shares")
+            .get(0)
+    };
+    // memory_shares() needs the extension in the admin's database
+    admin
+        .batch_execute("CREATE EXTENSION IF NOT EXISTS rate_limit")
+        .expect("extension in postgres");
+    let fill_and_drop = |name: &str| {
+        let db = TestDb::new(name);
+        db.connect_memory()
+            .batch_execute(
+                "SELECT count(*) FROM generate_series(1, 500) AS g \
+                 WHERE rate_limiting_request('kept' || g, 1, 3600) >= 0",
+            )
+            .expect("buckets that refill in an hour");
+        drop(db);
+    };
+
+    // a round that starts when the interval is set (300 s) frees the first dropped database's buckets
+    fill_and_drop("dropped_first");
+    assert!(dropped_buckets(&mut admin) >= 500);
+    let mut guard = PurgeEverySecond::start_with(admin, "300s");
+    let mut admin = Client::connect(
+        &format!("{} dbname=postgres", rate_limit_integration::conninfo()),
+        postgres::NoTls,
+    )
+    .expect("admin");
+    wait_for(30, "the dropped database's buckets were not freed", || {
+        dropped_buckets(&mut admin) == 0
+    });
+
+    // the next round is 300 s away; a reload to 1 s must bring it at once
+    fill_and_drop("dropped_second");
+    assert!(dropped_buckets(&mut admin) >= 500);
+    guard.set("1s");
+    wait_for(
+        60,
+        "a shorter purge_interval did not apply until the old one ran out",
+        || dropped_buckets(&mut admin) == 0,
+    );
+    drop(guard);
 }

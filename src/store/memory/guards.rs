@@ -1,0 +1,146 @@
+//! The partition locks as types: a [`SharedGuard`] can only read a partition (its slots' state words, the
+//! one field that changes behind it, are atomics), an [`ExclusiveGuard`] can write it. [`Locked`] holds
+//! the exclusive locks of one call on several partitions, taken lowest first (the global lock order, so
+//! two calls cannot deadlock). Each guard releases its lock exactly once, when it drops.
+
+use pgrx::pg_sys;
+
+use super::segment::Table;
+use super::slots::{probe, Partition, PartitionHeader, Probe, Slot};
+use crate::store::target::MAX_TARGETS;
+
+/// A partition locked SHARED: it can only be read.
+pub(super) struct SharedGuard<'a> {
+    lock: *mut pg_sys::LWLock,
+    pub header: &'a PartitionHeader,
+    pub slots: &'a [Slot],
+}
+
+impl<'a> SharedGuard<'a> {
+    /// Takes `lock` SHARED, then borrows the partition's header and `len` slots for reading.
+    ///
+    /// # Safety
+    /// `lock` is the partition's lock and `header`/`slots` point at its header and `len` slots in the
+    /// segment, which outlives `'a`.
+    pub unsafe fn acquire(
+        lock: *mut pg_sys::LWLock,
+        header: *mut PartitionHeader,
+        slots: *mut Slot,
+        len: u32,
+    ) -> SharedGuard<'a> {
+        // SAFETY: the lock is taken before the borrows, and only shared borrows are made: writers need the
+        // exclusive lock, which cannot be held meanwhile (the caller's contract gives valid pointers).
+        unsafe {
+            pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_SHARED);
+            SharedGuard {
+                lock,
+                header: &*header,
+                slots: std::slice::from_raw_parts(slots, len as usize),
+            }
+        }
+    }
+
+    /// Finds `hash`, or the empty slot that ends its probe chain.
+    pub fn probe(&self, hash: &[u64; 2]) -> Probe {
+        probe(self.slots, hash)
+    }
+}
+
+/// A partition locked EXCLUSIVE: it can be read and written.
+pub(super) struct ExclusiveGuard<'a> {
+    lock: *mut pg_sys::LWLock,
+    partition: Partition<'a>,
+}
+
+impl<'a> ExclusiveGuard<'a> {
+    /// Takes `lock` EXCLUSIVE, then borrows the partition's header and `len` slots for writing.
+    ///
+    /// # Safety
+    /// As for [`SharedGuard::acquire`].
+    pub unsafe fn acquire(
+        lock: *mut pg_sys::LWLock,
+        header: *mut PartitionHeader,
+        slots: *mut Slot,
+        len: u32,
+        limit: u32,
+    ) -> ExclusiveGuard<'a> {
+        // SAFETY: the exclusive lock is taken before the mutable borrows, so no other process reads or
+        // writes the partition while the guard lives (the caller's contract gives valid pointers).
+        unsafe {
+            pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
+            ExclusiveGuard {
+                lock,
+                partition: Partition {
+                    header: &mut *header,
+                    slots: std::slice::from_raw_parts_mut(slots, len as usize),
+                    limit,
+                },
+            }
+        }
+    }
+}
+
+impl<'a> std::ops::Deref for ExclusiveGuard<'a> {
+    type Target = Partition<'a>;
+    fn deref(&self) -> &Partition<'a> {
+        &self.partition
+    }
+}
+
+impl<'a> std::ops::DerefMut for ExclusiveGuard<'a> {
+    fn deref_mut(&mut self) -> &mut Partition<'a> {
+        &mut self.partition
+    }
+}
+
+impl Drop for SharedGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the lock was acquired in SharedGuard::acquire by this guard and is released exactly once.
+        unsafe { pg_sys::LWLockRelease(self.lock) }
+    }
+}
+
+impl Drop for ExclusiveGuard<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the lock was acquired in ExclusiveGuard::acquire by this guard and is released once.
+        unsafe { pg_sys::LWLockRelease(self.lock) }
+    }
+}
+
+/// Locked partitions of one call, in ascending partition order (the global lock order: two calls that
+/// lock several partitions cannot deadlock).
+pub(super) struct Locked<'a> {
+    partitions: [u32; MAX_TARGETS],
+    guards: Vec<ExclusiveGuard<'a>>,
+}
+
+impl<'a> Locked<'a> {
+    /// Locks the distinct partitions of `parts` exclusively, lowest first. Allocates before locking.
+    pub fn lock(table: &'a Table, parts: &[u32]) -> Locked<'a> {
+        let mut sorted = [u32::MAX; MAX_TARGETS];
+        sorted[..parts.len()].copy_from_slice(parts);
+        sorted[..parts.len()].sort_unstable();
+        let mut partitions = [u32::MAX; MAX_TARGETS];
+        let mut n = 0;
+        for &p in &sorted[..parts.len()] {
+            if n == 0 || partitions[n - 1] != p {
+                partitions[n] = p;
+                n += 1;
+            }
+        }
+        let mut guards = Vec::with_capacity(n);
+        for &p in &partitions[..n] {
+            guards.push(table.lock_exclusive(p));
+        }
+        Locked { partitions, guards }
+    }
+
+    /// The guard of `partition` (one of those locked).
+    pub fn guard(&mut self, partition: u32) -> &mut ExclusiveGuard<'a> {
+        let i = self.partitions[..self.guards.len()]
+            .iter()
+            .position(|&p| p == partition)
+            .unwrap_or(0);
+        &mut self.guards[i]
+    }
+}

@@ -1,0 +1,337 @@
+//! The memory store: buckets in a hash table in PostgreSQL's shared memory. No WAL, no table, nothing
+//! transactional: it works in read-only transactions and on hot standbys. Its state is saved at a clean
+//! shutdown and loaded at the next start ([`snapshot`]); a crash loses it (or goes back to the last
+//! snapshot, with `rate_limit.memory_snapshot_interval`).
+//!
+//! Rooms: [`segment`] (layout, request, attach, clock, keyed hash), [`slots`] (one partition's slot table:
+//! probe, insert, backward-shift delete, eviction), [`shares`] (how much one database may fill),
+//! [`guards`] (the lock types), [`cas`] (the lock-free take), [`multi`] (the exclusive, all-or-nothing
+//! take), [`snapshot`] (restarts). This file holds the store's operations.
+//!
+//! Locking contract.
+//! - The table is split into `partitions` partitions, each a fixed ring of slots with its own LWLock (tranche
+//!   `rate_limit`) and a header (bucket count, eviction hand, buckets per database). A key's 128-bit hash
+//!   picks its partition, so one bucket is under exactly one lock.
+//! - Taking tokens from one existing bucket whose numbers are those of the call (the common case) holds the
+//!   partition's lock SHARED and swaps the bucket's state word ([`cas`]). Inserting, evicting, deleting,
+//!   refunds, a call on several buckets (all or nothing) and a bucket whose numbers changed hold the lock
+//!   EXCLUSIVE, which excludes every swap. `peek`, listing and usage hold it SHARED and read the word
+//!   atomically. Where the CPU has no lock-free 128-bit compare-and-swap, every take holds it EXCLUSIVE.
+//! - A partition header's counts (buckets, buckets per database) change only under the EXCLUSIVE lock,
+//!   together with the slots they count.
+//! - The guard types enforce the rest: a shared guard only hands out `&[Slot]`, an exclusive one
+//!   `&mut [Slot]`. While a lock is held nothing allocates, waits, does I/O, takes a lock of another kind or
+//!   raises an error: errors are built after the locks are released. A call locks at most [`MAX_TARGETS`]
+//!   partitions, lowest first (more targets are an error, never a truncation).
+//! - The segment header (seed, sizes, lock pointers) is written once, in the shmem startup hook under
+//!   AddinShmemInitLock, and only read afterwards. Its statistics are atomics, updated without a lock.
+//!
+//! Keys. A slot stores the 128-bit SipHash-1-3 of the id, keyed with a random seed drawn when the table is
+//! created, so ids chosen by an attacker cannot be made to collide or pile up in one partition. Two distinct
+//! ids share a bucket only if their keyed hashes collide: with n buckets the chance is below n² / 2^129
+//! (for a million buckets, about 1.5e-27). The current database's OID is hashed with the id, so buckets
+//! are per database, as in the table store. The first [`ID_PREFIX`] bytes of the id are kept for display
+//! in `rate_limit.buckets`; the id itself may be up to 2048 bytes, like in the table store.
+//!
+//! Room. Each partition holds at most `ceil(max_buckets / partitions)` buckets in 25% more slots, and each
+//! database at most its share of them ([`shares`]): a role in one database cannot fill, evict or reset
+//! another database's buckets. When a new bucket does not fit, a bucket that is full now is evicted first
+//! (lossless: a missing bucket is a full one); failing that, `rate_limit.on_full` decides, within the
+//! database's own share only. An insert examines at most [`EVICTION_SCAN`] slots under its exclusive lock,
+//! from a hand that moves on through the partition, so a flood of new keys costs a bounded time per call.
+//!
+//! Time. The store measures time on [`crate::clock::monotonic_us`], a clock that never steps, anchored to the wall
+//! clock when the segment is created: while the server runs, wall-clock steps (NTP, VM restore) neither
+//! mint tokens nor freeze buckets here; across a restart, `snapshot` converts instants through the wall
+//! clock. Listings show instants converted to the wall clock of the moment of the listing.
+
+mod cas;
+mod guards;
+mod multi;
+mod segment;
+mod shares;
+mod slots;
+mod snapshot;
+
+use pgrx::pg_sys::panic::ErrorReport;
+
+use crate::algorithm::{Outcome, Policy};
+use crate::gucs;
+use crate::store::target::{Namespace, Target, MAX_TARGETS};
+use cas::{take_shared, AtomicState};
+use segment::{current_database, Table};
+use slots::{
+    kind_name, shown_key, slot_is_full, slot_policy, stored_of, write_policy, Probe, Slot,
+};
+
+pub use segment::{attach_or_create, request_shmem, Geometry};
+pub use slots::{policy_tag, EVICTION_SCAN, ID_PREFIX, SLOT_BYTES};
+pub use snapshot::{load as load_saved, save};
+
+/// Whether the memory store exists (the library was preloaded).
+pub fn available() -> bool {
+    Table::attach("rate_limit").is_ok()
+}
+
+/// Now on the memory store's clock; 55000 when it is not available.
+pub fn now(function: &'static str) -> Result<i64, ErrorReport> {
+    Ok(Table::attach(function)?.now())
+}
+
+/// Takes `cost` tokens from every target (policy and ad-hoc buckets), all or nothing (cost 0 only reports,
+/// under shared locks, writing nothing). One existing bucket takes the lock-free path; everything else the
+/// exclusive one.
+pub fn take(
+    function: &'static str,
+    targets: &[Target<'_>],
+    cost: i64,
+) -> Result<Vec<Outcome>, ErrorReport> {
+    let table = Table::attach(function)?;
+    let n = targets.len();
+    if n > MAX_TARGETS {
+        return Err(multi::too_many_targets(function, n));
+    }
+    let mut hashes = [[0u64; 2]; MAX_TARGETS];
+    let mut parts = [0u32; MAX_TARGETS];
+    for (i, t) in targets.iter().enumerate() {
+        hashes[i] = table.bucket_hash(&t.namespace, t.key);
+        parts[i] = table.partition_of(&hashes[i]);
+        table.prefetch(&hashes[i]);
+    }
+    if cost == 0 {
+        let mut outcomes = Vec::with_capacity(n);
+        for (i, t) in targets.iter().enumerate() {
+            let part = table.lock_shared(parts[i]);
+            let now = table.now();
+            let stored = match part.probe(&hashes[i]) {
+                Probe::Found(idx) => stored_of(&part.slots[idx]),
+                Probe::Empty(_) => None,
+            };
+            drop(part);
+            outcomes.push(t.evaluate(stored, now, 0));
+        }
+        return Ok(outcomes);
+    }
+    if let ([target], true) = (targets, AtomicState::swaps_are_lock_free()) {
+        if let Some(outcome) = take_shared(&table, target, &hashes[0], parts[0], cost) {
+            return Ok(vec![outcome]);
+        }
+    }
+    multi::take_exclusive(function, &table, targets, &hashes[..n], &parts[..n], cost)
+}
+
+/// Puts up to `tokens` back into a policy bucket (capped at its capacity); returns it afterwards. A missing
+/// bucket is full: nothing is put back and nothing is inserted.
+pub fn refund(
+    function: &'static str,
+    target: &Target<'_>,
+    tokens: i64,
+) -> Result<Outcome, ErrorReport> {
+    let table = Table::attach(function)?;
+    let hash = table.bucket_hash(&target.namespace, target.key);
+    let mut part = table.lock_exclusive(table.partition_of(&hash));
+    let now = table.now();
+    let Probe::Found(idx) = part.probe(&hash) else {
+        return Ok(target.evaluate(None, now, 0));
+    };
+    let slot = &mut part.slots[idx];
+    let state = target.refunded(stored_of(slot), now, tokens);
+    slot.state.store(state);
+    write_policy(slot, &target.policy);
+    Ok(target.policy.take(state, now, 0))
+}
+
+/// Deletes a bucket (it is full again); true if it existed.
+pub fn reset(
+    function: &'static str,
+    namespace: &Namespace<'_>,
+    key: &str,
+) -> Result<bool, ErrorReport> {
+    let table = Table::attach(function)?;
+    let hash = table.bucket_hash(namespace, key);
+    let mut part = table.lock_exclusive(table.partition_of(&hash));
+    Ok(match part.probe(&hash) {
+        Probe::Found(idx) => {
+            part.remove(idx);
+            true
+        }
+        Probe::Empty(_) => false,
+    })
+}
+
+/// Which buckets a purge looks at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PurgeScope<'a> {
+    /// The full buckets of the current database (`rate_limit.purge()`, which counts what it deleted there).
+    CurrentDatabase,
+    /// The full buckets of every database of the server, and every bucket of the databases in `dropped`
+    /// (the background worker's round).
+    Server {
+        /// The OIDs of databases that held buckets and no longer exist.
+        dropped: &'a [u32],
+    },
+}
+
+/// Deletes every bucket in `scope` that is full now (and, for the server, those of dropped databases);
+/// returns how many.
+pub fn purge(function: &'static str, scope: PurgeScope<'_>) -> Result<i64, ErrorReport> {
+    let table = Table::attach(function)?;
+    let database = current_database();
+    let mut purged = 0i64;
+    for p in 0..table.header.partitions {
+        let mut part = table.lock_exclusive(p);
+        let now = table.now();
+        purged += part.remove_where(|s| match scope {
+            PurgeScope::CurrentDatabase => s.database == database && slot_is_full(s, now),
+            PurgeScope::Server { dropped } => dropped.contains(&s.database) || slot_is_full(s, now),
+        });
+    }
+    Ok(purged)
+}
+
+/// Calls `each(slot, now, wall_offset)` for every slot of the current database, outside the locks: each
+/// partition's slots are copied out under its shared lock into a buffer that never grows there (no
+/// allocation while locked). `now` is on the store's clock; add `wall_offset` to show an instant on the
+/// wall clock. Does nothing when the library is not preloaded.
+fn for_each_slot(function: &'static str, mut each: impl FnMut(&Slot, i64, i64)) {
+    let Ok(table) = Table::attach(function) else {
+        return;
+    };
+    let mut copied: Vec<Slot> = Vec::with_capacity(table.header.slots_per_partition as usize);
+    let database = current_database();
+    for p in 0..table.header.partitions {
+        copied.clear();
+        let now = {
+            let part = table.lock_shared(p);
+            copied.extend(
+                part.slots
+                    .iter()
+                    .filter(|s| s.used != 0 && s.database == database)
+                    .cloned(),
+            );
+            table.now()
+        };
+        let offset = table.wall_offset();
+        for s in &copied {
+            each(s, now, offset);
+        }
+    }
+}
+
+/// One bucket of the memory store, for `rate_limit.buckets`.
+pub struct Listed {
+    /// `policy`, `ad_hoc` or `request`.
+    pub kind: &'static str,
+    /// The tag of the policy incarnation (0 for the other kinds), see [`policy_tag`].
+    pub policy_tag: u32,
+    /// The key, or its first bytes followed by `…`.
+    pub key: String,
+    /// Tokens now, in millionths (rounded down).
+    pub millionths: i64,
+    /// The numbers the bucket was last written under.
+    pub policy: Policy,
+    /// Last update, in microseconds on the wall clock.
+    pub updated_at: i64,
+}
+
+/// Every bucket of the memory store in this database; empty when not preloaded.
+pub fn list() -> Vec<Listed> {
+    let mut rows = Vec::new();
+    for_each_slot("rate_limit.buckets", |s, now, wall_offset| {
+        if let Some(policy) = slot_policy(s) {
+            let state = s.state.load();
+            rows.push(Listed {
+                kind: kind_name(s.used),
+                policy_tag: s.policy_tag,
+                key: shown_key(s),
+                millionths: policy.tokens_millionths(state, now),
+                policy,
+                updated_at: state.at.saturating_add(wall_offset),
+            });
+        }
+    });
+    rows
+}
+
+/// Size and use of the memory store, and of the current database's share of it.
+pub struct Usage {
+    /// `rate_limit.max_buckets` at server start.
+    pub max_buckets: i64,
+    /// Buckets stored now, of every database.
+    pub buckets: i64,
+    /// Partitions (locks).
+    pub partitions: i64,
+    /// Slots (max_buckets plus 25% headroom).
+    pub slots: i64,
+    /// Bytes of one slot.
+    pub slot_bytes: i64,
+    /// Shared memory of the whole table.
+    pub total_bytes: i64,
+    /// `total_bytes / max_buckets`.
+    pub bytes_per_bucket: i64,
+    /// Buckets evicted because they were full (no information lost).
+    pub lossless_evictions: i64,
+    /// Buckets evicted by `on_full = 'evict_oldest'`.
+    pub lossy_evictions: i64,
+    /// Calls refused with 53200.
+    pub refused_full: i64,
+    /// `rate_limit.database_share` of the current database, in percent.
+    pub share_percent: i64,
+    /// The most buckets the current database may hold (its cap in every partition).
+    pub share_buckets: i64,
+    /// Buckets the current database holds now.
+    pub database_buckets: i64,
+}
+
+/// Reports the memory store's size and use.
+pub fn usage(function: &'static str) -> Result<Usage, ErrorReport> {
+    let table = Table::attach(function)?;
+    let h = table.header;
+    let database = current_database();
+    let (mut buckets, mut mine) = (0i64, 0i64);
+    for p in 0..h.partitions {
+        let part = table.lock_shared(p);
+        buckets += i64::from(part.header.count);
+        mine += i64::from(part.header.owners.count(database));
+    }
+    let share = gucs::database_share();
+    let total = table.segment_bytes() as i64;
+    Ok(Usage {
+        max_buckets: i64::from(h.max_buckets),
+        buckets,
+        partitions: i64::from(h.partitions),
+        slots: i64::from(h.partitions) * i64::from(h.slots_per_partition),
+        slot_bytes: SLOT_BYTES as i64,
+        total_bytes: total,
+        bytes_per_bucket: total / i64::from(h.max_buckets.max(1)),
+        lossless_evictions: h
+            .lossless_evictions
+            .load(std::sync::atomic::Ordering::Relaxed) as i64,
+        lossy_evictions: h.lossy_evictions.load(std::sync::atomic::Ordering::Relaxed) as i64,
+        refused_full: h.refused_full.load(std::sync::atomic::Ordering::Relaxed) as i64,
+        share_percent: i64::from(share),
+        share_buckets: i64::from(shares::cap(h.limit_per_partition, share))
+            * i64::from(h.partitions),
+        database_buckets: mine,
+    })
+}
+
+/// The buckets each database holds in the memory store: (database OID, buckets), every database that
+/// holds any, in OID order.
+pub fn shares(function: &'static str) -> Result<Vec<(u32, i64)>, ErrorReport> {
+    let table = Table::attach(function)?;
+    let mut per_database: std::collections::BTreeMap<u32, i64> = Default::default();
+    for p in 0..table.header.partitions {
+        let mut counts = [(0u32, 0u32); shares::OWNERS];
+        {
+            let part = table.lock_shared(p);
+            for (slot, owner) in counts.iter_mut().zip(part.header.owners.each()) {
+                *slot = owner;
+            }
+        }
+        for (database, count) in counts.into_iter().filter(|(_, c)| *c > 0) {
+            *per_database.entry(database).or_default() += i64::from(count);
+        }
+    }
+    Ok(per_database.into_iter().collect())
+}

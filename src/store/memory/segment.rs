@@ -1,0 +1,312 @@
+//! The memory store's shared-memory segment: its layout ([`Geometry`]), its request and creation, and the
+//! attached [`Table`] that every operation starts from (clock, keyed hash, partition locks).
+//!
+//! Layout: a [`Header`], then one [`PartitionHeader`] per partition, then the slots of every partition
+//! one after another, each part aligned to a cache line. The header is written once, in the shmem startup
+//! hook under AddinShmemInitLock, and only read afterwards (its counters are atomics).
+
+use std::ffi::CStr;
+use std::hash::Hasher;
+use std::ptr;
+use std::sync::atomic::AtomicU64;
+
+use pgrx::pg_sys;
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::PgSqlErrorCode;
+use siphasher::sip128::{Hasher128, SipHasher13};
+
+use super::guards::{ExclusiveGuard, SharedGuard};
+use super::slots::{kind_of, PartitionHeader, Slot};
+use crate::clock;
+use crate::gucs;
+use crate::shmem;
+use crate::store::target::Namespace;
+
+const SEGMENT_NAME: &CStr = c"rate_limit memory store";
+const TRANCHE_NAME: &CStr = c"rate_limit";
+
+/// The start of the segment; fixed after creation except for the atomics.
+#[repr(C)]
+pub(super) struct Header {
+    pub seed: [u64; 2],
+    /// Wall-clock microseconds minus monotonic microseconds when the segment was created.
+    pub clock_base: i64,
+    pub partitions: u32,
+    pub slots_per_partition: u32,
+    pub limit_per_partition: u32,
+    pub max_buckets: u32,
+    pub locks: *mut pg_sys::LWLockPadded,
+    pub lossless_evictions: AtomicU64,
+    pub lossy_evictions: AtomicU64,
+    pub refused_full: AtomicU64,
+}
+
+impl Header {
+    /// A header for a table of the given geometry that lives outside shared memory (the model tests).
+    #[cfg(test)]
+    pub fn detached(g: Geometry) -> Header {
+        Header {
+            seed: [0; 2],
+            clock_base: 0,
+            partitions: g.partitions,
+            slots_per_partition: g.slots_per_partition,
+            limit_per_partition: g.limit_per_partition,
+            max_buckets: g.partitions * g.limit_per_partition,
+            locks: ptr::null_mut(),
+            lossless_evictions: AtomicU64::new(0),
+            lossy_evictions: AtomicU64::new(0),
+            refused_full: AtomicU64::new(0),
+        }
+    }
+
+    fn geometry(&self) -> Geometry {
+        Geometry {
+            partitions: self.partitions,
+            limit_per_partition: self.limit_per_partition,
+            slots_per_partition: self.slots_per_partition,
+        }
+    }
+}
+
+/// Sizes derived from `rate_limit.max_buckets`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Partitions (one LWLock each).
+    pub partitions: u32,
+    /// Buckets a partition may hold.
+    pub limit_per_partition: u32,
+    /// Slots in a partition (25% more than its limit, so probes stay short).
+    pub slots_per_partition: u32,
+}
+
+impl Geometry {
+    /// About 64 buckets per partition for small tables, at most 128 partitions (as core's buffer table).
+    pub fn for_max_buckets(max_buckets: u32) -> Geometry {
+        let partitions = (max_buckets / 64).clamp(1, 128);
+        let limit_per_partition = max_buckets.div_ceil(partitions);
+        let slots_per_partition = limit_per_partition + limit_per_partition.div_ceil(4) + 1;
+        Geometry {
+            partitions,
+            limit_per_partition,
+            slots_per_partition,
+        }
+    }
+
+    fn partition_headers_offset() -> usize {
+        size_of::<Header>().next_multiple_of(64)
+    }
+
+    fn slots_offset(&self) -> usize {
+        (Self::partition_headers_offset() + self.partitions as usize * size_of::<PartitionHeader>())
+            .next_multiple_of(64)
+    }
+
+    /// Bytes of shared memory the table needs.
+    pub fn segment_bytes(&self) -> usize {
+        self.slots_offset()
+            + self.partitions as usize * self.slots_per_partition as usize * size_of::<Slot>()
+    }
+}
+
+/// The segment, once attached; copied into every backend by fork.
+pub(super) static mut SEGMENT: *mut Header = ptr::null_mut();
+
+fn configured_geometry() -> Geometry {
+    Geometry::for_max_buckets(gucs::max_buckets().max(1) as u32)
+}
+
+/// Requests the segment and the partition locks (the shmem request phase calls it).
+///
+/// # Safety
+/// Only in the postmaster while shared memory may still be requested.
+pub unsafe fn request_shmem() {
+    let g = configured_geometry();
+    // SAFETY: the caller guarantees we are in the request phase; the name is a static C string.
+    unsafe { shmem::request(g.segment_bytes(), Some((TRANCHE_NAME, g.partitions))) }
+}
+
+/// Creates or finds the segment (the shmem startup hook calls it, holding AddinShmemInitLock); returns
+/// true if it was created (empty).
+///
+/// # Safety
+/// Only from the shmem startup hook, with AddinShmemInitLock held and the space requested.
+pub unsafe fn attach_or_create() -> bool {
+    let g = configured_geometry();
+    // SAFETY: the caller's contract is shmem::attach's; the segment was sized by request_shmem.
+    let (segment, created) = unsafe { shmem::attach(SEGMENT_NAME, g.segment_bytes()) };
+    let segment = segment.cast::<Header>();
+    if created {
+        // SAFETY: the segment was just zeroed by shmem::attach and is at least a Header long; nobody else
+        // sees it before the startup hook returns; the tranche was requested with `partitions` locks.
+        unsafe {
+            segment.write(Header {
+                seed: shmem::random_seed(),
+                clock_base: clock::now_us() - clock::monotonic_us(),
+                partitions: g.partitions,
+                slots_per_partition: g.slots_per_partition,
+                limit_per_partition: g.limit_per_partition,
+                max_buckets: gucs::max_buckets().max(1) as u32,
+                locks: pg_sys::GetNamedLWLockTranche(TRANCHE_NAME.as_ptr()),
+                lossless_evictions: AtomicU64::new(0),
+                lossy_evictions: AtomicU64::new(0),
+                refused_full: AtomicU64::new(0),
+            });
+        }
+    }
+    // SAFETY: written only here, in the postmaster (or a backend of EXEC_BACKEND builds) before any call.
+    unsafe { SEGMENT = segment };
+    created
+}
+
+/// 55000 with a hint, for every memory-store call in a server that did not preload the library.
+fn not_preloaded(function: &'static str) -> ErrorReport {
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        "the rate_limit memory store is not available: the library was not preloaded",
+        function,
+    )
+    .set_hint(
+        "Add rate_limit to shared_preload_libraries in postgresql.conf and restart the server, \
+         or SET rate_limit.store = 'table'.",
+    )
+}
+
+/// The attached segment.
+pub(super) struct Table {
+    pub header: &'static Header,
+}
+
+impl Table {
+    /// The segment of this server; 55000 when the library was not preloaded.
+    pub fn attach(function: &'static str) -> Result<Table, ErrorReport> {
+        // SAFETY: SEGMENT is written only by shmem_startup in the postmaster before any backend exists,
+        // then inherited read-only; a non-null pointer points at an initialised Header.
+        let segment = unsafe { SEGMENT };
+        if !shmem::preloaded() || segment.is_null() {
+            return Err(not_preloaded(function));
+        }
+        // SAFETY: non-null and initialised (see above); the header is never freed while the server runs.
+        let header = unsafe { &*segment };
+        Ok(Table { header })
+    }
+
+    /// Now on the store's clock (monotonic, anchored to the wall clock at creation).
+    pub fn now(&self) -> i64 {
+        clock::monotonic_us() + self.header.clock_base
+    }
+
+    /// What to add to an instant of the store's clock to show it on the wall clock now.
+    pub fn wall_offset(&self) -> i64 {
+        clock::now_us() - self.now()
+    }
+
+    /// The keyed hash of a bucket: (database, kind, policy creation time, namespace, 0xFF, key). Buckets
+    /// are per database, as in the table store; the kind byte separates the namespaces; 0xFF never occurs
+    /// in UTF-8, so the namespace and the key cannot be confused.
+    pub fn bucket_hash(&self, namespace: &Namespace<'_>, key: &str) -> [u64; 2] {
+        let mut hasher = SipHasher13::new_with_keys(self.header.seed[0], self.header.seed[1]);
+        hasher.write_u32(current_database());
+        hasher.write_u8(kind_of(namespace));
+        hasher.write_i64(namespace.created_at());
+        hasher.write(namespace.stored_name().as_bytes());
+        hasher.write_u8(0xFF);
+        hasher.write(key.as_bytes());
+        let h = hasher.finish128();
+        [h.h1, h.h2]
+    }
+
+    /// The lock, header and slots of partition `p`.
+    ///
+    /// # Safety
+    /// `p < partitions`; the caller must hold the partition's lock before dereferencing the pointers.
+    unsafe fn partition(&self, p: u32) -> (*mut pg_sys::LWLock, *mut PartitionHeader, *mut Slot) {
+        let h = self.header;
+        let g = h.geometry();
+        let base = (h as *const Header).cast::<u8>();
+        // SAFETY: p < partitions (the caller's contract), so every offset below lies inside the segment laid
+        // out by Geometry; the lock pointer comes from the tranche of `partitions` locks.
+        unsafe {
+            let lock = &raw mut (*h.locks.add(p as usize)).lock;
+            let header = base
+                .add(Geometry::partition_headers_offset())
+                .cast::<PartitionHeader>()
+                .add(p as usize)
+                .cast_mut();
+            let slots = base
+                .add(g.slots_offset())
+                .cast::<Slot>()
+                .add(p as usize * g.slots_per_partition as usize)
+                .cast_mut();
+            (lock, header, slots)
+        }
+    }
+
+    /// Locks partition `p` (taken modulo the partition count) SHARED: read access until the guard drops.
+    pub fn lock_shared(&self, p: u32) -> SharedGuard<'_> {
+        let p = p % self.header.partitions;
+        // SAFETY: p < partitions; the guard takes the lock before it borrows the header and slots.
+        unsafe {
+            let (lock, header, slots) = self.partition(p);
+            SharedGuard::acquire(lock, header, slots, self.header.slots_per_partition)
+        }
+    }
+
+    /// Locks partition `p` (taken modulo the partition count) EXCLUSIVE: write access until the guard drops.
+    pub fn lock_exclusive(&self, p: u32) -> ExclusiveGuard<'_> {
+        let p = p % self.header.partitions;
+        // SAFETY: p < partitions; the guard takes the lock before it borrows the header and slots.
+        unsafe {
+            let (lock, header, slots) = self.partition(p);
+            ExclusiveGuard::acquire(
+                lock,
+                header,
+                slots,
+                self.header.slots_per_partition,
+                self.header.limit_per_partition,
+            )
+        }
+    }
+
+    /// The partition of a bucket.
+    pub fn partition_of(&self, hash: &[u64; 2]) -> u32 {
+        (hash[0] % u64::from(self.header.partitions)) as u32
+    }
+
+    /// Bytes of the whole segment.
+    pub fn segment_bytes(&self) -> usize {
+        self.header.geometry().segment_bytes()
+    }
+
+    /// Starts loading the slot where `hash`'s probe chain starts into the CPU cache, before its partition
+    /// is locked. With a large table that slot is nearly always a cache (and TLB) miss; issued for every
+    /// bucket of a call first, the misses overlap each other and the lock acquisition instead of being
+    /// served one by one under the lock.
+    pub fn prefetch(&self, hash: &[u64; 2]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let slots_per_partition = u64::from(self.header.slots_per_partition);
+            // SAFETY: partition_of is below the partition count; the pointer is only computed, not
+            // dereferenced, so no lock is needed.
+            let (_, _, slots) = unsafe { self.partition(self.partition_of(hash)) };
+            let slot = slots
+                .wrapping_add((hash[1] % slots_per_partition) as usize)
+                .cast::<i8>()
+                .cast_const();
+            // SAFETY: a prefetch is a hint that never faults and changes no memory; the address lies inside
+            // the segment (a slot spans at most two cache lines: both are fetched).
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(slot);
+                _mm_prefetch::<_MM_HINT_T0>(slot.wrapping_add(64));
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = hash;
+    }
+}
+
+/// The OID of the database this backend is connected to.
+pub(super) fn current_database() -> u32 {
+    // SAFETY: MyDatabaseId is a plain global of the backend, set at connection and read on its only thread.
+    unsafe { pg_sys::MyDatabaseId }.to_u32()
+}

@@ -1,0 +1,134 @@
+//! Calls a role with only LOGIN can make wrongly, each answered with a SQLSTATE of the right class and never
+//! XX000 (a Rust panic), NULL or a silent "everything":
+//! - the trigger functions `rate_limit.limit_writes()` and `rate_limit.policies_changed()` called as plain
+//!   functions: 39P01, as PostgreSQL's own trigger functions answer (before: XX000 "NotTrigger");
+//! - `rate_limit.headers(NULL)`: 22004, like every other function (before: NULL);
+//! - `rate_limit.reset_stats(NULL)`: 22004 (before: it reset every statistic); `reset_stats()` resets all;
+//! - `rate_limit.headers(d, label)` for an ad-hoc decision: the label only names the fields, whose numbers
+//!   are the decision's (before: the numbers of the policy the label happened to name).
+
+use postgres::error::SqlState;
+use postgres::{Client, NoTls};
+use rate_limit_integration::{conninfo, TestDb};
+
+fn code_of(client: &mut Client, sql: &str) -> SqlState {
+    let e = client.batch_execute(sql).expect_err(sql);
+    let db_error = e
+        .as_db_error()
+        .unwrap_or_else(|| panic!("{sql}: not a server error: {e:?}"));
+    assert!(
+        !db_error.message().contains("panic"),
+        "{sql}: {}",
+        db_error.message()
+    );
+    db_error.code().clone()
+}
+
+#[test]
+fn trigger_functions_called_directly_raise_39p01() {
+    let db = TestDb::new("misuse_triggers");
+    let mut admin = db.connect();
+    admin
+        .batch_execute("DROP ROLE IF EXISTS rl_misuse; CREATE ROLE rl_misuse LOGIN")
+        .expect("role");
+    let mut role = Client::connect(
+        &format!("{} dbname={} user=rl_misuse", conninfo(), db.name()),
+        NoTls,
+    )
+    .expect("connect as the role");
+    for client in [&mut admin, &mut role] {
+        for sql in [
+            "SELECT rate_limit.limit_writes()",
+            "SELECT rate_limit.policies_changed()",
+        ] {
+            assert_eq!(
+                code_of(client, sql),
+                SqlState::E_R_I_E_TRIGGER_PROTOCOL_VIOLATED,
+                "{sql}"
+            );
+        }
+    }
+    // and as triggers they still work
+    admin
+        .batch_execute(
+            "SELECT rate_limit.create_policy('two_rows', 2, '1 hour');
+             CREATE TABLE t (k text);
+             CREATE TRIGGER limited BEFORE INSERT ON t
+                 FOR EACH ROW EXECUTE FUNCTION rate_limit.limit_writes('two_rows', 'k');
+             INSERT INTO t VALUES ('a'), ('a');",
+        )
+        .expect("the trigger and the policy trigger fire");
+    assert_eq!(
+        code_of(&mut admin, "INSERT INTO t VALUES ('a')"),
+        SqlState::CONFIGURATION_LIMIT_EXCEEDED
+    );
+}
+
+#[test]
+fn null_arguments_of_headers_and_reset_stats_raise_22004() {
+    let db = TestDb::new("misuse_nulls");
+    let mut c = db.connect();
+    c.batch_execute("SELECT rate_limit.create_policy('api', 10, '1 minute', 5)")
+        .expect("policy");
+    assert_eq!(
+        code_of(&mut c, "SELECT rate_limit.headers(NULL)"),
+        SqlState::NULL_VALUE_NOT_ALLOWED
+    );
+    assert_eq!(
+        code_of(&mut c, "SELECT rate_limit.headers(NULL, 'api')"),
+        SqlState::NULL_VALUE_NOT_ALLOWED
+    );
+    // statistics: a NULL policy is an error, not "everything"
+    c.batch_execute("SELECT rate_limit.take('api', 'k')")
+        .expect("take");
+    let calls = |c: &mut Client| -> i64 {
+        c.query_one(
+            "SELECT coalesce(sum(calls), 0)::bigint FROM rate_limit.stats",
+            &[],
+        )
+        .expect("stats")
+        .get(0)
+    };
+    assert_eq!(calls(&mut c), 1);
+    assert_eq!(
+        code_of(&mut c, "SELECT rate_limit.reset_stats(NULL)"),
+        SqlState::NULL_VALUE_NOT_ALLOWED
+    );
+    assert_eq!(calls(&mut c), 1, "reset_stats(NULL) reset statistics");
+    let reset: i64 = c
+        .query_one("SELECT rate_limit.reset_stats()", &[])
+        .expect("reset all")
+        .get(0);
+    assert_eq!(reset, 1);
+    assert_eq!(calls(&mut c), 0);
+}
+
+#[test]
+fn a_label_names_the_headers_of_an_ad_hoc_decision_without_lending_its_numbers() {
+    let db = TestDb::new("misuse_label");
+    let mut c = db.connect();
+    c.batch_execute("SELECT rate_limit.create_policy('api', 10, '1 minute', 5)")
+        .expect("policy");
+    let row = c
+        .query_one(
+            "SELECT h ->> 'RateLimit', h ? 'RateLimit-Policy' \
+             FROM rate_limit.take_ad_hoc('k', 100, '1 hour') AS d, rate_limit.headers(d, 'api') AS h",
+            &[],
+        )
+        .expect("headers");
+    assert_eq!(row.get::<_, String>(0), "\"api\";r=99;t=36");
+    assert!(
+        !row.get::<_, bool>(1),
+        "the numbers of policy api (q=5) are not this decision's"
+    );
+    // a named decision keeps its own numbers under any label
+    let policy: String = c
+        .query_one(
+            "SELECT rate_limit.headers(d, 'shown') ->> 'RateLimit-Policy' \
+             FROM rate_limit.take('api', 'k') AS d",
+            &[],
+        )
+        .expect("headers")
+        .get(0);
+    assert_eq!(policy, "\"shown\";q=5;w=30");
+}
