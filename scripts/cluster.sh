@@ -72,5 +72,5 @@ run_regress() {
 }
 
 # The pg_regress examples, in order (setup creates the extension).
-REGRESS_TESTS=(setup seed_timeline management transactions errors permissions memory_store policies
+REGRESS_TESTS=(setup seed_timeline management transactions errors permissions memory_store bounds policies
   policy_errors postgrest write_limits statistics)

@@ -430,13 +430,11 @@ pub fn refund(
     Spi::connect_mut(|client| {
         let plans = plans(function, client)?;
         let stored = read(client, &plans.lock, function, target)?;
-        let now = clock::now_us();
-        let Some(stored) = stored else {
-            return Ok(target.evaluate(None, now, 0)); // no row: full, nothing to put back
-        };
-        let state = target.refunded(Some(stored), now, tokens);
-        write(client, plans, function, target, state)?;
-        Ok(target.policy.take(state, now, 0))
+        let (state, outcome) = target.refund(stored, clock::now_us(), tokens);
+        if let Some(state) = state {
+            write(client, plans, function, target, state)?;
+        }
+        Ok(outcome)
     })
 }
 

@@ -95,9 +95,22 @@ impl Target<'_> {
         self.policy.take(self.current(stored, now), now, cost)
     }
 
-    /// The state after putting up to `tokens` back into `stored` at `now` (never above the capacity).
-    pub fn refunded(&self, stored: Option<Stored>, now: i64, tokens: i64) -> State {
-        self.policy.refund(self.current(stored, now), now, tokens)
+    /// A refund of up to `tokens` to `stored` at `now` (never above the capacity): the state the store
+    /// writes (`None` for a missing bucket, which is full: nothing to put back, nothing to write) and the
+    /// bucket afterwards. Both stores refund through it, between their own read and write.
+    pub fn refund(
+        &self,
+        stored: Option<Stored>,
+        now: i64,
+        tokens: i64,
+    ) -> (Option<State>, Outcome) {
+        match stored {
+            None => (None, self.evaluate(None, now, 0)),
+            Some(s) => {
+                let state = self.policy.refund(self.current(Some(s), now), now, tokens);
+                (Some(state), self.policy.take(state, now, 0))
+            }
+        }
     }
 
     /// Whether two targets name the same bucket.

@@ -130,15 +130,18 @@ pub fn refund(
     let table = Table::attach(function)?;
     let hash = table.bucket_hash(&target.namespace, target.key);
     let mut part = table.lock_exclusive(table.partition_of(&hash));
-    let now = table.now();
-    let Probe::Found(idx) = part.probe(&hash) else {
-        return Ok(target.evaluate(None, now, 0));
+    let found = match part.probe(&hash) {
+        Probe::Found(idx) => Some(idx),
+        Probe::Empty(_) => None,
     };
-    let slot = &mut part.slots[idx];
-    let state = target.refunded(stored_of(slot), now, tokens);
-    slot.state.store(state);
-    write_policy(slot, &target.policy);
-    Ok(target.policy.take(state, now, 0))
+    let stored = found.and_then(|idx| stored_of(&part.slots[idx]));
+    let (state, outcome) = target.refund(stored, table.now(), tokens);
+    if let (Some(state), Some(idx)) = (state, found) {
+        let slot = &mut part.slots[idx];
+        slot.state.store(state);
+        write_policy(slot, &target.policy);
+    }
+    Ok(outcome)
 }
 
 /// Deletes a bucket (it is full again); true if it existed.

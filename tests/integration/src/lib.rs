@@ -295,3 +295,14 @@ pub fn remaining(client: &mut Client, policy: &str, key: &str) -> i64 {
         .expect("peek")
         .get(0)
 }
+
+/// One column of `rate_limit.memory_usage()`, e.g. `buckets` or `share_buckets`.
+pub fn memory_usage(client: &mut Client, column: &str) -> i64 {
+    client
+        .query_one(
+            &format!("SELECT {column} FROM rate_limit.memory_usage()"),
+            &[],
+        )
+        .expect("memory_usage")
+        .get(0)
+}

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use postgres::error::SqlState;
 use postgres::{Client, IsolationLevel, NoTls};
-use rate_limit_integration::{env, flood, TestDb};
+use rate_limit_integration::{env, flood, memory_usage as usage, TestDb};
 
 fn request(client: &mut Client, id: &str, rate: i32, window: i32) -> Result<i32, postgres::Error> {
     client
@@ -24,16 +24,6 @@ fn request(client: &mut Client, id: &str, rate: i32, window: i32) -> Result<i32,
             &[&id, &rate, &window],
         )
         .map(|row| row.get(0))
-}
-
-fn usage(client: &mut Client, column: &str) -> i64 {
-    client
-        .query_one(
-            &format!("SELECT {column} FROM rate_limit.memory_usage()"),
-            &[],
-        )
-        .expect("memory_usage")
-        .get(0)
 }
 
 #[test]
@@ -278,7 +268,10 @@ fn small_table_full_eviction_restart_and_crash() {
     );
     let hint = db_err.hint().unwrap_or_default();
     assert!(hint.contains("rate_limit.max_buckets"), "{hint}");
-    assert!(!hint.contains("evict_oldest"), "evict_oldest resets limits: {hint}");
+    assert!(
+        !hint.contains("evict_oldest"),
+        "evict_oldest resets limits: {hint}"
+    );
     assert!(
         stored > 128,
         "only {stored} buckets fitted in a table of 256"

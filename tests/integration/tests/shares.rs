@@ -9,7 +9,7 @@
 
 use postgres::error::SqlState;
 use postgres::{Client, NoTls};
-use rate_limit_integration::{conninfo, env, TestDb};
+use rate_limit_integration::{conninfo, env, memory_usage as usage, TestDb};
 
 const ROLE: &str = "rl_login_only";
 
@@ -27,16 +27,6 @@ fn login_only_role(server: &str) -> Client {
 fn connect_as_role(server: &str, db: &TestDb) -> Client {
     Client::connect(&format!("{server} dbname={} user={ROLE}", db.name()), NoTls)
         .expect("connect as the login-only role")
-}
-
-fn usage(client: &mut Client, column: &str) -> i64 {
-    client
-        .query_one(
-            &format!("SELECT {column} FROM rate_limit.memory_usage()"),
-            &[],
-        )
-        .expect("memory_usage")
-        .get(0)
 }
 
 fn take(client: &mut Client, policy: &str, key: &str) -> (bool, i64) {
