@@ -4,8 +4,9 @@
 #   system_pg_bindir                -> Debian's PostgreSQL 15, which only the demo uses
 #   cluster_start 15 DIR PORT [conf lines...]   initdb if needed (as the postgres user), start, wait
 #   cluster_stop 15 DIR
-# Clusters listen only on a Unix socket in $RATE_LIMIT_SOCKET_DIR (default /var/tmp/rate_limit-sock),
-# trust authentication, superuser "postgres". PostgreSQL refuses to run as root, so as root every server
+# Clusters listen only on a Unix socket in $RATE_LIMIT_SOCKET_DIR (default /var/tmp/rate_limit-sock), a
+# directory only its owner (postgres when run as root, else the user) and root may enter, with trust
+# authentication, superuser "postgres". PostgreSQL refuses to run as root, so as root every server
 # command runs as the postgres user.
 
 PG_CACHE=${RATE_LIMIT_PG_CACHE:-/opt/rate_limit-pg}
@@ -25,6 +26,8 @@ cluster_start() {
   bindir=$(pg_bindir "$version")
   mkdir -p "$RATE_LIMIT_SOCKET_DIR" "$(dirname "$dir")"
   if [ "$(id -u)" = 0 ]; then chown postgres "$RATE_LIMIT_SOCKET_DIR" "$(dirname "$dir")"; fi
+  # trust authentication: only the clusters' owner (and root) may enter the socket directory
+  chmod 700 "$RATE_LIMIT_SOCKET_DIR"
   if [ ! -f "$dir/PG_VERSION" ]; then
     as_pg "'$bindir/initdb' -D '$dir' -A trust -U postgres --no-sync -E UTF8 --locale=C.UTF-8" >/dev/null
     {

@@ -93,16 +93,16 @@ build_pg() { # $1 = major version, $2 = Debian suite that carries it
     if [ ! -f "$prefix/.origin" ] || [ "$(cat "$prefix/.origin")" = "$(pypi_origin "$v")" ]; then return 0; fi
   fi
   log "building PostgreSQL $v into $prefix (about 3 minutes)"
-  local src_list=/etc/apt/sources.list.d/rate-limit-pg-src2.sources
+  # deb-src of exactly the suites this run builds from (SOURCE_SUITES), rewritten when they change
+  local src_list=/etc/apt/sources.list.d/rate-limit-pg-src2.sources wanted
   rm -f /etc/apt/sources.list.d/rate-limit-pg-src.sources  # older list without bookworm
-  if [ ! -f "$src_list" ]; then
-    cat >"$src_list" <<'SRC'
-Types: deb-src
+  wanted="Types: deb-src
 URIs: http://deb.debian.org/debian
-Suites: bullseye bookworm trixie sid
+Suites: ${SOURCE_SUITES[*]}
 Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg"
+  if [ "$(cat "$src_list" 2>/dev/null)" != "$wanted" ]; then
+    echo "$wanted" >"$src_list"
     apt-get update -qq
   fi
   local work="$PG_CACHE/src/$v"
@@ -123,6 +123,8 @@ SRC
   touch "$prefix/.complete"
 }
 
+SOURCE_SUITES=(bookworm)
+$ALL && SOURCE_SUITES=(bullseye bookworm trixie sid)
 build_pg 15 bookworm
 pgrx_init_args=(--pg15 "$PG_CACHE/15/bin/pg_config")
 if $ALL; then

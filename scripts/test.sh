@@ -133,6 +133,10 @@ stop_clusters() {
   for c in standby cluster small plain faketime; do cluster_stop "$v" "$TEST_ROOT/$c-$v"; done
 }
 
+# an interrupted or failed run stops the servers it started (each layer also stops them when it is done)
+stop_all() { for v in "${VERSIONS[@]}"; do stop_clusters "$v"; done; }
+trap stop_all EXIT
+
 step "lint" lint
 for v in "${VERSIONS[@]}"; do
   # the test install replaces the library in place: stop this version's test servers first (a server that

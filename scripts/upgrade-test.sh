@@ -34,6 +34,7 @@ install_library() { # install_library SOURCE_DIR TARGET_DIR: builds and installs
 sql() { psql_at "$v" "$port" -q "$@"; }
 
 cluster_stop "$v" "$dir"
+trap 'cluster_stop "$v" "$dir"' EXIT # an interrupted run stops its server
 rm -rf "$dir"
 current=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
 # every released version but the current one (which a fresh install is)
