@@ -4,9 +4,11 @@
 #   scripts/test.sh            all four versions
 #   scripts/test.sh 15 17      only these
 #
-# Layers, per version (every server is one of the tests' own PostgreSQL installations in
-# $RATE_LIMIT_PG_CACHE, never the system's; running servers elsewhere are not touched):
-#   1. unit + property tests of the arithmetic and #[pg_test]s   (cargo pgrx test pgNN)
+# First, once: the lints, and the model's unit and property tests (cargo test -p rate_limit_model: the
+# arithmetic of every limit and what a call decides, no PostgreSQL, seconds). Then layers, per version
+# (every server is one of the tests' own PostgreSQL installations in $RATE_LIMIT_PG_CACHE, never the
+# system's; running servers elsewhere are not touched):
+#   1. unit tests of the extension's own modules and #[pg_test]s  (cargo pgrx test pgNN)
 #   2. pg_regress examples in tests/pg_regress                     (against a fresh preloaded cluster)
 #   3. integration tests in tests/integration: many connections    (that cluster, a streaming standby of it,
 #                                                                     a 256-bucket one, an unpreloaded one and
@@ -54,6 +56,7 @@ lint() {
   scripts/check-upgrade-scripts.sh &&
     cargo fmt --all --check &&
     cargo clippy --all-targets -- -D warnings &&
+    cargo clippy -p rate_limit_model --all-targets -- -D warnings &&
     cargo clippy -p rate_limit_integration --all-targets -- -D warnings
 }
 
@@ -138,6 +141,7 @@ stop_all() { for v in "${VERSIONS[@]}"; do stop_clusters "$v"; done; }
 trap stop_all EXIT
 
 step "lint" lint
+step "the model: unit and property tests without PostgreSQL" cargo test -p rate_limit_model
 for v in "${VERSIONS[@]}"; do
   # the test install replaces the library in place: stop this version's test servers first (a server that
   # has the file mapped would crash); servers that are not the tests' own are never touched

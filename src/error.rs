@@ -50,11 +50,6 @@ pub fn capacity_too_large(function: &'static str, capacity: i128, max: i64) -> E
     .set_hint("Lower refill_per_sec or window_seconds.")
 }
 
-/// 22023: an id longer than [`MAX_ID_BYTES`].
-pub fn id_too_long(function: &'static str, len: usize) -> ErrorReport {
-    key_too_long(function, "id", len)
-}
-
 /// 22023: a key (named `argument`) longer than [`MAX_ID_BYTES`].
 pub fn key_too_long(function: &'static str, argument: &str, len: usize) -> ErrorReport {
     ErrorReport::new(

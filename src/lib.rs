@@ -12,21 +12,20 @@
 
 use pgrx::prelude::*;
 
-pub mod algorithm;
 pub mod api;
-pub mod bucket;
 pub mod clock;
 pub mod decision;
 pub mod error;
 pub mod gucs;
 pub mod hooks;
-pub mod http;
 pub mod persist;
 pub mod policies;
 pub mod shmem;
 pub mod stats;
 pub mod store;
 pub mod worker;
+
+pub use rate_limit_model::{algorithm, bucket, http};
 
 #[cfg(any(test, feature = "pg_test"))]
 mod pg_tests;

@@ -27,7 +27,7 @@
 //! Persistence. A clean shutdown saves every entry with counts to `pg_stat/rate_limit.stats`, loaded by the
 //! next start (then deleted); a crash loses them, as pg_stat_statements' do.
 
-pub mod summary;
+pub use rate_limit_model::summary;
 
 use std::cell::{RefCell, UnsafeCell};
 use std::collections::HashMap;
@@ -46,7 +46,7 @@ use crate::clock;
 use crate::gucs;
 use crate::persist;
 use crate::store::target::Target;
-use summary::{Counter, Summary, KEY_PREFIX};
+use rate_limit_model::summary::{Counter, Summary, KEY_PREFIX};
 
 const SEGMENT_NAME: &CStr = c"rate_limit statistics";
 const TRANCHE_NAME: &CStr = c"rate_limit statistics";

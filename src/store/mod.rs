@@ -9,7 +9,8 @@
 pub mod memory;
 pub mod short;
 pub mod table;
-pub mod target;
+
+pub use rate_limit_model::target;
 
 use pgrx::pg_sys::panic::ErrorReport;
 

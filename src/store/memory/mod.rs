@@ -49,7 +49,7 @@ mod cas;
 mod guards;
 mod multi;
 mod segment;
-mod shares;
+use rate_limit_model::shares;
 mod slots;
 mod snapshot;
 

@@ -11,11 +11,11 @@ use pgrx::PgSqlErrorCode;
 
 use super::guards::Locked;
 use super::segment::{current_database, Table};
-use super::shares::{self, NoRoom, Room};
 use super::slots::{new_slot, stored_of, write_policy, Evict, Probe};
 use crate::algorithm::Outcome;
 use crate::gucs::{self, OnFull};
 use crate::store::target::{Target, MAX_TARGETS};
+use rate_limit_model::shares::{self, NoRoom, Room};
 
 /// Takes `cost` tokens from every target under the exclusive locks of their partitions, all or nothing.
 /// `hashes` and `parts` are the targets' keyed hashes and partitions.

@@ -10,9 +10,9 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 
 use super::cas::AtomicState;
 use super::segment::{current_database, Header};
-use super::shares::Owners;
 use crate::algorithm::{Algorithm, Policy, State};
 use crate::store::target::{Namespace, Stored};
+use rate_limit_model::shares::Owners;
 
 /// Slots an insert into a full partition examines at most to find a bucket to evict.
 pub const EVICTION_SCAN: usize = 128;

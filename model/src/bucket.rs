@@ -178,11 +178,6 @@ impl Bucket {
         self.level_at(limit, now) / limit.period_us
     }
 
-    /// Whether the bucket is full at `now`, and so equal to a missing one.
-    pub fn is_full_at(&self, limit: &Limit, now: i64) -> bool {
-        self.level_at(limit, now) == limit.full
-    }
-
     /// The first instant, at or after `now`, at which `cost` tokens could be in the bucket if nobody took
     /// any: `now` if they are there already, `None` if `cost` exceeds the capacity (never).
     pub fn available_at(&self, limit: &Limit, now: i64, cost: i64) -> Option<i64> {
