@@ -99,15 +99,16 @@ pub fn millionths_numeric(
     function: &'static str,
     millionths: i64,
 ) -> Result<pgrx::AnyNumeric, ErrorReport> {
-    pgrx::AnyNumeric::try_from(crate::bucket::millionths_to_decimal(millionths).as_str()).map_err(
-        |e| {
-            ErrorReport::new(
-                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                e.to_string(),
-                function,
-            )
-        },
+    pgrx::AnyNumeric::try_from(
+        crate::algorithm::token_bucket::millionths_to_decimal(millionths).as_str(),
     )
+    .map_err(|e| {
+        ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+            e.to_string(),
+            function,
+        )
+    })
 }
 
 /// XX000: a stored row that the extension could not have written.
@@ -132,7 +133,7 @@ pub fn invalid_numbers(function: &'static str, what: &str) -> ErrorReport {
     )
 }
 
-/// 22023: a limit that cannot be counted exactly (see [`crate::bucket::LimitError`]).
+/// 22023: a limit that cannot be counted exactly (see [`crate::algorithm::token_bucket::LimitError`]).
 pub fn out_of_range_limit(function: &'static str, what: &str) -> ErrorReport {
     ErrorReport::new(
         PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,

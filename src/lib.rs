@@ -25,7 +25,7 @@ pub mod stats;
 pub mod store;
 pub mod worker;
 
-pub use rate_limit_model::{algorithm, bucket, http};
+pub use rate_limit_model::{algorithm, http};
 
 #[cfg(any(test, feature = "pg_test"))]
 mod pg_tests;

@@ -2,21 +2,22 @@
 //! plain Rust that knows nothing of PostgreSQL (`cargo test -p rate_limit_model` runs its tests in seconds,
 //! with no server). The extension's stores load, lock and save state; every number comes from here.
 //!
-//! - [`bucket`]: the token bucket's exact arithmetic (integer fractions of a token, rebasing on a clock
-//!   that went back), and the limit given as rate per second and window;
 //! - [`algorithm`]: the three algorithms (token bucket, fixed window, sliding window) on one state shape,
-//!   carry-over when a policy's numbers change, refunds;
+//!   carry-over when a policy's numbers change, refunds; [`algorithm::token_bucket`] is the token
+//!   bucket's exact arithmetic (integer fractions of a token, rebasing on a clock that went back), and the
+//!   limit given as rate per second and window;
 //! - [`target`]: the buckets a call asks for (namespace, key, numbers) and how each is evaluated;
 //! - [`decision`]: combining the outcomes of a call's buckets into one decision;
 //! - [`http`]: the RateLimit, RateLimit-Policy and Retry-After field values;
-//! - [`summary`]: the Space-Saving summary of the keys denied most;
+//! - [`summary`]: the Space-Saving summary of the keys denied most; [`denials`]: when a backend adds its
+//!   denials to it;
 //! - [`shares`]: how much of the memory store one database may fill, and what a partition frees when full.
 
 #![forbid(unsafe_code)]
 
 pub mod algorithm;
-pub mod bucket;
 pub mod decision;
+pub mod denials;
 pub mod http;
 pub mod shares;
 pub mod summary;

@@ -9,8 +9,8 @@ use pgrx::datum::AnyNumeric;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
+use crate::algorithm::token_bucket::{Limit, MICROS_PER_SECOND};
 use crate::algorithm::{Algorithm, Outcome, Policy};
-use crate::bucket::{Limit, MICROS_PER_SECOND};
 use crate::error;
 use crate::gucs;
 use crate::store::{self, target::Namespace, target::Target};
