@@ -81,7 +81,7 @@ integration() { # integration VERSION: main (preloaded), small (256 buckets), st
   RATE_LIMIT_TEST_FAKETIME_STOP="$(pg_ctl_command "$v" "$TEST_ROOT/faketime-$v" stop)" \
   RATE_LIMIT_TEST_FAKETIME_START="$(pg_ctl_command "$v" "$TEST_ROOT/faketime-$v" start "$(faketime_environment "$v")")" \
   RATE_LIMIT_TEST_BINDIR="$(pg_bindir "$v")" \
-    cargo test -p rate_limit_integration -- --test-threads=1
+    cargo test -p rate_limit_integration --no-fail-fast -- --test-threads=1
 }
 
 clients() { # clients VERSION: the node-postgres client test against the main cluster
