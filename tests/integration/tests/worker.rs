@@ -28,13 +28,8 @@ impl Drop for PurgeEverySecond {
 impl PurgeEverySecond {
     /// Sets `rate_limit.purge_interval = '1s'` for the server; dropping the guard resets it.
     fn start(admin: Client) -> PurgeEverySecond {
-        PurgeEverySecond::start_with(admin, "1s")
-    }
-
-    /// Sets `rate_limit.purge_interval` to `interval` for the server; dropping the guard resets it.
-    fn start_with(admin: Client, interval: &str) -> PurgeEverySecond {
         let mut guard = PurgeEverySecond(admin);
-        guard.set(interval);
+        guard.set("1s");
         guard
     }
 
@@ -252,10 +247,10 @@ fn dropped_databases_lose_their_memory_buckets_and_a_shorter_interval_applies_at
         drop(db);
     };
 
-    // a round that starts when the interval is set (300 s) frees the first dropped database's buckets
+    // with rounds every second, the dropped database's buckets are freed
     fill_and_drop("dropped_first");
     assert!(dropped_buckets(&mut admin) >= 500);
-    let mut guard = PurgeEverySecond::start_with(admin, "300s");
+    let mut guard = PurgeEverySecond::start(admin);
     let mut admin = Client::connect(
         &format!("{} dbname=postgres", rate_limit_integration::conninfo()),
         postgres::NoTls,
@@ -265,9 +260,13 @@ fn dropped_databases_lose_their_memory_buckets_and_a_shorter_interval_applies_at
         dropped_buckets(&mut admin) == 0
     });
 
-    // the next round is 300 s away; a reload to 1 s must bring it at once
+    // every 300 s now: the next round is 300 s after the last. A round the 1 s interval had already
+    // scheduled is due within 1 s of the last one; 2 s on, it has begun (a round purges memory first).
+    guard.set("300s");
+    thread::sleep(Duration::from_secs(2));
     fill_and_drop("dropped_second");
     assert!(dropped_buckets(&mut admin) >= 500);
+    // a reload to 1 s makes the next round due 1 s after the last one: at once
     guard.set("1s");
     wait_for(
         60,
