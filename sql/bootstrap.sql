@@ -56,3 +56,14 @@ CREATE TABLE rate_limit.policies (
 COMMENT ON TABLE rate_limit.policies IS
     'rate_limit named policies: rate tokens per per, at most burst; change them with rate_limit.alter_policy';
 SELECT pg_catalog.pg_extension_config_dump('rate_limit.policies', '');
+
+-- Policies dropped (DELETE or TRUNCATE of rate_limit.policies) whose memory-store buckets have not been
+-- freed yet: written by the policies_dropped trigger in the dropping transaction, emptied by the
+-- background worker's round in this database and by rate_limit.purge(). The memory store keys a policy's
+-- buckets by (name, created_at) and frees them only once the drop has committed. Owner only; not dumped.
+CREATE TABLE rate_limit.dropped_policies (
+    name       text COLLATE "C" NOT NULL,
+    created_at timestamptz NOT NULL
+);
+COMMENT ON TABLE rate_limit.dropped_policies IS
+    'Internal: dropped policies whose memory-store buckets the background worker has not freed yet';

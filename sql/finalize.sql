@@ -8,8 +8,30 @@ CREATE TRIGGER policies_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON rate_limit.policies
     FOR EACH STATEMENT EXECUTE FUNCTION rate_limit.policies_changed();
 
+-- Records dropped policies for the memory store (see rate_limit.dropped_policies). Runs as the role that
+-- deletes, which only the owner (or a superuser) may; every name is qualified.
+CREATE FUNCTION rate_limit.policies_dropped() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN
+        INSERT INTO rate_limit.dropped_policies (name, created_at)
+        SELECT d.name, d.created_at FROM dropped AS d;
+    ELSE -- TRUNCATE, before it runs
+        INSERT INTO rate_limit.dropped_policies (name, created_at)
+        SELECT p.name, p.created_at FROM rate_limit.policies AS p;
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER policies_dropped
+    AFTER DELETE ON rate_limit.policies REFERENCING OLD TABLE AS dropped
+    FOR EACH STATEMENT EXECUTE FUNCTION rate_limit.policies_dropped();
+CREATE TRIGGER policies_truncated
+    BEFORE TRUNCATE ON rate_limit.policies
+    FOR EACH STATEMENT EXECUTE FUNCTION rate_limit.policies_dropped();
+
 -- Every bucket of both stores, with its tokens now (exact, rounded down to the millionth). kind is
--- 'policy', 'ad_hoc' or 'request'; policy is NULL unless kind = 'policy'. Memory-store keys longer than
+-- 'policy', 'ad_hoc' or 'request'; policy is NULL unless kind = 'policy'. The CASE spells the model's
+-- Kind::of_stored_name for the table's rows (a pg_test compares the two). Memory-store keys longer than
 -- 28 bytes end with an ellipsis.
 CREATE VIEW rate_limit.buckets AS
 SELECT CASE s.namespace WHEN '#request' THEN 'request' WHEN '#ad_hoc' THEN 'ad_hoc' ELSE 'policy' END AS kind,
@@ -53,6 +75,10 @@ COMMENT ON VIEW rate_limit.top_limited IS
 -- PUBLIC: only the owner's statements call them.
 GRANT USAGE ON SCHEMA rate_limit TO PUBLIC;
 REVOKE ALL ON TABLE rate_limit.bucket_state FROM PUBLIC;
+REVOKE ALL ON TABLE rate_limit.dropped_policies FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.policies_dropped() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.policies_dropped() IS
+    'Trigger: records dropped policies in rate_limit.dropped_policies, for the memory store';
 REVOKE ALL ON TABLE rate_limit.buckets FROM PUBLIC;
 REVOKE ALL ON TABLE rate_limit.stats FROM PUBLIC;
 REVOKE ALL ON TABLE rate_limit.top_limited FROM PUBLIC;
@@ -73,8 +99,8 @@ REVOKE EXECUTE ON FUNCTION rate_limit.reset_stats(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.reset_stats() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.memory_shares() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.state_after_take(bigint, timestamptz, text, bigint, bigint, bigint,
-    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.effective_now(timestamptz, timestamptz) FROM PUBLIC;
+    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint, bigint) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.effective_now(bigint, timestamptz, timestamptz) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.state_tokens(bigint, timestamptz, text, bigint, bigint, bigint,
     timestamptz) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.state_is_full(bigint, timestamptz, text, bigint, bigint, bigint,
@@ -120,9 +146,9 @@ COMMENT ON FUNCTION rate_limit.memory_shares() IS
     'Buckets each database holds in the memory store; owner only';
 COMMENT ON FUNCTION rate_limit.memory_buckets() IS 'Internal: buckets of the memory store, for rate_limit.buckets';
 COMMENT ON FUNCTION rate_limit.state_after_take(bigint, timestamptz, text, bigint, bigint, bigint,
-    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint) IS
+    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint, bigint) IS
     'Internal: the level of a stored row after a take, or -1 if short (the table store''s UPDATE)';
-COMMENT ON FUNCTION rate_limit.effective_now(timestamptz, timestamptz) IS
+COMMENT ON FUNCTION rate_limit.effective_now(bigint, timestamptz, timestamptz) IS
     'Internal: the instant a stored row is evaluated at (clock skew versus a clock step)';
 COMMENT ON FUNCTION rate_limit.state_tokens(bigint, timestamptz, text, bigint, bigint, bigint, timestamptz) IS
     'Internal: tokens of a stored row at a given time, exact to the millionth';

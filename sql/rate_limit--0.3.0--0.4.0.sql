@@ -55,3 +55,75 @@ AS 'MODULE_PATHNAME', 'memory_shares_wrapper';
 REVOKE EXECUTE ON FUNCTION rate_limit.memory_shares() FROM PUBLIC;
 COMMENT ON FUNCTION rate_limit.memory_shares() IS
     'Buckets each database holds in the memory store; owner only';
+
+-- The table store's UPDATE passes its call number, so that its arithmetic is evaluated once per call and
+-- row version (not per equal arguments). New C symbols: a database still at 0.3.0 gets "could not find
+-- function", never arguments read at the wrong place.
+DROP FUNCTION rate_limit.state_after_take(bigint, timestamptz, text, bigint, bigint, bigint,
+    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint);
+DROP FUNCTION rate_limit.effective_now(timestamptz, timestamptz);
+CREATE FUNCTION rate_limit."state_after_take"(
+    "level" bigint,
+    "updated_at" timestamp with time zone,
+    "algorithm" TEXT,
+    "rate" bigint,
+    "per_us" bigint,
+    "burst" bigint,
+    "new_algorithm" TEXT,
+    "new_rate" bigint,
+    "new_per_us" bigint,
+    "new_burst" bigint,
+    "changed_at" timestamp with time zone,
+    "now" timestamp with time zone,
+    "cost" bigint,
+    "call" bigint
+) RETURNS bigint
+STRICT VOLATILE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'state_after_take_of_call_wrapper';
+CREATE FUNCTION rate_limit."effective_now"(
+    "call" bigint,
+    "now" timestamp with time zone,
+    "updated_at" timestamp with time zone
+) RETURNS timestamp with time zone
+STRICT VOLATILE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'effective_now_of_call_wrapper';
+REVOKE EXECUTE ON FUNCTION rate_limit.state_after_take(bigint, timestamptz, text, bigint, bigint, bigint,
+    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint, bigint) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.effective_now(bigint, timestamptz, timestamptz) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.state_after_take(bigint, timestamptz, text, bigint, bigint, bigint,
+    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint, bigint) IS
+    'Internal: the level of a stored row after a take, or -1 if short (the table store''s UPDATE)';
+COMMENT ON FUNCTION rate_limit.effective_now(bigint, timestamptz, timestamptz) IS
+    'Internal: the instant a stored row is evaluated at (clock skew versus a clock step)';
+
+-- Memory buckets of a dropped policy are freed once the drop has committed.
+CREATE TABLE rate_limit.dropped_policies (
+    name       text COLLATE "C" NOT NULL,
+    created_at timestamptz NOT NULL
+);
+COMMENT ON TABLE rate_limit.dropped_policies IS
+    'Internal: dropped policies whose memory-store buckets the background worker has not freed yet';
+CREATE FUNCTION rate_limit.policies_dropped() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN
+        INSERT INTO rate_limit.dropped_policies (name, created_at)
+        SELECT d.name, d.created_at FROM dropped AS d;
+    ELSE -- TRUNCATE, before it runs
+        INSERT INTO rate_limit.dropped_policies (name, created_at)
+        SELECT p.name, p.created_at FROM rate_limit.policies AS p;
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER policies_dropped
+    AFTER DELETE ON rate_limit.policies REFERENCING OLD TABLE AS dropped
+    FOR EACH STATEMENT EXECUTE FUNCTION rate_limit.policies_dropped();
+CREATE TRIGGER policies_truncated
+    BEFORE TRUNCATE ON rate_limit.policies
+    FOR EACH STATEMENT EXECUTE FUNCTION rate_limit.policies_dropped();
+REVOKE ALL ON TABLE rate_limit.dropped_policies FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.policies_dropped() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.policies_dropped() IS
+    'Trigger: records dropped policies in rate_limit.dropped_policies, for the memory store';

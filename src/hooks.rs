@@ -13,7 +13,7 @@ use pgrx::pg_sys;
 
 use crate::shmem;
 use crate::stats;
-use crate::store::memory;
+use crate::store;
 
 /// Index of AddinShmemInitLock in MainLWLockArray (lwlocknames.txt, the same from PostgreSQL 13 to 18).
 const ADDIN_SHMEM_INIT_LOCK: usize = 21;
@@ -45,7 +45,7 @@ pub fn init_when_preloading() {
 unsafe fn request_all() {
     // SAFETY: the caller's contract is theirs.
     unsafe {
-        memory::request_shmem();
+        store::request_memory();
         stats::request_shmem();
     }
 }
@@ -74,12 +74,12 @@ unsafe extern "C-unwind" fn shmem_startup() {
         }
         let init_lock = &raw mut (*pg_sys::MainLWLockArray.add(ADDIN_SHMEM_INIT_LOCK)).lock;
         pg_sys::LWLockAcquire(init_lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
-        let memory_created = memory::attach_or_create();
+        let memory_created = store::attach_memory();
         let stats_created = stats::attach_or_create();
         pg_sys::LWLockRelease(init_lock);
         if !pg_sys::IsUnderPostmaster {
             if memory_created {
-                memory::load_saved();
+                store::load_memory();
             }
             if stats_created {
                 stats::load_saved();
@@ -95,6 +95,6 @@ unsafe extern "C-unwind" fn shmem_exit(code: std::ffi::c_int, _arg: pg_sys::Datu
     if code != 0 {
         return;
     }
-    memory::save();
+    store::save_memory();
     stats::save();
 }

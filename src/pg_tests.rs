@@ -111,7 +111,7 @@ mod tests {
     /// (twice before the per-row memo), a denial once.
     #[pg_test]
     fn a_table_store_grant_evaluates_the_arithmetic_once() {
-        use crate::store::table::evaluations;
+        use crate::store::table_evaluations as evaluations;
         requests("pt_once", 1, 100, 1); // creates the row (no TAKE arithmetic on a missing row)
         let before = evaluations();
         assert_eq!(requests("pt_once", 1, 100, 3), vec![98, 97, 96]);
@@ -119,6 +119,30 @@ mod tests {
         let before = evaluations();
         assert_eq!(requests("pt_once_short", 1, 1, 2), vec![0, -1]);
         assert_eq!(evaluations() - before, 1); // the denial's UPDATE updated nothing
+    }
+
+    /// The view's CASE for table rows and the model's `Kind::of_stored_name` (used for memory buckets and
+    /// statistics) name every namespace alike.
+    #[pg_test]
+    fn the_buckets_view_names_kinds_as_the_model_does() {
+        use crate::store::target::Kind;
+        for (i, namespace) in ["#request", "#ad_hoc", "pt_kind_policy"].iter().enumerate() {
+            let key = format!("pt_kind_{i}");
+            Spi::run(&format!(
+                "INSERT INTO rate_limit.bucket_state VALUES \
+                 ('{namespace}', '{key}', 0, now(), 'token_bucket', 1, 1000000, 1)"
+            ))
+            .expect("row inserted");
+            let (kind, policy) = Kind::of_stored_name(namespace);
+            let shown = text(&format!(
+                "SELECT kind || '/' || coalesce(policy, '-') FROM rate_limit.buckets \
+                 WHERE key = '{key}' AND store = 'table'"
+            ));
+            assert_eq!(
+                shown,
+                Some(format!("{}/{}", kind.name(), policy.unwrap_or("-")))
+            );
+        }
     }
 
     #[pg_test]

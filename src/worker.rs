@@ -26,7 +26,7 @@ use pgrx::bgworkers::{
 use pgrx::prelude::*;
 
 use crate::gucs;
-use crate::store::{memory, table};
+use crate::store;
 
 /// Rows deleted per transaction by a database's purge.
 pub const BATCH: i64 = 5000;
@@ -82,7 +82,7 @@ pub extern "C-unwind" fn rate_limit_launcher_main(_arg: pg_sys::Datum) {
         }
         let next_snapshot = due(last_snapshot, gucs::memory_snapshot_interval());
         if next_snapshot.is_some_and(|at| Instant::now() >= at) {
-            memory::save();
+            store::save_memory();
             last_snapshot = Some(Instant::now());
         }
         let now = Instant::now();
@@ -105,18 +105,17 @@ pub extern "C-unwind" fn rate_limit_launcher_main(_arg: pg_sys::Datum) {
 /// One purge: the memory store, then the table store of every database, one worker at a time.
 fn purge_round() {
     set_activity("purging the memory store");
-    if memory::available() {
+    if store::memory_available() {
         // The databases holding buckets are read before pg_database, so a database created meanwhile
         // (whose backends could not have made buckets before it committed) is never taken for dropped.
-        let holding = memory::shares("rate_limit launcher").unwrap_or_default();
+        let holding = store::memory_shares("rate_limit launcher").unwrap_or_default();
         let existing: Vec<u32> = databases().iter().map(|(oid, _)| oid.to_u32()).collect();
         let dropped: Vec<u32> = holding
             .iter()
             .map(|(database, _)| *database)
             .filter(|database| !existing.contains(database))
             .collect();
-        let scope = memory::PurgeScope::Server { dropped: &dropped };
-        if let Err(e) = memory::purge("rate_limit launcher", scope) {
+        if let Err(e) = store::purge_memory_of_server("rate_limit launcher", &dropped) {
             e.report(PgLogLevel::WARNING);
         }
     }
@@ -202,7 +201,8 @@ fn report(state: pg_sys::BackendState::Type, what: &str) {
     unsafe { pg_sys::pgstat_report_activity(state, text.as_ptr()) };
 }
 
-/// One database's purge of the table store (a dynamic worker; `arg` is the database's OID).
+/// One database's purge: the memory buckets of its dropped policies, then the table store's full rows (a
+/// dynamic worker; `arg` is the database's OID).
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn rate_limit_purge_main(arg: pg_sys::Datum) {
@@ -228,10 +228,16 @@ pub extern "C-unwind" fn rate_limit_purge_main(arg: pg_sys::Datum) {
         }
         _ => return, // not installed here
     }
+    set_activity("freeing the memory buckets of dropped policies");
+    if let Err(e) =
+        BackgroundWorker::transaction(|| store::free_memory_of_dropped_policies("rate_limit purge"))
+    {
+        e.report(PgLogLevel::WARNING);
+    }
     set_activity("purging full buckets from rate_limit.bucket_state");
     loop {
         let deleted =
-            BackgroundWorker::transaction(|| table::purge_batch("rate_limit purge", BATCH));
+            BackgroundWorker::transaction(|| store::purge_table_batch("rate_limit purge", BATCH));
         match deleted {
             Ok(n) if n >= BATCH && !BackgroundWorker::sigterm_received() => continue,
             Ok(_) => break,

@@ -29,7 +29,52 @@ pub const AD_HOC_NAMESPACE: &str = "#ad_hoc";
 /// The namespace column of `rate_limit.bucket_state` for `rate_limiting_request`'s buckets.
 pub const REQUEST_NAMESPACE: &str = "#request";
 
+/// What kind of bucket a namespace holds, as `rate_limit.buckets` and the statistics show it. The one
+/// mapping between namespaces and kinds (`sql/finalize.sql`'s view spells the same for the table's rows;
+/// a test compares them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A named policy's bucket.
+    Policy,
+    /// An ad-hoc limit's bucket.
+    AdHoc,
+    /// A bucket of `rate_limiting_request`.
+    Request,
+}
+
+impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 3] = [Kind::Policy, Kind::AdHoc, Kind::Request];
+
+    /// The name shown for the kind: `policy`, `ad_hoc` or `request`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Policy => "policy",
+            Kind::AdHoc => "ad_hoc",
+            Kind::Request => "request",
+        }
+    }
+
+    /// The kind and policy name of a namespace column value (see [`Namespace::stored_name`]).
+    pub fn of_stored_name(name: &str) -> (Kind, Option<&str>) {
+        match name {
+            REQUEST_NAMESPACE => (Kind::Request, None),
+            AD_HOC_NAMESPACE => (Kind::AdHoc, None),
+            policy => (Kind::Policy, Some(policy)),
+        }
+    }
+}
+
 impl<'a> Namespace<'a> {
+    /// The kind of bucket this namespace holds.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Namespace::Policy { .. } => Kind::Policy,
+            Namespace::AdHoc => Kind::AdHoc,
+            Namespace::Request => Kind::Request,
+        }
+    }
+
     /// The value of the namespace column: the policy's name, or one of the `#` names above.
     pub fn stored_name(&self) -> &'a str {
         match self {
@@ -121,3 +166,63 @@ impl Target<'_> {
 
 /// The most targets one call may name (the memory store locks one partition per target).
 pub const MAX_TARGETS: usize = 16;
+
+/// Evaluates `cost` tokens at `now` for every target against its stored bucket (`stored[i]` is target
+/// `i`'s): the decision every store makes between reading its buckets and writing them. The call is
+/// granted only if every outcome is allowed.
+pub fn evaluate_all(
+    targets: &[Target<'_>],
+    stored: &[Option<Stored>],
+    now: i64,
+    cost: i64,
+) -> Vec<Outcome> {
+    targets
+        .iter()
+        .zip(stored)
+        .map(|(t, s)| t.evaluate(*s, now, cost))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_maps_back_from_its_namespace_column() {
+        let policy = Namespace::Policy {
+            name: "api",
+            created_at: 5,
+        };
+        for ns in [policy, Namespace::AdHoc, Namespace::Request] {
+            let (kind, name) = Kind::of_stored_name(ns.stored_name());
+            assert_eq!(kind, ns.kind());
+            assert_eq!(name, ns.policy_name());
+        }
+        let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(names, ["policy", "ad_hoc", "request"]);
+    }
+
+    #[test]
+    fn a_call_is_decided_bucket_by_bucket() {
+        let p = crate::algorithm::Policy::new(
+            crate::algorithm::Algorithm::TokenBucket,
+            2,
+            1_000_000,
+            2,
+        )
+        .unwrap();
+        let t = |key| Target {
+            namespace: Namespace::AdHoc,
+            key,
+            policy: p,
+            changed_at: i64::MIN,
+        };
+        let empty = Stored {
+            state: p.take(p.full(0), 0, 2).state,
+            policy: p,
+        };
+        let outcomes = evaluate_all(&[t("a"), t("b")], &[None, Some(empty)], 0, 1);
+        assert!(outcomes[0].allowed);
+        assert!(!outcomes[1].allowed);
+    }
+}

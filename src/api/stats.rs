@@ -6,15 +6,12 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
 use crate::stats;
-use crate::store::target::{AD_HOC_NAMESPACE, REQUEST_NAMESPACE};
+use crate::store::target::Kind;
 
 /// `kind` and `policy` of a namespace, as `rate_limit.buckets` shows them.
 fn kind_and_policy(name: &str) -> (String, Option<String>) {
-    match name {
-        REQUEST_NAMESPACE => ("request".to_string(), None),
-        AD_HOC_NAMESPACE => ("ad_hoc".to_string(), None),
-        policy => ("policy".to_string(), Some(policy.to_string())),
-    }
+    let (kind, policy) = Kind::of_stored_name(name);
+    (kind.name().to_string(), policy.map(str::to_string))
 }
 
 fn count(v: u64) -> i64 {

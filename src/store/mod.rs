@@ -6,11 +6,19 @@
 //! saw short is denied from the backend's own memory ([`short`]), with exact figures computed from the
 //! remembered state.
 
-pub mod memory;
+mod dropped;
+mod memory;
 pub mod short;
-pub mod table;
+mod table;
 
 pub use rate_limit_model::target;
+
+pub use memory::{
+    attach_or_create as attach_memory, available as memory_available, load_saved as load_memory,
+    request_shmem as request_memory, save as save_memory, Usage as MemoryUsage,
+};
+#[cfg(any(test, feature = "pg_test"))]
+pub use table::evaluations as table_evaluations;
 
 use pgrx::pg_sys::panic::ErrorReport;
 
@@ -18,7 +26,7 @@ use crate::algorithm::{Outcome, State};
 use crate::clock;
 use crate::gucs::Store;
 use crate::stats;
-use target::{Namespace, Target};
+use target::{Kind, Namespace, Target};
 
 /// Now on the clock of `store`: the wall clock for the table store, the memory store's own clock (55000
 /// when it is not available).
@@ -75,7 +83,9 @@ fn not_looked_at() -> Outcome {
     }
 }
 
-/// Puts up to `tokens` back into the bucket of `target` (never above its capacity); returns the bucket.
+/// Puts up to `tokens` back into the bucket of `target` (never above its capacity); returns the bucket. One
+/// flow for both stores: their lock-read-write step ([`table::update`], [`memory::update`]) around the
+/// model's refund arithmetic.
 pub fn refund(
     function: &'static str,
     store: Store,
@@ -83,9 +93,10 @@ pub fn refund(
     tokens: i64,
 ) -> Result<Outcome, ErrorReport> {
     short::forget(&target.namespace, target.key);
+    let step = |stored, now| target.refund(stored, now, tokens);
     match store {
-        Store::Table => table::refund(function, target, tokens),
-        Store::Memory => memory::refund(function, target, tokens),
+        Store::Table => table::update(function, target, step),
+        Store::Memory => memory::update(function, target, step),
     }
 }
 
@@ -103,12 +114,103 @@ pub fn reset(
     }
 }
 
-/// Deletes every bucket that is full now from both stores (the memory store when it is available),
-/// losslessly; returns how many.
+/// Deletes every bucket of the current database that is full now from both stores (the memory store when
+/// it is available), losslessly, and frees the memory buckets of policies whose drop has committed;
+/// returns how many buckets were deleted.
 pub fn purge(function: &'static str) -> Result<i64, ErrorReport> {
     let mut purged = table::purge(function)?;
-    if memory::available() {
-        purged += memory::purge(function, memory::PurgeScope::CurrentDatabase)?;
-    }
+    purged += purge_memory_of_database(function, true)?;
     Ok(purged)
+}
+
+/// The background worker's round in one database: at most `batch` full rows of the table store (returns
+/// how many were deleted; the worker calls again while a batch comes back full).
+pub fn purge_table_batch(function: &'static str, batch: i64) -> Result<i64, ErrorReport> {
+    table::purge_batch(function, batch)
+}
+
+/// Frees the memory buckets of the current database's dropped policies (see [`dropped`]) and, when
+/// `full_ones` or when a policy was dropped (the store is scanned then anyway), deletes its full ones;
+/// returns how many. Nothing when the memory store is not available.
+fn purge_memory_of_database(function: &'static str, full_ones: bool) -> Result<i64, ErrorReport> {
+    if !memory::available() {
+        return Ok(0);
+    }
+    let tags = dropped::take_dropped_policy_tags(function)?;
+    if tags.is_empty() && !full_ones {
+        return Ok(0);
+    }
+    memory::purge(
+        function,
+        memory::PurgeScope::CurrentDatabase {
+            dropped_policies: &tags,
+        },
+    )
+}
+
+/// The background worker's round in one database for the memory store: frees the buckets of policies
+/// whose drop has committed since the last round (the launcher's round deletes full buckets); returns how
+/// many. The store is scanned only when a policy was dropped.
+pub fn free_memory_of_dropped_policies(function: &'static str) -> Result<i64, ErrorReport> {
+    purge_memory_of_database(function, false)
+}
+
+/// The background worker's round over the whole memory store: deletes the full buckets of every database
+/// and every bucket of the `dropped` databases (OIDs); returns how many.
+pub fn purge_memory_of_server(function: &'static str, dropped: &[u32]) -> Result<i64, ErrorReport> {
+    memory::purge(function, memory::PurgeScope::Server { dropped })
+}
+
+/// Size and use of the memory store; 55000 when it is not available.
+pub fn memory_usage(function: &'static str) -> Result<MemoryUsage, ErrorReport> {
+    memory::usage(function)
+}
+
+/// The buckets each database holds in the memory store: (database OID, buckets), in OID order.
+pub fn memory_shares(function: &'static str) -> Result<Vec<(u32, i64)>, ErrorReport> {
+    memory::shares(function)
+}
+
+/// One bucket of the memory store, for `rate_limit.buckets`.
+pub struct MemoryBucket {
+    /// What kind of bucket.
+    pub kind: Kind,
+    /// The policy's name, for a policy bucket.
+    pub policy: Option<String>,
+    /// The key, or its first bytes followed by `…`.
+    pub key: String,
+    /// Tokens now, in millionths (rounded down).
+    pub millionths: i64,
+    /// The numbers the bucket was last written under.
+    pub numbers: crate::algorithm::Policy,
+    /// Last update, in microseconds on the wall clock.
+    pub updated_at: i64,
+}
+
+/// The memory store's buckets in this database (none when it is not available). A policy bucket is
+/// named by its policy; buckets of policies that no longer exist are not listed (they wait to be freed).
+pub fn memory_buckets(function: &'static str) -> Result<Vec<MemoryBucket>, ErrorReport> {
+    let listed = memory::list();
+    let names = if listed.iter().any(|l| l.kind == Kind::Policy) {
+        dropped::live_policy_tags(function)?
+    } else {
+        Default::default()
+    };
+    Ok(listed
+        .into_iter()
+        .filter_map(|l| {
+            let policy = match l.kind {
+                Kind::Policy => Some(names.get(&l.policy_tag)?.clone()),
+                Kind::AdHoc | Kind::Request => None,
+            };
+            Some(MemoryBucket {
+                kind: l.kind,
+                policy,
+                key: l.key,
+                millionths: l.millionths,
+                numbers: l.numbers,
+                updated_at: l.updated_at,
+            })
+        })
+        .collect())
 }

@@ -30,14 +30,14 @@
 //! created, so ids chosen by an attacker cannot be made to collide or pile up in one partition. Two distinct
 //! ids share a bucket only if their keyed hashes collide: with n buckets the chance is below n² / 2^129
 //! (for a million buckets, about 1.5e-27). The current database's OID is hashed with the id, so buckets
-//! are per database, as in the table store. The first [`ID_PREFIX`] bytes of the id are kept for display
+//! are per database, as in the table store. The first [`slots::ID_PREFIX`] bytes of the id are kept for display
 //! in `rate_limit.buckets`; the id itself may be up to 2048 bytes, like in the table store.
 //!
 //! Room. Each partition holds at most `ceil(max_buckets / partitions)` buckets in 25% more slots, and each
 //! database at most its share of them ([`shares`]): a role in one database cannot fill, evict or reset
 //! another database's buckets. When a new bucket does not fit, a bucket that is full now is evicted first
 //! (lossless: a missing bucket is a full one); failing that, `rate_limit.on_full` decides, within the
-//! database's own share only. An insert examines at most [`EVICTION_SCAN`] slots under its exclusive lock,
+//! database's own share only. An insert examines at most [`slots::EVICTION_SCAN`] slots under its exclusive lock,
 //! from a hand that moves on through the partition, so a flood of new keys costs a bounded time per call.
 //!
 //! Time. The store measures time on [`crate::clock::monotonic_us`], a clock that never steps, anchored to the wall
@@ -55,17 +55,18 @@ mod snapshot;
 
 use pgrx::pg_sys::panic::ErrorReport;
 
-use crate::algorithm::{Outcome, Policy};
+use crate::algorithm::{Outcome, Policy, State};
 use crate::gucs;
-use crate::store::target::{Namespace, Target, MAX_TARGETS};
+use crate::store::target::{evaluate_all, Kind, Namespace, Stored, Target, MAX_TARGETS};
 use cas::{take_shared, AtomicState};
 use segment::{current_database, Table};
 use slots::{
-    kind_name, shown_key, slot_is_full, slot_policy, stored_of, write_policy, Probe, Slot,
+    kind_from_byte, shown_key, slot_is_full, slot_policy, stored_of, write_policy, Probe, Slot,
+    KIND_POLICY,
 };
 
-pub use segment::{attach_or_create, request_shmem, Geometry};
-pub use slots::{policy_tag, EVICTION_SCAN, ID_PREFIX, SLOT_BYTES};
+pub use segment::{attach_or_create, request_shmem};
+pub use slots::{policy_tag, SLOT_BYTES};
 pub use snapshot::{load as load_saved, save};
 
 /// Whether the memory store exists (the library was preloaded).
@@ -99,18 +100,16 @@ pub fn take(
         table.prefetch(&hashes[i]);
     }
     if cost == 0 {
-        let mut outcomes = Vec::with_capacity(n);
-        for (i, t) in targets.iter().enumerate() {
+        let mut stored: [Option<Stored>; MAX_TARGETS] = [None; MAX_TARGETS];
+        let mut now = 0;
+        for (i, s) in stored.iter_mut().enumerate().take(n) {
             let part = table.lock_shared(parts[i]);
-            let now = table.now();
-            let stored = match part.probe(&hashes[i]) {
-                Probe::Found(idx) => stored_of(&part.slots[idx]),
-                Probe::Empty(_) => None,
-            };
-            drop(part);
-            outcomes.push(t.evaluate(stored, now, 0));
+            now = table.now();
+            if let Probe::Found(idx) = part.probe(&hashes[i]) {
+                *s = stored_of(&part.slots[idx]);
+            }
         }
-        return Ok(outcomes);
+        return Ok(evaluate_all(targets, &stored[..n], now, 0));
     }
     if let ([target], true) = (targets, AtomicState::swaps_are_lock_free()) {
         if let Some(outcome) = take_shared(&table, target, &hashes[0], parts[0], cost) {
@@ -120,13 +119,15 @@ pub fn take(
     multi::take_exclusive(function, &table, targets, &hashes[..n], &parts[..n], cost)
 }
 
-/// Puts up to `tokens` back into a policy bucket (capped at its capacity); returns it afterwards. A missing
-/// bucket is full: nothing is put back and nothing is inserted.
-pub fn refund(
+/// The memory store's lock-read-write step on one bucket: under its partition's exclusive lock, reads the
+/// bucket, asks `step` what to write given the stored bucket and the store's clock, and writes that state
+/// over the bucket if it exists (a missing bucket is full: nothing is inserted). `step` runs under the
+/// lock: it must be pure arithmetic (no allocation, no error).
+pub fn update<R>(
     function: &'static str,
     target: &Target<'_>,
-    tokens: i64,
-) -> Result<Outcome, ErrorReport> {
+    step: impl FnOnce(Option<Stored>, i64) -> (Option<State>, R),
+) -> Result<R, ErrorReport> {
     let table = Table::attach(function)?;
     let hash = table.bucket_hash(&target.namespace, target.key);
     let mut part = table.lock_exclusive(table.partition_of(&hash));
@@ -135,13 +136,13 @@ pub fn refund(
         Probe::Empty(_) => None,
     };
     let stored = found.and_then(|idx| stored_of(&part.slots[idx]));
-    let (state, outcome) = target.refund(stored, table.now(), tokens);
+    let (state, result) = step(stored, table.now());
     if let (Some(state), Some(idx)) = (state, found) {
         let slot = &mut part.slots[idx];
         slot.state.store(state);
         write_policy(slot, &target.policy);
     }
-    Ok(outcome)
+    Ok(result)
 }
 
 /// Deletes a bucket (it is full again); true if it existed.
@@ -165,8 +166,13 @@ pub fn reset(
 /// Which buckets a purge looks at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PurgeScope<'a> {
-    /// The full buckets of the current database (`rate_limit.purge()`, which counts what it deleted there).
-    CurrentDatabase,
+    /// The full buckets of the current database, and its buckets of the dropped policies whose tags
+    /// ([`policy_tag`]) are in `dropped_policies` (`rate_limit.purge()` and the worker's round in a
+    /// database).
+    CurrentDatabase {
+        /// Tags of policies whose drop has committed and that no live policy shares.
+        dropped_policies: &'a [u32],
+    },
     /// The full buckets of every database of the server, and every bucket of the databases in `dropped`
     /// (the background worker's round).
     Server {
@@ -175,8 +181,8 @@ pub enum PurgeScope<'a> {
     },
 }
 
-/// Deletes every bucket in `scope` that is full now (and, for the server, those of dropped databases);
-/// returns how many.
+/// Deletes every bucket in `scope` that is full now, and those of dropped policies or databases; returns
+/// how many.
 pub fn purge(function: &'static str, scope: PurgeScope<'_>) -> Result<i64, ErrorReport> {
     let table = Table::attach(function)?;
     let database = current_database();
@@ -185,7 +191,11 @@ pub fn purge(function: &'static str, scope: PurgeScope<'_>) -> Result<i64, Error
         let mut part = table.lock_exclusive(p);
         let now = table.now();
         purged += part.remove_where(|s| match scope {
-            PurgeScope::CurrentDatabase => s.database == database && slot_is_full(s, now),
+            PurgeScope::CurrentDatabase { dropped_policies } => {
+                s.database == database
+                    && (slot_is_full(s, now)
+                        || (s.used == KIND_POLICY && dropped_policies.contains(&s.policy_tag)))
+            }
             PurgeScope::Server { dropped } => dropped.contains(&s.database) || slot_is_full(s, now),
         });
     }
@@ -221,10 +231,10 @@ fn for_each_slot(function: &'static str, mut each: impl FnMut(&Slot, i64, i64)) 
     }
 }
 
-/// One bucket of the memory store, for `rate_limit.buckets`.
+/// One bucket of the memory store, as stored (the policy named by its tag).
 pub struct Listed {
-    /// `policy`, `ad_hoc` or `request`.
-    pub kind: &'static str,
+    /// What kind of bucket.
+    pub kind: Kind,
     /// The tag of the policy incarnation (0 for the other kinds), see [`policy_tag`].
     pub policy_tag: u32,
     /// The key, or its first bytes followed by `…`.
@@ -232,7 +242,7 @@ pub struct Listed {
     /// Tokens now, in millionths (rounded down).
     pub millionths: i64,
     /// The numbers the bucket was last written under.
-    pub policy: Policy,
+    pub numbers: Policy,
     /// Last update, in microseconds on the wall clock.
     pub updated_at: i64,
 }
@@ -241,14 +251,14 @@ pub struct Listed {
 pub fn list() -> Vec<Listed> {
     let mut rows = Vec::new();
     for_each_slot("rate_limit.buckets", |s, now, wall_offset| {
-        if let Some(policy) = slot_policy(s) {
+        if let Some(numbers) = slot_policy(s) {
             let state = s.state.load();
             rows.push(Listed {
-                kind: kind_name(s.used),
+                kind: kind_from_byte(s.used),
                 policy_tag: s.policy_tag,
                 key: shown_key(s),
-                millionths: policy.tokens_millionths(state, now),
-                policy,
+                millionths: numbers.tokens_millionths(state, now),
+                numbers,
                 updated_at: state.at.saturating_add(wall_offset),
             });
         }

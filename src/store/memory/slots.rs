@@ -11,7 +11,7 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 use super::cas::AtomicState;
 use super::segment::{current_database, Header};
 use crate::algorithm::{Algorithm, Policy, State};
-use crate::store::target::{Namespace, Stored};
+use crate::store::target::{Kind, Namespace, Stored};
 use rate_limit_model::shares::Owners;
 
 /// Slots an insert into a full partition examines at most to find a bucket to evict.
@@ -249,21 +249,21 @@ pub(super) fn stored_of(slot: &Slot) -> Option<Stored> {
     })
 }
 
-/// The kind byte of a namespace.
+/// The kind byte of a namespace's buckets (the slot's `used`, also in snapshots).
 pub(super) fn kind_of(namespace: &Namespace<'_>) -> u8 {
-    match namespace {
-        Namespace::Policy { .. } => KIND_POLICY,
-        Namespace::AdHoc => KIND_AD_HOC,
-        Namespace::Request => KIND_REQUEST,
+    match namespace.kind() {
+        Kind::Policy => KIND_POLICY,
+        Kind::AdHoc => KIND_AD_HOC,
+        Kind::Request => KIND_REQUEST,
     }
 }
 
-/// The name `rate_limit.buckets` shows for a kind byte.
-pub(super) fn kind_name(kind: u8) -> &'static str {
+/// The kind of a used slot's kind byte.
+pub(super) fn kind_from_byte(kind: u8) -> Kind {
     match kind {
-        KIND_POLICY => "policy",
-        KIND_AD_HOC => "ad_hoc",
-        _ => "request",
+        KIND_POLICY => Kind::Policy,
+        KIND_AD_HOC => Kind::AdHoc,
+        _ => Kind::Request,
     }
 }
 

@@ -2,7 +2,8 @@
 //! 100 000 idle full buckets of the table store and 20 000 of the memory store disappear without any call
 //! of purge(), while another connection keeps calling (every call answered, exactly the burst granted,
 //! its bucket kept); the launcher is in pg_stat_activity. A database whose state table is locked by someone
-//! else does not stall the worker: its purge gives up after a lock timeout, logged, and is retried.
+//! else does not stall the worker: its purge gives up after a lock timeout, logged, and is retried. Memory
+//! buckets of dropped databases and of dropped policies are freed.
 
 use std::fs;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -274,4 +275,113 @@ fn dropped_databases_lose_their_memory_buckets_and_a_shorter_interval_applies_at
         || dropped_buckets(&mut admin) == 0,
     );
     drop(guard);
+}
+
+/// Memory buckets of a dropped policy are freed once the drop has committed, by `rate_limit.purge()` and
+/// by the worker's round, after `drop_policy` and after `TRUNCATE rate_limit.policies`. A drop rolled back
+/// or not yet committed frees nothing, and neither does a policy created by a transaction still open
+/// (its buckets exist before its row is visible): their limits stay exact.
+#[test]
+fn dropped_policies_lose_their_memory_buckets_once_the_drop_commits() {
+    let db = TestDb::new("worker_dropped_policy");
+    let mut owner = db.connect();
+    let buckets = |c: &mut Client| rate_limit_integration::memory_usage(c, "database_buckets");
+    let take = |c: &mut Client, policy: &str, key: &str| -> i64 {
+        c.query_one(
+            "SELECT remaining FROM rate_limit.take($1, $2)",
+            &[&policy, &key],
+        )
+        .expect("take")
+        .get(0)
+    };
+    owner
+        .batch_execute(
+            "SELECT rate_limit.create_policy('daily', 1, '1 day', 10, store => 'memory')",
+        )
+        .expect("create");
+    for k in 0..5 {
+        assert_eq!(take(&mut owner, "daily", &format!("k{k}")), 9);
+    }
+    assert_eq!(buckets(&mut owner), 5);
+
+    // rolled back: nothing freed, the limits are intact
+    owner
+        .batch_execute("BEGIN; SELECT rate_limit.drop_policy('daily'); ROLLBACK")
+        .expect("drop rolled back");
+    assert_eq!(count(&mut owner, "SELECT rate_limit.purge()"), 0);
+    assert_eq!(buckets(&mut owner), 5);
+    assert_eq!(take(&mut owner, "daily", "k0"), 8);
+
+    // not committed yet, and a policy created in a transaction still open: a purge frees neither
+    let mut other = db.connect();
+    other
+        .batch_execute(
+            "BEGIN; SELECT rate_limit.drop_policy('daily');
+             SELECT rate_limit.create_policy('young', 1, '1 day', 10, store => 'memory')",
+        )
+        .expect("open transaction");
+    assert_eq!(take(&mut other, "young", "y"), 9);
+    assert_eq!(buckets(&mut owner), 6);
+    assert_eq!(count(&mut owner, "SELECT rate_limit.purge()"), 0);
+    assert_eq!(buckets(&mut owner), 6);
+    other
+        .batch_execute(
+            "ROLLBACK; SELECT rate_limit.create_policy('young', 1, '1 day', 10, store => 'memory')",
+        )
+        .expect("rolled back, then created for good");
+    assert_eq!(take(&mut owner, "daily", "k0"), 7);
+
+    // committed: purge() frees the dropped policy's buckets, and only those
+    owner
+        .batch_execute("SELECT rate_limit.drop_policy('daily')")
+        .expect("drop");
+    assert_eq!(buckets(&mut owner), 6); // the rolled-back incarnation of 'young' is unreachable but held
+    assert_eq!(count(&mut owner, "SELECT rate_limit.purge()"), 5);
+    assert_eq!(buckets(&mut owner), 1);
+    assert_eq!(
+        count(
+            &mut owner,
+            "SELECT count(*) FROM rate_limit.dropped_policies"
+        ),
+        0, // purge() consumed the record of 'daily'
+    );
+
+    // the worker's round, after drop_policy and after TRUNCATE
+    owner
+        .batch_execute(
+            "SELECT rate_limit.create_policy('hourly', 1, '1 hour', 10, store => 'memory')",
+        )
+        .expect("create");
+    for k in 0..3 {
+        take(&mut owner, "hourly", &format!("h{k}"));
+        take(&mut owner, "young", &format!("y{k}"));
+    }
+    assert_eq!(buckets(&mut owner), 7);
+    let admin = Client::connect(
+        &format!("{} dbname=postgres", rate_limit_integration::conninfo()),
+        postgres::NoTls,
+    )
+    .expect("admin");
+    let _every_second = PurgeEverySecond::start(admin);
+    owner
+        .batch_execute("SELECT rate_limit.drop_policy('hourly')")
+        .expect("drop");
+    wait_for(30, "the worker frees the dropped policy's buckets", || {
+        buckets(&mut owner) == 4
+    });
+    owner
+        .batch_execute("TRUNCATE rate_limit.policies")
+        .expect("truncate");
+    wait_for(
+        30,
+        "the worker frees the truncated policies' buckets",
+        || buckets(&mut owner) == 0,
+    );
+    assert_eq!(
+        count(
+            &mut owner,
+            "SELECT count(*) FROM rate_limit.dropped_policies"
+        ),
+        0
+    );
 }

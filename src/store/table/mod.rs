@@ -12,7 +12,7 @@
 //! Concurrency contract.
 //! - One bucket, cost > 0: one conditional `UPDATE … WHERE rate_limit.state_after_take(…) >= 0` (`TAKE`).
 //!   The arithmetic runs on the newest row version, once per version (its `WHERE` and `SET` share one
-//!   evaluation, see `LAST_TAKE`): READ COMMITTED waits for a concurrent update and re-checks;
+//!   evaluation, see [`sql`]): READ COMMITTED waits for a concurrent update and re-checks;
 //!   REPEATABLE READ and SERIALIZABLE raise 40001. If it updates nothing, a fresh read tells a
 //!   denial (nothing written) from a missing row, which is inserted with `ON CONFLICT DO NOTHING` (two
 //!   creators never see a unique violation: the loser starts again).
@@ -27,6 +27,11 @@
 //!   stepped back) is rebased on the clock, conditionally on nobody having changed it, so that refill resumes
 //!   from the step (see `crate::clock::effective_now`).
 
+mod sql;
+
+#[cfg(any(test, feature = "pg_test"))]
+pub use sql::evaluations;
+
 use std::cell::Cell;
 
 use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
@@ -38,7 +43,7 @@ use pgrx::PgSqlErrorCode;
 use crate::algorithm::{Algorithm, Outcome, Policy, State};
 use crate::clock;
 use crate::error;
-use crate::store::target::{Namespace, Stored, Target};
+use crate::store::target::{evaluate_all, Namespace, Stored, Target};
 
 /// How often a call starts again (its row changed, vanished or appeared under it) before it gives up with
 /// 40001.
@@ -49,12 +54,12 @@ const WHERE_BUCKET: &str =
 const COLUMNS: &str = "level, updated_at, algorithm, rate, per_us, burst";
 const TAKE: &str = "UPDATE rate_limit.bucket_state SET \
      level = rate_limit.state_after_take(level, updated_at, algorithm, rate, per_us, burst, \
-                                         $3, $4, $5, $6, $7, $8, $9), \
-     updated_at = rate_limit.effective_now($8, updated_at), \
+                                         $3, $4, $5, $6, $7, $8, $9, $10), \
+     updated_at = rate_limit.effective_now($10, $8, updated_at), \
      algorithm = $3, rate = $4, per_us = $5, burst = $6 \
      WHERE namespace OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2 \
        AND rate_limit.state_after_take(level, updated_at, algorithm, rate, per_us, burst, \
-                                       $3, $4, $5, $6, $7, $8, $9) OPERATOR(pg_catalog.>=) 0 \
+                                       $3, $4, $5, $6, $7, $8, $9, $10) OPERATOR(pg_catalog.>=) 0 \
      RETURNING level, updated_at";
 const INSERT: &str = "INSERT INTO rate_limit.bucket_state \
      (namespace, key, level, updated_at, algorithm, rate, per_us, burst) \
@@ -120,7 +125,7 @@ fn prepare_plans(client: &SpiClient<'_>) -> Result<Plans, SpiError> {
         take: client
             .prepare_mut(
                 TAKE,
-                &[text, text, text, int8, int8, int8, tstz, tstz, int8],
+                &[text, text, text, int8, int8, int8, tstz, tstz, int8, int8],
             )?
             .keep(),
         insert: client.prepare_mut(INSERT, &row)?.keep(),
@@ -291,11 +296,7 @@ pub fn take(
                 stored.push(read(client, plan, function, t)?);
             }
             let now = clock::now_us();
-            let outcomes: Vec<Outcome> = targets
-                .iter()
-                .zip(stored)
-                .map(|(t, s)| t.evaluate(s, now, cost))
-                .collect();
+            let outcomes = evaluate_all(targets, &stored, now, cost);
             if cost > 0 && outcomes.iter().all(|o| o.allowed) {
                 return Err(error::read_only(function));
             }
@@ -320,7 +321,8 @@ fn take_one(
     for _ in 0..MAX_ATTEMPTS {
         // 1. one conditional UPDATE: granted if it returns the new state
         let now = clock::now_us();
-        let args: [DatumWithOid<'_>; 9] = [
+        let call = sql::next_call();
+        let args: [DatumWithOid<'_>; 10] = [
             target.namespace.stored_name().into(),
             target.key.into(),
             p.algorithm().name().into(),
@@ -330,8 +332,8 @@ fn take_one(
             timestamptz(function, target.changed_at.max(0))?.into(),
             timestamptz(function, now)?.into(),
             cost.into(),
+            call.into(),
         ];
-        forget_last_take();
         let table = spi(function, client.select(&plans.take, None, &args))?;
         if let Some(row) = table.into_iter().next() {
             let level: Option<i64> = spi(function, row.get(1))?;
@@ -380,11 +382,7 @@ fn take_many(
         stored.push(read(client, &plans.read_fresh, function, t)?);
     }
     let now = clock::now_us();
-    let mut outcomes: Vec<Outcome> = targets
-        .iter()
-        .zip(&stored)
-        .map(|(t, s)| t.evaluate(*s, now, cost))
-        .collect();
+    let mut outcomes = evaluate_all(targets, &stored, now, cost);
     if !outcomes.iter().all(|o| o.allowed) {
         for ((t, s), o) in targets.iter().zip(&stored).zip(&outcomes) {
             if !o.allowed {
@@ -418,23 +416,26 @@ fn take_many(
     Ok(outcomes)
 }
 
-/// Puts up to `tokens` back into the bucket (capped at its capacity); returns the bucket afterwards.
-pub fn refund(
+/// The table store's lock-read-write step on one bucket: reads and locks its row (`FOR UPDATE`, until the
+/// transaction ends), asks `step` what to write given the stored bucket and the clock, and writes that
+/// state over the row if it exists (a missing row is a full bucket: nothing is inserted). 25006 in a
+/// read-only transaction.
+pub fn update<R>(
     function: &'static str,
     target: &Target<'_>,
-    tokens: i64,
-) -> Result<Outcome, ErrorReport> {
+    step: impl FnOnce(Option<Stored>, i64) -> (Option<State>, R),
+) -> Result<R, ErrorReport> {
     if read_only() {
         return Err(error::read_only(function));
     }
     Spi::connect_mut(|client| {
         let plans = plans(function, client)?;
         let stored = read(client, &plans.lock, function, target)?;
-        let (state, outcome) = target.refund(stored, clock::now_us(), tokens);
+        let (state, result) = step(stored, clock::now_us());
         if let Some(state) = state {
             write(client, plans, function, target, state)?;
         }
-        Ok(outcome)
+        Ok(result)
     })
 }
 
@@ -469,92 +470,4 @@ pub fn purge_batch(function: &'static str, limit: i64) -> Result<i64, ErrorRepor
         let deleted = spi(function, client.update(PURGE_BATCH, None, &args))?.len();
         Ok(i64::try_from(deleted).unwrap_or(i64::MAX))
     })
-}
-
-/// The arguments of one evaluation of `TAKE`'s arithmetic.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct TakeArgs {
-    stored: Stored,
-    current: Policy,
-    changed_at: i64,
-    now: i64,
-    cost: i64,
-}
-
-/// One evaluation of `TAKE`'s arithmetic: its arguments, the level it gives (-1: denied) and the instant
-/// it was evaluated at.
-#[derive(Clone, Copy)]
-struct Evaluated {
-    args: TakeArgs,
-    level: i64,
-    instant: i64,
-}
-
-thread_local! {
-    /// The last evaluation in this backend. `TAKE` names the arithmetic in its `WHERE` (may the row be
-    /// updated?) and in its `SET` (the new level and instant) on the same row version; the first call
-    /// evaluates and the others read the result back, so the arithmetic and the clock reading of
-    /// [`clock::effective_now`] happen once per row version and the row's level and instant come from one
-    /// decision. Cleared before every `TAKE`, so a result never serves another statement.
-    static LAST_TAKE: Cell<Option<Evaluated>> = const { Cell::new(None) };
-    /// How many times the arithmetic ran in this backend (for the test that it runs once per grant).
-    static EVALUATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-/// Forgets the last evaluation (before a `TAKE` runs).
-fn forget_last_take() {
-    LAST_TAKE.with(|c| c.set(None));
-}
-
-/// How many times `TAKE`'s arithmetic has been evaluated in this backend.
-pub fn evaluations() -> u64 {
-    EVALUATIONS.with(Cell::get)
-}
-
-/// The level after taking `cost` at `now` from a stored row, converted to the current numbers (in effect
-/// since `changed_at`), or -1 when denied: the arithmetic inside `TAKE`. `now` is the call's clock reading,
-/// evaluated as [`clock::effective_now`] says. Evaluated once per row version (see `LAST_TAKE`).
-pub fn state_after_take(
-    stored: Stored,
-    current: Policy,
-    changed_at: i64,
-    now: i64,
-    cost: i64,
-) -> i64 {
-    let args = TakeArgs {
-        stored,
-        current,
-        changed_at,
-        now,
-        cost,
-    };
-    if let Some(e) = LAST_TAKE.with(Cell::get).filter(|e| e.args == args) {
-        return e.level;
-    }
-    EVALUATIONS.with(|c| c.set(c.get() + 1));
-    let instant = clock::effective_now(now, stored.state.at);
-    let state = current.carry_over(stored.state, &stored.policy, changed_at, instant);
-    let outcome = current.take(state, instant, cost);
-    let level = if outcome.allowed {
-        outcome.state.level
-    } else {
-        -1
-    };
-    LAST_TAKE.with(|c| {
-        c.set(Some(Evaluated {
-            args,
-            level,
-            instant,
-        }))
-    });
-    level
-}
-
-/// The instant a row stored at `at` is evaluated at by a call that read the clock at `now`: the one the
-/// arithmetic of this `TAKE` used for that row version, else [`clock::effective_now`].
-pub fn instant_of_take(now: i64, at: i64) -> i64 {
-    match LAST_TAKE.with(Cell::get) {
-        Some(e) if e.args.now == now && e.args.stored.state.at == at => e.instant,
-        _ => clock::effective_now(now, at),
-    }
 }
