@@ -1,27 +1,32 @@
 #!/usr/bin/env bash
-# The main job: build and install rate_limit into PostgreSQL 15, start a local cluster with it, run the seed
-# example and leave the server running. Idempotent: a second run rebuilds only what changed, restarts the
-# server on the new library and recreates the demo database's extension.
+# The main job: build and install rate_limit into Debian's PostgreSQL 15, start a local cluster with it, run
+# the seed example and leave the server running. Idempotent: a second run rebuilds only what changed, restarts
+# the server on the new library and recreates the demo database's extension.
+#
+# It installs only what it needs (scripts/install-deps.sh --demo: no PostgreSQL built for the tests, no
+# `cargo pgrx init`): pgrx reads the system's pg_config from PGRX_PG_CONFIG_PATH, and the build has a target
+# directory of its own (target/demo), so it neither needs nor disturbs the tests' installations.
 #
 # Data: $RATE_LIMIT_DEMO_DIR (default /var/tmp/rate_limit-demo), port $RATE_LIMIT_DEMO_PORT (default 5440),
 # socket directory $RATE_LIMIT_SOCKET_DIR (default /var/tmp/rate_limit-sock).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+scripts/install-deps.sh --demo
 export PATH="$HOME/.cargo/bin:$PATH"
 # shellcheck source=cluster.sh
 source scripts/cluster.sh
 
 DEMO_DIR=${RATE_LIMIT_DEMO_DIR:-/var/tmp/rate_limit-demo}
 PORT=${RATE_LIMIT_DEMO_PORT:-5440}
+PG_CONFIG="$(pg_bindir system)/pg_config"
+export PGRX_PG_CONFIG_PATH=$PG_CONFIG CARGO_TARGET_DIR=$PWD/target/demo
 
 echo "== building and installing rate_limit (release) into PostgreSQL 15"
 # Build first, then stop the demo server (if a previous run left it up) before the install overwrites the library
 # it has mapped: replacing a loaded shared library in place crashes the server that uses it.
-cargo pgrx package --pg-config "$(pg_bindir system)/pg_config" --features pg15 --no-default-features >/dev/null
+cargo pgrx package --pg-config "$PG_CONFIG" --features pg15 --no-default-features >/dev/null
 cluster_stop system "$DEMO_DIR/data"
-cargo pgrx install --release --pg-config "$(pg_bindir system)/pg_config" \
-  --features pg15 --no-default-features >/dev/null
+cargo pgrx install --release --pg-config "$PG_CONFIG" --features pg15 --no-default-features >/dev/null
 
 echo "== starting the cluster in $DEMO_DIR/data on port $PORT"
 cluster_start system "$DEMO_DIR/data" "$PORT"

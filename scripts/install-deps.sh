@@ -2,9 +2,10 @@
 # Installs what building and testing rate_limit needs on Debian 12, as root. Idempotent: every step checks
 # first and skips what is already there, so a second run takes seconds.
 #
-#   scripts/install-deps.sh          Debian packages (incl. Debian's PostgreSQL 15, which only the demo uses),
-#                                    cargo-pgrx 0.18.0, and PostgreSQL 15 built from Debian's source package into
-#                                    $RATE_LIMIT_PG_CACHE (default /opt/rate_limit-pg) for the tests
+#   scripts/install-deps.sh --demo   only what the demo needs: Debian's PostgreSQL 15 with its server headers,
+#                                    the C toolchain and clang for pgrx's bindings, and cargo-pgrx 0.18.0
+#   scripts/install-deps.sh          the demo's, plus the tests' packages and PostgreSQL 15 built from Debian's
+#                                    source package into $RATE_LIMIT_PG_CACHE (default /opt/rate_limit-pg)
 #   scripts/install-deps.sh --all    the same, plus PostgreSQL 13, 17 and 18 built the same way
 # `cargo pgrx init` points every version at the cache, so test runs (whose `--runas` install copies the library
 # in place with `sudo cp`) never write into the system's PostgreSQL or disturb a server running from it.
@@ -13,15 +14,23 @@ set -euo pipefail
 PGRX_VERSION=0.18.0
 PG_CACHE=${RATE_LIMIT_PG_CACHE:-/opt/rate_limit-pg}
 ALL=false
-[ "${1:-}" = "--all" ] && ALL=true
+DEMO=false
+case "${1:-}" in
+  --all) ALL=true ;;
+  --demo) DEMO=true ;;
+  "") ;;
+  *) echo "usage: $0 [--demo | --all]" >&2; exit 2 ;;
+esac
 
 log() { printf '== %s\n' "$*" >&2; }
 
 # --- Debian packages -------------------------------------------------------------------------------------
-PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-contrib libclang-dev clang sudo pkg-config
-          build-essential bison flex libreadline-dev zlib1g-dev libssl-dev libicu-dev bzip2 dpkg-dev faketime
-          python3-pip patchelf)
-command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)
+PACKAGES=(postgresql-15 postgresql-server-dev-15 libclang-dev clang pkg-config build-essential)
+if ! $DEMO; then
+  PACKAGES+=(postgresql-contrib sudo bison flex libreadline-dev zlib1g-dev libssl-dev libicu-dev bzip2 dpkg-dev
+             faketime python3-pip patchelf)
+  command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)
+fi
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -38,6 +47,11 @@ export PATH="$HOME/.cargo/bin:$PATH"
 if ! cargo pgrx --version 2>/dev/null | grep -q "$PGRX_VERSION"; then
   log "installing cargo-pgrx $PGRX_VERSION (about 4 minutes)"
   cargo install cargo-pgrx --version "$PGRX_VERSION" --locked --quiet
+fi
+
+if $DEMO; then
+  log "dependencies of the demo ready"
+  exit 0
 fi
 
 # --- PostgreSQL 13, 15, 17, 18 from Debian source packages ------------------------------------------------

@@ -14,6 +14,8 @@
 #                                                                     a 256-bucket one, an unpreloaded one and
 #                                                                     one whose clock libfaketime steps)
 #   4. client tests in tests/clients: node-postgres, which sends every parameter untyped
+#   6. (PostgreSQL 15) the examples of README.md and docs/: docs/examples/*.sql run on a preloaded cluster
+#      with default settings must print exactly what the documents show (scripts/doc-examples.py)
 #   5. upgrades: ALTER EXTENSION UPDATE from every released version (scripts/upgrade-test.sh)
 # and, for PostgreSQL 15 as root, the .deb on a Debian system without Rust (scripts/package-test.sh).
 # Lints (released upgrade scripts unchanged, cargo fmt --check, cargo clippy -D warnings) run once first.
@@ -84,6 +86,16 @@ integration() { # integration VERSION: main (preloaded), small (256 buckets), st
     cargo test -p rate_limit_integration --no-fail-fast -- --test-threads=1
 }
 
+doc_examples() { # doc_examples VERSION: the documents' example blocks against a fresh default cluster
+  local v=$1 dir="$TEST_ROOT/docs-$1" port=$((6000 + $1)) status=0
+  cluster_stop "$v" "$dir"
+  rm -rf "$dir"
+  cluster_start "$v" "$dir" "$port" "fsync = off" "shared_preload_libraries = 'rate_limit'"
+  python3 scripts/doc-examples.py --check "$(pg_bindir "$v")/psql" "$(conninfo "$port")" || status=$?
+  cluster_stop "$v" "$dir"
+  return "$status"
+}
+
 clients() { # clients VERSION: the node-postgres client test against the main cluster
   RATE_LIMIT_TEST_CONNINFO="$(conninfo $((5500 + $1)))" node --test tests/clients/
 }
@@ -133,7 +145,7 @@ start_clusters() { # start_clusters VERSION: the four servers the regress and in
 
 stop_clusters() {
   local v=$1 c
-  for c in standby cluster small plain faketime; do cluster_stop "$v" "$TEST_ROOT/$c-$v"; done
+  for c in standby cluster small plain faketime docs; do cluster_stop "$v" "$TEST_ROOT/$c-$v"; done
 }
 
 # an interrupted or failed run stops the servers it started (each layer also stops them when it is done)
@@ -156,6 +168,9 @@ for v in "${VERSIONS[@]}"; do
   step "PostgreSQL $v: integration tests" integration "$v"
   step "PostgreSQL $v: untyped parameters from node-postgres" clients "$v"
   stop_clusters "$v"
+  if [ "$v" = 15 ]; then
+    step "PostgreSQL 15: the examples in README.md and docs/ are what docs/examples/*.sql print" doc_examples "$v"
+  fi
 done
 
 for v in "${VERSIONS[@]}"; do

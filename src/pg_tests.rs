@@ -194,7 +194,7 @@ mod tests {
         assert_eq!(
             error_of(
                 "SELECT rate_limit.state_after_take(0, now(), 'leaky', 1, 1, 1, 'token_bucket', 1, 1, 1, \
-                 now(), now(), 1)"
+                 now(), now(), 1, 1)"
             )
             .as_deref(),
             Some("22023: invalid bucket numbers: unknown algorithm 'leaky'")
@@ -290,8 +290,9 @@ mod tests {
             .as_deref(),
             Some("none true")
         );
-        // the functions that are not SECURITY DEFINER: pure arithmetic, formatting, the policy trigger, and
-        // those that read shared memory only (memory usage, statistics: closed to PUBLIC instead)
+        // the functions that are not SECURITY DEFINER: pure arithmetic, formatting, the policy triggers
+        // (they run as the role that changes rate_limit.policies, which only the owner may), and those
+        // that read shared memory only (memory usage, statistics: closed to PUBLIC instead)
         assert_eq!(
             text(
                 "SELECT string_agg(DISTINCT p.proname, ' ' ORDER BY p.proname) FROM pg_proc p \
@@ -299,8 +300,8 @@ mod tests {
             )
             .as_deref(),
             Some(
-                "effective_now headers memory_shares memory_usage policies_changed reset_stats state_after_take \
-                 state_is_full state_tokens stats_rows top_limited_rows"
+                "effective_now headers memory_shares memory_usage policies_changed policies_dropped reset_stats \
+                 state_after_take state_is_full state_tokens stats_rows top_limited_rows"
             )
         );
     }
@@ -336,28 +337,43 @@ mod tests {
         );
     }
 
-    /// The same calls, with the same pauses, give the same answers from both stores.
+    /// The same calls, with the same pauses, give the same answers from both stores. 2 tokens/s into a
+    /// capacity of 10, from a full bucket at t0: the 12 quick calls answer 9..0, -1, -1 if the 12th comes
+    /// before t0 + 0.5 s; after a pause of 1.25 s the bucket holds 2 * (t - t0) tokens (all 10 were taken
+    /// by then), so the next three calls and a peek answer 1, 0, -1, 0 if they all come before t0 + 1.5 s.
+    /// A run counts only
+    /// when the time measured around it proves both (the measured spans contain the true ones); a slower
+    /// run is repeated with a fresh key.
     #[pg_test]
     fn both_stores_give_identical_answers() {
-        let run = |store: &str| {
+        use std::time::{Duration, Instant};
+        let run = |store: &str, attempt: usize| -> Option<Vec<i64>> {
             Spi::run(&format!("SET rate_limit.store = '{store}'")).expect("store");
-            let id = format!("pm_same_{store}");
-            // 2 tokens/s: the quick calls have 500 ms before a token comes back, the pause gives 2.5
+            let id = format!("pm_same_{store}_{attempt}");
+            let start = Instant::now();
             let mut out = requests(&id, 2, 5, 12);
+            let quick = start.elapsed();
             Spi::run("SELECT pg_sleep(1.25)").expect("sleep");
             out.extend(requests(&id, 2, 5, 3));
             out.push(int(&format!(
                 "SELECT rate_limit.peek_request('{id}', 2, 5)"
             )));
-            out
+            let measured =
+                quick < Duration::from_millis(500) && start.elapsed() < Duration::from_millis(1500);
+            measured.then_some(out)
         };
-        let table = run("table");
-        let memory = run("memory");
-        assert_eq!(
-            table,
-            vec![9, 8, 7, 6, 5, 4, 3, 2, 1, 0, -1, -1, 1, 0, -1, 0]
-        );
-        assert_eq!(memory, table);
+        for store in ["table", "memory"] {
+            let answers = (0..5)
+                .find_map(|attempt| run(store, attempt))
+                .unwrap_or_else(|| {
+                    panic!("no run of 5 on the {store} store was fast enough to measure")
+                });
+            assert_eq!(
+                answers,
+                vec![9, 8, 7, 6, 5, 4, 3, 2, 1, 0, -1, -1, 1, 0, -1, 0],
+                "{store} store"
+            );
+        }
     }
 
     #[pg_test]

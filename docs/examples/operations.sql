@@ -1,8 +1,7 @@
--- The monitoring examples of docs/operations.md, on a fresh database with the extension (as its owner,
--- library preloaded). Regenerate the outputs with:
---   psql -X -a -f docs/examples/operations.sql <database>
-\pset footer off
-SET client_min_messages = warning;
+-- The monitoring examples of docs/operations.md, run on a fresh database with the extension (as its owner,
+-- library preloaded, default settings). Every block of docs/operations.md marked
+-- `<!-- example: operations-... -->` is this file's output: scripts/doc-examples.py --write regenerates them,
+-- and the tests fail when they differ. The lines before the first block fill the statistics.
 SELECT rate_limit.create_policy('api', 100, '1 minute');
 SELECT rate_limit.create_policy('sign_ups', 5, '1 hour', store => 'table');
 SET rate_limit.store = 'memory';
@@ -15,14 +14,15 @@ FROM generate_series(1, 550) AS g,
                                          ELSE '10.0.0.' || g END, CASE WHEN g <= 450 THEN 1 ELSE 3 END);
 SELECT count(*) FROM generate_series(1, 220) AS g WHERE rate_limiting_request('user' || (g % 2), 1, 60) >= 0;
 SELECT count(*) FROM generate_series(1, 12) AS g, LATERAL rate_limit.take('sign_ups', 'ip' || g);
-
+--@ block operations-stats
 SELECT kind, policy, calls, granted, denied, tokens_granted,
        round(100.0 * denied / nullif(calls, 0), 1) AS denied_pct, last_denial IS NOT NULL AS has_denials
 FROM rate_limit.stats ORDER BY denied DESC;
 
 SELECT policy, rank, key, denials, denials_min FROM rate_limit.top_limited
 WHERE policy = 'api' AND rank <= 3 ORDER BY rank;
-
-SELECT max_buckets, buckets, lossless_evictions, lossy_evictions, refused_full FROM rate_limit.memory_usage();
-
-SELECT backend_type, datname, state, query FROM pg_stat_activity WHERE backend_type LIKE 'rate_limit%';
+--@ block operations-memory
+SELECT max_buckets, share_buckets, database_buckets, lossy_evictions, refused_full
+FROM rate_limit.memory_usage();
+--@ block operations-worker
+SELECT backend_type, datname FROM pg_stat_activity WHERE backend_type = 'rate_limit launcher';

@@ -1,70 +1,72 @@
 -- The examples of docs/reference.md, run in order on a fresh database with the extension (as its owner,
--- library preloaded). Regenerate the outputs with:
---   psql -X -a -f docs/examples/reference.sql <database>
+-- library preloaded, default settings). Every block of docs/reference.md marked `<!-- example: reference-... -->`
+-- is this file's output: scripts/doc-examples.py --write regenerates them, and the tests fail when they differ.
 -- Time-dependent figures are shown rounded, as a client would print them.
-\pset footer off
-SET client_min_messages = warning;
-
--- rate_limiting_request
+--@ block reference-rate-limiting-request
 SELECT rate_limiting_request('user1', 2, 60);
 SELECT rate_limiting_request('user1');
 
--- rate_limit.peek_request, rate_limit.tokens
+--@ block reference-peek-request
 SELECT rate_limit.peek_request('user1', 2, 60);
 SELECT rate_limit.tokens('user1', 2, 60) BETWEEN 118 AND 119 AS about_118;
 
--- rate_limit.create_policy, rate_limit.policies
+--@ block reference-create-policy
+--@ hide
 SELECT rate_limit.create_policy('api', rate => 10, per => '1 minute', burst => 5);
+--@ hide
 SELECT rate_limit.create_policy('hourly', 1000, '1 hour', algorithm => 'fixed_window');
+--@ hide
 SELECT rate_limit.create_policy('per_org', 1000, '1 hour', store => 'table');
 SELECT name, algorithm, rate, per, burst, store FROM rate_limit.policies ORDER BY name;
 
--- rate_limit.take
+--@ block reference-take
 SELECT allowed, remaining, "limit", retry_after, reset_after, policy FROM rate_limit.take('api', 'alice');
 SELECT allowed, remaining, ceil(extract(epoch FROM retry_after)) AS retry_s FROM rate_limit.take('api', 'alice', 5);
 SELECT allowed, remaining, retry_after FROM rate_limit.take('api', 'bob', 6);
 
--- rate_limit.take_many
+--@ block reference-take-many
 SELECT allowed, remaining, policy FROM rate_limit.take_many(ARRAY['api', 'per_org'], ARRAY['carol', 'acme']);
 SELECT allowed, remaining, policy FROM rate_limit.take_many(ARRAY['api', 'per_org'], ARRAY['carol'], 5);
 
--- rate_limit.take_ad_hoc
+--@ block reference-take-ad-hoc
 SELECT allowed, remaining, "limit", policy FROM rate_limit.take_ad_hoc('ip:203.0.113.7', 100, '1 minute');
 
--- rate_limit.peek
+--@ block reference-peek
 SELECT allowed, remaining, "limit" FROM rate_limit.peek('api', 'alice');
 
--- rate_limit.wait
+--@ block reference-wait
 SELECT allowed, remaining FROM rate_limit.wait('api', 'dave', 1, timeout => '2 seconds');
 
--- rate_limit.refund
+--@ block reference-refund
 SELECT allowed, remaining FROM rate_limit.refund('api', 'alice', 1);
 
--- rate_limit.headers
+--@ block reference-headers
 SELECT rate_limit.headers(d) FROM rate_limit.take('api', 'erin') AS d;
 SELECT rate_limit.headers(d) FROM rate_limit.take('api', 'erin', 5) AS d;
 
--- rate_limit.reset, reset_ad_hoc, reset_request
+--@ block reference-reset
 SELECT rate_limit.reset('api', 'alice'), rate_limit.reset_ad_hoc('ip:203.0.113.7'), rate_limit.reset_request('user1');
 
--- rate_limit.alter_policy, rate_limit.drop_policy
+--@ block reference-alter-policy
+--@ hide
 SELECT rate_limit.alter_policy('api', burst => 3);
 SELECT remaining, "limit" FROM rate_limit.peek('api', 'erin');
 SELECT rate_limit.drop_policy('hourly');
 
--- rate_limit.buckets, rate_limit.purge
+--@ block reference-buckets
 SELECT kind, policy, key, floor(tokens) AS tokens, "limit", rate, per, algorithm, store
 FROM rate_limit.buckets ORDER BY kind, policy, key;
 SELECT rate_limit.purge();
 
--- rate_limit.memory_usage (library preloaded)
+--@ block reference-memory-usage
 SELECT max_buckets, slot_bytes, bytes_per_bucket FROM rate_limit.memory_usage();
 
--- rate_limit.stats, rate_limit.top_limited (library preloaded)
+--@ block reference-stats
 SELECT kind, policy, calls, granted, denied, tokens_granted FROM rate_limit.stats ORDER BY kind, policy;
 SELECT kind, policy, rank, key, denials, denials_min FROM rate_limit.top_limited ORDER BY kind, policy, rank;
 
--- rate_limit.limit_writes
+--@ block reference-limit-writes
+--@ hide
 SELECT rate_limit.create_policy('comments_per_author', 2, '1 day');
 CREATE TABLE comments (id int GENERATED ALWAYS AS IDENTITY, author_id int NOT NULL, body text NOT NULL);
 CREATE TRIGGER comments_rate_limit BEFORE INSERT ON comments
@@ -72,7 +74,7 @@ CREATE TRIGGER comments_rate_limit BEFORE INSERT ON comments
 INSERT INTO comments (author_id, body) VALUES (1, 'first'), (1, 'second');
 INSERT INTO comments (author_id, body) VALUES (1, 'third');
 
--- errors
+--@ block reference-errors
 SELECT rate_limiting_request(NULL);
 SELECT * FROM rate_limit.take('nope', 'k');
 SELECT * FROM rate_limit.take('api', 'k', -1);

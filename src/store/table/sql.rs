@@ -144,8 +144,8 @@ mod rate_limit {
     /// over to the numbers of the call (`new_*`, in effect since `changed_at`), or -1 if there are not
     /// enough: the arithmetic inside the table store's conditional UPDATE, evaluated once per `call` and
     /// row version. Volatile: it reads the clock to tell concurrency skew from a clock step
-    /// (`crate::clock::effective_now`). The C symbol differs from 0.3.0's (which took no call number), so
-    /// a database still at 0.3.0 gets "could not find function", never arguments read at the wrong place.
+    /// (`crate::clock::effective_now`). The C symbol differs from 0.3.0's (which took no call number, see
+    /// `superseded`), so 0.3.0's definition never reads arguments at the wrong place.
     #[allow(clippy::too_many_arguments)] // a stored row, the call's numbers and the instant, as SQL passes them
     #[pg_extern(name = "state_after_take", volatile, parallel_safe, strict)]
     fn state_after_take_of_call(
@@ -225,6 +225,64 @@ mod rate_limit {
         const F: &str = "rate_limit.state_is_full";
         let s = stored_row(F, level, updated_at, algorithm, rate, per_us, burst)?;
         Ok(s.policy.is_full(s.state, at.into_inner()))
+    }
+}
+
+/// The C entry points of 0.3.0's definitions of `state_after_take` and `effective_now`, which took no call
+/// number. They must exist so that a database still at 0.3.0 can be restored or `pg_upgrade`d with this
+/// library installed (PostgreSQL checks a C function's symbol when the function is created) and then
+/// updated; called, they raise 55000: only 0.3.0's own library could serve them. Until `ALTER EXTENSION
+/// rate_limit UPDATE`, this library's table store finds no 14-argument `state_after_take` and fails with
+/// 42883, and the background worker skips the database (it checks the version).
+mod superseded {
+    use pgrx::pg_sys;
+    use pgrx::pg_sys::panic::ErrorReport;
+    use pgrx::prelude::*;
+
+    fn refuse(function: &'static str) -> ! {
+        ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "{function} of rate_limit 0.3.0 cannot run with library {}",
+                env!("CARGO_PKG_VERSION")
+            ),
+            function,
+        )
+        .set_hint("Run ALTER EXTENSION rate_limit UPDATE in this database.")
+        .report(PgLogLevel::ERROR);
+        unreachable!("an ERROR does not return")
+    }
+
+    /// The V1 calling-convention record of 0.3.0's `state_after_take`.
+    #[unsafe(no_mangle)]
+    pub extern "C" fn pg_finfo_state_after_take_wrapper() -> &'static pg_sys::Pg_finfo_record {
+        const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+        &V1
+    }
+
+    /// 0.3.0's `state_after_take`: refused with 55000.
+    #[pg_guard]
+    #[unsafe(no_mangle)]
+    pub extern "C-unwind" fn state_after_take_wrapper(
+        _fcinfo: pg_sys::FunctionCallInfo,
+    ) -> pg_sys::Datum {
+        refuse("rate_limit.state_after_take")
+    }
+
+    /// The V1 calling-convention record of 0.3.0's `effective_now`.
+    #[unsafe(no_mangle)]
+    pub extern "C" fn pg_finfo_effective_now_wrapper() -> &'static pg_sys::Pg_finfo_record {
+        const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+        &V1
+    }
+
+    /// 0.3.0's `effective_now`: refused with 55000.
+    #[pg_guard]
+    #[unsafe(no_mangle)]
+    pub extern "C-unwind" fn effective_now_wrapper(
+        _fcinfo: pg_sys::FunctionCallInfo,
+    ) -> pg_sys::Datum {
+        refuse("rate_limit.effective_now")
     }
 }
 

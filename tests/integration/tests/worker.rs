@@ -372,10 +372,12 @@ fn dropped_policies_lose_their_memory_buckets_once_the_drop_commits() {
     owner
         .batch_execute("TRUNCATE rate_limit.policies")
         .expect("truncate");
+    // left: the bucket of the 'young' whose creation rolled back, never a policy, so never dropped; it
+    // goes when full (in a day), like any bucket
     wait_for(
         30,
         "the worker frees the truncated policies' buckets",
-        || buckets(&mut owner) == 0,
+        || buckets(&mut owner) == 1,
     );
     assert_eq!(
         count(

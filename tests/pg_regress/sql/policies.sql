@@ -3,7 +3,7 @@
 
 -- A policy is rate tokens per period, at most burst at once (burst defaults to rate).
 SELECT rate_limit.create_policy('api', rate => 10, per => '1 minute', burst => 5);
-SELECT rate_limit.create_policy('hourly', 3, '1 hour', algorithm => 'fixed_window');
+SELECT rate_limit.create_policy('per_century', 3, '36500 days', algorithm => 'fixed_window');
 SELECT rate_limit.create_policy('recent', 4, '10 seconds', algorithm => 'sliding_window');
 SELECT name, algorithm, rate, per, burst, store FROM rate_limit.policies ORDER BY name;
 
@@ -23,14 +23,15 @@ SELECT allowed, remaining FROM rate_limit.take('api', 'bob', 0);
 SELECT allowed, remaining, reset_after FROM rate_limit.peek('api', 'bob');
 
 -- fixed_window: rate tokens per aligned window, all restored at each boundary. (Windows are aligned on
--- the clock; so that the four calls below cannot straddle an hour boundary, wait first if one is near.)
-SELECT pg_sleep(CASE WHEN 3600 - extract(epoch FROM clock_timestamp())::numeric % 3600 < 10 THEN 11 ELSE 0 END);
-SELECT allowed, remaining, reset_after <= interval '1 hour' AS resets_within_the_hour
-FROM rate_limit.take('hourly', 'carol');
-SELECT allowed, remaining FROM rate_limit.take('hourly', 'carol');
-SELECT allowed, remaining FROM rate_limit.take('hourly', 'carol');
+-- multiples of the period since 2000-01-01: this 36,500-day window has no boundary before December 2099,
+-- so the calls below never straddle one, whenever they run. An hourly window counts alike, within each
+-- hour.)
+SELECT allowed, remaining, reset_after <= interval '36500 days' AS resets_within_the_window
+FROM rate_limit.take('per_century', 'carol');
+SELECT allowed, remaining FROM rate_limit.take('per_century', 'carol');
+SELECT allowed, remaining FROM rate_limit.take('per_century', 'carol');
 SELECT allowed, remaining, retry_after = reset_after AS retry_at_the_next_window
-FROM rate_limit.take('hourly', 'carol');
+FROM rate_limit.take('per_century', 'carol');
 
 -- sliding_window: the previous window's count, weighted by its overlap, plus the current count
 SELECT allowed, remaining FROM rate_limit.take('recent', 'dave', 3);
@@ -43,12 +44,12 @@ SELECT allowed, remaining, "limit", policy FROM rate_limit.take_ad_hoc('erin', 1
 -- Several limits at once, all or nothing: every policy grants, or nothing is taken anywhere.
 -- take_many(policies, keys, cost): keys holds one key for every policy, or one key per policy.
 -- The decision names the policy that denied (the one with the longest wait).
-SELECT allowed, remaining, policy FROM rate_limit.take_many(ARRAY['api', 'hourly'], ARRAY['frank'], 3);
-SELECT allowed, remaining, policy FROM rate_limit.take_many(ARRAY['api', 'hourly'], ARRAY['frank'], 1);
+SELECT allowed, remaining, policy FROM rate_limit.take_many(ARRAY['api', 'per_century'], ARRAY['frank'], 3);
+SELECT allowed, remaining, policy FROM rate_limit.take_many(ARRAY['api', 'per_century'], ARRAY['frank'], 1);
 SELECT policy, key, floor(tokens) AS tokens FROM rate_limit.buckets WHERE key = 'frank' ORDER BY policy;
 -- per user and per organisation in one call: keys[i] goes with policies[i]
 SELECT allowed, remaining, policy
-FROM rate_limit.take_many(ARRAY['api', 'hourly'], ARRAY['grace', 'org-1'], 1);
+FROM rate_limit.take_many(ARRAY['api', 'per_century'], ARRAY['grace', 'org-1'], 1);
 
 -- HTTP response fields (IETF RateLimit draft): RateLimit, RateLimit-Policy and, when denied, Retry-After
 SELECT rate_limit.headers(d) FROM rate_limit.take('api', 'heidi') AS d;
@@ -57,8 +58,8 @@ SELECT rate_limit.headers(d) FROM rate_limit.take('api', 'alice') AS d;
 -- refund puts tokens back (never above the burst); reset deletes the bucket (full again). Owner only.
 SELECT allowed, remaining FROM rate_limit.refund('api', 'alice', 2);
 SELECT allowed, remaining FROM rate_limit.refund('api', 'alice', 100);
-SELECT rate_limit.reset('hourly', 'carol') AS existed;
-SELECT remaining FROM rate_limit.peek('hourly', 'carol');
+SELECT rate_limit.reset('per_century', 'carol') AS existed;
+SELECT remaining FROM rate_limit.peek('per_century', 'carol');
 
 -- Changing a policy: buckets in use keep their tokens (rounded down, capped at the new burst) and refill
 -- at the new rate from the change on; full buckets stay full.
