@@ -6,6 +6,7 @@
 //! - `rate_limit.reset_stats(NULL)`: 22004 (before: it reset every statistic); `reset_stats()` resets all;
 //! - `rate_limit.headers(d, label)` for an ad-hoc decision: the label only names the fields, whose numbers
 //!   are the decision's (before: the numbers of the policy the label happened to name).
+//! - `rate_limit.dropped_policies` and the trigger that writes it: 42501 for every other role.
 
 use postgres::error::SqlState;
 use postgres::{Client, NoTls};
@@ -131,4 +132,39 @@ fn a_label_names_the_headers_of_an_ad_hoc_decision_without_lending_its_numbers()
         .expect("headers")
         .get(0);
     assert_eq!(policy, "\"shown\";q=5;w=30");
+}
+
+/// The record of dropped policies is the owner's: a role with only LOGIN can neither read nor write it,
+/// nor run the trigger that writes it (42501); called directly by the owner, that trigger function is
+/// refused as PL/pgSQL refuses any trigger function (0A000).
+#[test]
+fn the_dropped_policies_record_is_closed_to_other_roles() {
+    let db = TestDb::new("misuse_dropped");
+    let mut admin = db.connect();
+    admin
+        .batch_execute("DROP ROLE IF EXISTS rl_misuse_d; CREATE ROLE rl_misuse_d LOGIN")
+        .expect("role");
+    let mut role = Client::connect(
+        &format!("{} dbname={} user=rl_misuse_d", conninfo(), db.name()),
+        NoTls,
+    )
+    .expect("connect as the role");
+    for sql in [
+        "SELECT * FROM rate_limit.dropped_policies",
+        "INSERT INTO rate_limit.dropped_policies VALUES ('p', now())",
+        "DELETE FROM rate_limit.dropped_policies",
+        "SELECT rate_limit.policies_dropped()",
+        "DELETE FROM rate_limit.policies",
+        "TRUNCATE rate_limit.policies",
+    ] {
+        assert_eq!(
+            code_of(&mut role, sql),
+            SqlState::INSUFFICIENT_PRIVILEGE,
+            "{sql}"
+        );
+    }
+    assert_eq!(
+        code_of(&mut admin, "SELECT rate_limit.policies_dropped()"),
+        SqlState::FEATURE_NOT_SUPPORTED
+    );
 }
