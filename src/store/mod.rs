@@ -1,6 +1,11 @@
 //! Where bucket state lives: one interface over the buckets of a call (take, peek, refund, reset, purge,
-//! list) with two implementations, [`table`] and [`memory`]. A store loads, locks and saves state; the
-//! arithmetic is `crate::algorithm`'s, evaluated through [`target::Target`].
+//! list) with two implementations, [`table`] and [`memory`], both private: this module is the only way
+//! into a store, for the SQL functions, the background worker (purges) and the shared-memory hooks (the
+//! memory store's request, creation and snapshots). A store loads, locks and saves state; the arithmetic
+//! is the model's, evaluated through [`target::Target`]: every store decides a call with
+//! [`target::evaluate_all`], and refunds through one flow over its lock-read-write step (`update`). The
+//! take paths differ on purpose: the table store takes with one conditional UPDATE per bucket so that a
+//! denial writes nothing, the memory store under its partitions' locks (see each store's contract).
 //!
 //! The fast path that needs no store at all lives here, so that every call gets it: a bucket this backend
 //! saw short is denied from the backend's own memory ([`short`]), with exact figures computed from the
