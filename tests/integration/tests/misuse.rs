@@ -25,18 +25,25 @@ fn code_of(client: &mut Client, sql: &str) -> SqlState {
     db_error.code().clone()
 }
 
+/// A role with only LOGIN (created afresh) and a connection to `db` as that role.
+fn login_role(db: &TestDb, admin: &mut Client, role: &str) -> Client {
+    admin
+        .batch_execute(&format!(
+            "DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN"
+        ))
+        .expect("role");
+    Client::connect(
+        &format!("{} dbname={} user={role}", conninfo(), db.name()),
+        NoTls,
+    )
+    .expect("connect as the role")
+}
+
 #[test]
 fn trigger_functions_called_directly_raise_39p01() {
     let db = TestDb::new("misuse_triggers");
     let mut admin = db.connect();
-    admin
-        .batch_execute("DROP ROLE IF EXISTS rl_misuse; CREATE ROLE rl_misuse LOGIN")
-        .expect("role");
-    let mut role = Client::connect(
-        &format!("{} dbname={} user=rl_misuse", conninfo(), db.name()),
-        NoTls,
-    )
-    .expect("connect as the role");
+    let mut role = login_role(&db, &mut admin, "rl_misuse");
     for client in [&mut admin, &mut role] {
         for sql in [
             "SELECT rate_limit.limit_writes()",
@@ -141,14 +148,7 @@ fn a_label_names_the_headers_of_an_ad_hoc_decision_without_lending_its_numbers()
 fn the_dropped_policies_record_is_closed_to_other_roles() {
     let db = TestDb::new("misuse_dropped");
     let mut admin = db.connect();
-    admin
-        .batch_execute("DROP ROLE IF EXISTS rl_misuse_d; CREATE ROLE rl_misuse_d LOGIN")
-        .expect("role");
-    let mut role = Client::connect(
-        &format!("{} dbname={} user=rl_misuse_d", conninfo(), db.name()),
-        NoTls,
-    )
-    .expect("connect as the role");
+    let mut role = login_role(&db, &mut admin, "rl_misuse_d");
     for sql in [
         "SELECT * FROM rate_limit.dropped_policies",
         "INSERT INTO rate_limit.dropped_policies VALUES ('p', now())",
