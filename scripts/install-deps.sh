@@ -6,7 +6,8 @@
 #                                    the C toolchain and clang for pgrx's bindings, and cargo-pgrx 0.18.0
 #   scripts/install-deps.sh          the demo's, plus the tests' packages and PostgreSQL 15 built from Debian's
 #                                    source package into $RATE_LIMIT_PG_CACHE (default /opt/rate_limit-pg)
-#   scripts/install-deps.sh --all    the same, plus PostgreSQL 13, 17 and 18 built the same way
+#   scripts/install-deps.sh --all    the same, plus PostgreSQL 13, 17 and 18 built the same way, and Citus
+#                                    14.0.1 for 17 (the multi-node tests) from ../shared/vendor
 # `cargo pgrx init` points every version at the cache, so test runs (whose `--runas` install copies the library
 # in place with `sudo cp`) never write into the system's PostgreSQL or disturb a server running from it.
 set -euo pipefail
@@ -28,7 +29,7 @@ log() { printf '== %s\n' "$*" >&2; }
 PACKAGES=(postgresql-15 postgresql-server-dev-15 libclang-dev clang pkg-config build-essential)
 if ! $DEMO; then
   PACKAGES+=(postgresql-contrib sudo bison flex libreadline-dev zlib1g-dev libssl-dev libicu-dev bzip2 dpkg-dev
-             faketime python3-pip patchelf)
+             faketime python3-pip patchelf liblz4-dev libzstd-dev libkrb5-dev)
   command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)
 fi
 missing=()
@@ -148,6 +149,31 @@ if $ALL; then
   pgrx_init_args+=(--pg13 "$PG_CACHE/13/bin/pg_config" --pg17 "$PG_CACHE/17/bin/pg_config"
                    --pg18 "$PG_CACHE/18/bin/pg_config")
 fi
+
+# --- Citus 14.0.1 for the tests' PostgreSQL 17 (the multi-node tests), from the vendored source ----------------
+# Installed into the cached PostgreSQL itself; rebuilt only when that installation lacks it (a new PostgreSQL
+# build starts without it). The tarball is the one ../shared/vendor/README.md describes, checked by hash.
+CITUS_VERSION=14.0.1
+CITUS_SHA256=9c167fecae7dc48d0a3fc5c50604097b3fe83a5f70efdff8330c49754dd801f6
+build_citus() { # build_citus VERSION
+  local v=$1 prefix="$PG_CACHE/$1" tarball="" candidate
+  [ -f "$prefix/.citus-$CITUS_VERSION" ] && [ -f "$prefix/lib/citus.so" ] && return 0
+  for candidate in "${RATE_LIMIT_VENDOR:-}" "$(dirname "$0")/../../shared/vendor" /work/shared/vendor; do
+    [ -n "$candidate" ] && [ -f "$candidate/citus-$CITUS_VERSION.tar.gz" ] && { tarball="$candidate/citus-$CITUS_VERSION.tar.gz"; break; }
+  done
+  [ -n "$tarball" ] || { log "citus-$CITUS_VERSION.tar.gz not found (set RATE_LIMIT_VENDOR to its directory)"; return 1; }
+  echo "$CITUS_SHA256  $tarball" | sha256sum -c --quiet - || { log "$tarball: wrong checksum"; return 1; }
+  log "building Citus $CITUS_VERSION for PostgreSQL $v (about 4 minutes)"
+  local work="$PG_CACHE/src/citus-$v"
+  rm -rf "$work" && mkdir -p "$work"
+  tar -xzf "$tarball" -C "$work" --strip-components=1
+  ( cd "$work"
+    { ./configure PG_CONFIG="$prefix/bin/pg_config" --without-libcurl && make -j"$(nproc)" && make install; } \
+      >"$work.log" 2>&1 || { tail -n 40 "$work.log" >&2; exit 1; } )
+  rm -rf "$work"
+  touch "$prefix/.citus-$CITUS_VERSION"
+}
+$ALL && build_citus 17
 
 # --- cargo pgrx init (writes ~/.pgrx/config.toml) ----------------------------------------------------------
 cfg="$HOME/.pgrx/config.toml"

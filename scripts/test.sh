@@ -14,6 +14,8 @@
 #                                                                     a 256-bucket one, an unpreloaded one and
 #                                                                     one whose clock libfaketime steps)
 #   4. client tests in tests/clients: node-postgres, which sends every parameter untyped
+#   (PostgreSQL 17) Citus: a coordinator and two workers, set up by rate_limit.distribute()
+#      (tests/integration/tests/citus.rs; Citus 14.0.1 is built for 17 by install-deps.sh)
 #   6. (PostgreSQL 15) the examples of README.md and docs/: docs/examples/*.sql run on a preloaded cluster
 #      with default settings must print exactly what the documents show (scripts/doc-examples.py)
 #   5. upgrades: ALTER EXTENSION UPDATE from every released version (scripts/upgrade-test.sh)
@@ -83,7 +85,29 @@ integration() { # integration VERSION: main (preloaded), small (256 buckets), st
   RATE_LIMIT_TEST_FAKETIME_STOP="$(pg_ctl_command "$v" "$TEST_ROOT/faketime-$v" stop)" \
   RATE_LIMIT_TEST_FAKETIME_START="$(pg_ctl_command "$v" "$TEST_ROOT/faketime-$v" start "$(faketime_environment "$v")")" \
   RATE_LIMIT_TEST_BINDIR="$(pg_bindir "$v")" \
+  RATE_LIMIT_TEST_CITUS_NODES=none \
     cargo test -p rate_limit_integration --no-fail-fast -- --test-threads=1
+}
+
+CITUS_NODES=(citus-coordinator citus-worker1 citus-worker2)
+citus_port() { echo $((6200 + 100 * $2 + $1)); } # citus_port VERSION NODE_INDEX: 6217, 6317, 6417
+
+citus() { # citus VERSION: three fresh nodes with Citus and rate_limit preloaded, then tests/citus.rs
+  local v=$1 i nodes=() status=0
+  for i in 0 1 2; do
+    cluster_stop "$v" "$TEST_ROOT/${CITUS_NODES[i]}-$v"
+    rm -rf "$TEST_ROOT/${CITUS_NODES[i]}-$v"
+    # two-phase commit for transactions that write on both workers; no background purge unless a test
+    # turns it on
+    cluster_start "$v" "$TEST_ROOT/${CITUS_NODES[i]}-$v" "$(citus_port "$v" "$i")" "fsync = off" \
+      "shared_preload_libraries = 'citus,rate_limit'" "max_prepared_transactions = 100" \
+      "rate_limit.purge_interval = 0"
+    nodes+=("$(conninfo "$(citus_port "$v" "$i")")")
+  done
+  RATE_LIMIT_TEST_CITUS_NODES="$(IFS=';'; echo "${nodes[*]}")" \
+    cargo test -p rate_limit_integration --test citus -- --test-threads=1 || status=$?
+  for i in 0 1 2; do cluster_stop "$v" "$TEST_ROOT/${CITUS_NODES[i]}-$v"; done
+  return "$status"
 }
 
 doc_examples() { # doc_examples VERSION: the documents' example blocks against a fresh default cluster
@@ -145,7 +169,7 @@ start_clusters() { # start_clusters VERSION: the four servers the regress and in
 
 stop_clusters() {
   local v=$1 c
-  for c in standby cluster small plain faketime docs; do cluster_stop "$v" "$TEST_ROOT/$c-$v"; done
+  for c in standby cluster small plain faketime docs "${CITUS_NODES[@]}"; do cluster_stop "$v" "$TEST_ROOT/$c-$v"; done
 }
 
 # an interrupted or failed run stops the servers it started (each layer also stops them when it is done)
@@ -168,6 +192,9 @@ for v in "${VERSIONS[@]}"; do
   step "PostgreSQL $v: integration tests" integration "$v"
   step "PostgreSQL $v: untyped parameters from node-postgres" clients "$v"
   stop_clusters "$v"
+  if [ "$v" = 17 ]; then
+    step "PostgreSQL 17: Citus, a coordinator and two workers" citus "$v"
+  fi
   if [ "$v" = 15 ]; then
     step "PostgreSQL 15: the examples in README.md and docs/ are what docs/examples/*.sql print" doc_examples "$v"
   fi

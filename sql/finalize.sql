@@ -98,9 +98,9 @@ REVOKE EXECUTE ON FUNCTION rate_limit.top_limited_rows() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.reset_stats(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.reset_stats() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.memory_shares() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.distribute(integer) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.state_after_take(bigint, timestamptz, text, bigint, bigint, bigint,
-    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint, bigint) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.effective_now(bigint, timestamptz, timestamptz) FROM PUBLIC;
+    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.state_tokens(bigint, timestamptz, text, bigint, bigint, bigint,
     timestamptz) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.state_is_full(bigint, timestamptz, text, bigint, bigint, bigint,
@@ -144,12 +144,13 @@ COMMENT ON FUNCTION rate_limit.memory_usage() IS
     'Size and use of the memory store: buckets, slots, bytes per bucket, evictions, this database''s share';
 COMMENT ON FUNCTION rate_limit.memory_shares() IS
     'Buckets each database holds in the memory store; owner only';
+COMMENT ON FUNCTION rate_limit.distribute(integer) IS
+    'On a Citus coordinator: policies as a reference table, state distributed by key, keyed calls delegated '
+    'to the key''s node; idempotent; owner only';
 COMMENT ON FUNCTION rate_limit.memory_buckets() IS 'Internal: buckets of the memory store, for rate_limit.buckets';
 COMMENT ON FUNCTION rate_limit.state_after_take(bigint, timestamptz, text, bigint, bigint, bigint,
-    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint, bigint) IS
+    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint) IS
     'Internal: the level of a stored row after a take, or -1 if short (the table store''s UPDATE)';
-COMMENT ON FUNCTION rate_limit.effective_now(bigint, timestamptz, timestamptz) IS
-    'Internal: the instant a stored row is evaluated at (clock skew versus a clock step)';
 COMMENT ON FUNCTION rate_limit.state_tokens(bigint, timestamptz, text, bigint, bigint, bigint, timestamptz) IS
     'Internal: tokens of a stored row at a given time, exact to the millionth';
 COMMENT ON FUNCTION rate_limit.state_is_full(bigint, timestamptz, text, bigint, bigint, bigint, timestamptz) IS

@@ -56,13 +56,12 @@ REVOKE EXECUTE ON FUNCTION rate_limit.memory_shares() FROM PUBLIC;
 COMMENT ON FUNCTION rate_limit.memory_shares() IS
     'Buckets each database holds in the memory store; owner only';
 
--- The table store's UPDATE passes its call number, so that its arithmetic is evaluated once per call and
--- row version (not per equal arguments). New C symbols: a database still at 0.3.0 gets "could not find
--- function", never arguments read at the wrong place.
-DROP FUNCTION rate_limit.state_after_take(bigint, timestamptz, text, bigint, bigint, bigint,
-    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint);
+-- The table store's helpers are pure (the caller passes its clock reading) and IMMUTABLE, so that Citus can
+-- route the table store's UPDATE to a key's shard. state_after_take keeps its arguments but gets a new C
+-- symbol (0.3.0's read the clock; the library keeps that symbol, refusing with 55000 until this update).
+-- effective_now is gone: the UPDATE takes GREATEST(now, updated_at) and the caller rebases after a step.
 DROP FUNCTION rate_limit.effective_now(timestamptz, timestamptz);
-CREATE FUNCTION rate_limit."state_after_take"(
+CREATE OR REPLACE FUNCTION rate_limit."state_after_take"(
     "level" bigint,
     "updated_at" timestamp with time zone,
     "algorithm" TEXT,
@@ -75,28 +74,15 @@ CREATE FUNCTION rate_limit."state_after_take"(
     "new_burst" bigint,
     "changed_at" timestamp with time zone,
     "now" timestamp with time zone,
-    "cost" bigint,
-    "call" bigint
+    "cost" bigint
 ) RETURNS bigint
-STRICT VOLATILE PARALLEL SAFE
+STRICT IMMUTABLE PARALLEL SAFE
 LANGUAGE c
-AS 'MODULE_PATHNAME', 'state_after_take_of_call_wrapper';
-CREATE FUNCTION rate_limit."effective_now"(
-    "call" bigint,
-    "now" timestamp with time zone,
-    "updated_at" timestamp with time zone
-) RETURNS timestamp with time zone
-STRICT VOLATILE PARALLEL SAFE
-LANGUAGE c
-AS 'MODULE_PATHNAME', 'effective_now_of_call_wrapper';
-REVOKE EXECUTE ON FUNCTION rate_limit.state_after_take(bigint, timestamptz, text, bigint, bigint, bigint,
-    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint, bigint) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.effective_now(bigint, timestamptz, timestamptz) FROM PUBLIC;
-COMMENT ON FUNCTION rate_limit.state_after_take(bigint, timestamptz, text, bigint, bigint, bigint,
-    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint, bigint) IS
-    'Internal: the level of a stored row after a take, or -1 if short (the table store''s UPDATE)';
-COMMENT ON FUNCTION rate_limit.effective_now(bigint, timestamptz, timestamptz) IS
-    'Internal: the instant a stored row is evaluated at (clock skew versus a clock step)';
+AS 'MODULE_PATHNAME', 'state_after_take_at_wrapper';
+ALTER FUNCTION rate_limit.state_tokens(bigint, timestamptz, text, bigint, bigint, bigint, timestamptz)
+    IMMUTABLE;
+ALTER FUNCTION rate_limit.state_is_full(bigint, timestamptz, text, bigint, bigint, bigint, timestamptz)
+    IMMUTABLE;
 
 -- Memory buckets of a dropped policy are freed once the drop has committed.
 CREATE TABLE rate_limit.dropped_policies (
@@ -127,3 +113,18 @@ REVOKE ALL ON TABLE rate_limit.dropped_policies FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.policies_dropped() FROM PUBLIC;
 COMMENT ON FUNCTION rate_limit.policies_dropped() IS
     'Trigger: records dropped policies in rate_limit.dropped_policies, for the memory store';
+
+-- Citus: rate_limit.distribute() sets a cluster up (src/cluster/citus.rs).
+CREATE FUNCTION rate_limit."distribute"(
+	"shard_count" INT DEFAULT NULL /* Option < i32 > */
+) RETURNS TABLE (
+	"object" TEXT,  /* String */
+	"action" TEXT  /* String */
+)
+VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'distribute_wrapper';
+REVOKE EXECUTE ON FUNCTION rate_limit.distribute(integer) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.distribute(integer) IS
+    'On a Citus coordinator: policies as a reference table, state distributed by key, keyed calls delegated '
+    'to the key''s node; idempotent; owner only';

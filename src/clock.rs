@@ -31,18 +31,3 @@ pub fn monotonic_us() -> i64 {
     // time_t and c_long are i64 on every 64-bit platform PostgreSQL supports
     ts.tv_sec * 1_000_000 + ts.tv_nsec / 1_000
 }
-
-/// The instant at which the table store evaluates a row stored at `at`, for a call that read the wall
-/// clock at `now` before reaching the row.
-///
-/// `now < at` has two causes. Another session may have written the row after this call read its clock
-/// (concurrency skew of microseconds): the clock, read again, has passed `at`, and the row is evaluated at
-/// `at` (no time elapsed, nothing rebased, nothing counted twice). Or the clock stepped back: it is still
-/// behind `at`, and the row is evaluated at `now`, which rebases it there (no token minted, no freeze).
-pub fn effective_now(now: i64, at: i64) -> i64 {
-    if now < at && now_us() >= at {
-        at
-    } else {
-        now
-    }
-}

@@ -194,7 +194,7 @@ mod tests {
         assert_eq!(
             error_of(
                 "SELECT rate_limit.state_after_take(0, now(), 'leaky', 1, 1, 1, 'token_bucket', 1, 1, 1, \
-                 now(), now(), 1, 1)"
+                 now(), now(), 1)"
             )
             .as_deref(),
             Some("22023: invalid bucket numbers: unknown algorithm 'leaky'")
@@ -292,7 +292,8 @@ mod tests {
         );
         // the functions that are not SECURITY DEFINER: pure arithmetic, formatting, the policy triggers
         // (they run as the role that changes rate_limit.policies, which only the owner may), and those
-        // that read shared memory only (memory usage, statistics: closed to PUBLIC instead)
+        // that read shared memory only (memory usage, statistics: closed to PUBLIC instead), and
+        // distribute (closed to PUBLIC; Citus checks the caller's own rights on what it distributes)
         assert_eq!(
             text(
                 "SELECT string_agg(DISTINCT p.proname, ' ' ORDER BY p.proname) FROM pg_proc p \
@@ -300,7 +301,7 @@ mod tests {
             )
             .as_deref(),
             Some(
-                "effective_now headers memory_shares memory_usage policies_changed policies_dropped reset_stats \
+                "distribute headers memory_shares memory_usage policies_changed policies_dropped reset_stats \
                  state_after_take state_is_full state_tokens stats_rows top_limited_rows"
             )
         );

@@ -1,7 +1,7 @@
 //! SQL functions that manage named policies (owner only), and the trigger that keeps every backend's policy
 //! cache coherent. Every statement names its objects and operators with their schema.
 
-use pgrx::datum::{DatumWithOid, Interval};
+use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::spi::Spi;
@@ -150,17 +150,22 @@ mod rate_limit {
             (None, _) => None,
         };
         let policy = build_policy(F, algorithm, rate, per, burst)?;
-        let args: [DatumWithOid<'_>; 5] = [
+        // the clock is read here and passed: Citus refuses a volatile function in an UPDATE of a
+        // distributed (here: reference) table
+        let changed_at = TimestampWithTimeZone::try_from(crate::clock::now_us())
+            .map_err(|_| error::bug(F, "the clock is out of the timestamp range"))?;
+        let args: [DatumWithOid<'_>; 6] = [
             name.into(),
             algorithm.name().into(),
             policy.rate().into(),
             per.into(),
             policy.burst().into(),
+            changed_at.into(),
         ];
         spi_run(
             F,
             "UPDATE rate_limit.policies SET algorithm = $2, rate = $3, per = $4, burst = $5, \
-             changed_at = pg_catalog.clock_timestamp() WHERE name OPERATOR(pg_catalog.=) $1",
+             changed_at = $6 WHERE name OPERATOR(pg_catalog.=) $1",
             &args,
         )?;
         Ok(())

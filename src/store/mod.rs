@@ -7,6 +7,9 @@
 //! take paths differ on purpose: the table store takes with one conditional UPDATE per bucket so that a
 //! denial writes nothing, the memory store under its partitions' locks (see each store's contract).
 //!
+//! Under Citus, a memory bucket lives only on the node of its key's shard: every memory-store call on a key
+//! checks that first ([`cluster::citus::ensure_memory_bucket_here`]).
+//!
 //! The fast path that needs no store at all lives here, so that every call gets it: a bucket this backend
 //! saw short is denied from the backend's own memory ([`short`]), with exact figures computed from the
 //! remembered state.
@@ -29,6 +32,7 @@ use pgrx::pg_sys::panic::ErrorReport;
 
 use crate::algorithm::{Outcome, State};
 use crate::clock;
+use crate::cluster;
 use crate::gucs::Store;
 use crate::stats;
 use target::{Kind, Namespace, Target};
@@ -51,6 +55,11 @@ pub fn take(
     targets: &[Target<'_>],
     cost: i64,
 ) -> Result<Vec<Outcome>, ErrorReport> {
+    if store == Store::Memory {
+        for t in targets {
+            cluster::citus::ensure_memory_bucket_here(function, t.key)?;
+        }
+    }
     if cost > 0 {
         let now = now(function, store)?;
         for (i, t) in targets.iter().enumerate() {
@@ -101,7 +110,10 @@ pub fn refund(
     let step = |stored, now| target.refund(stored, now, tokens);
     match store {
         Store::Table => table::update(function, target, step),
-        Store::Memory => memory::update(function, target, step),
+        Store::Memory => {
+            cluster::citus::ensure_memory_bucket_here(function, target.key)?;
+            memory::update(function, target, step)
+        }
     }
 }
 
@@ -115,7 +127,10 @@ pub fn reset(
     short::forget(namespace, key);
     match store {
         Store::Table => table::reset(function, namespace, key),
-        Store::Memory => memory::reset(function, namespace, key),
+        Store::Memory => {
+            cluster::citus::ensure_memory_bucket_here(function, key)?;
+            memory::reset(function, namespace, key)
+        }
     }
 }
 

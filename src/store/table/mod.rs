@@ -23,9 +23,12 @@
 //!   taken are given back exactly (their rows are locked by this call) and the call is denied.
 //! - Cost 0 (peek) reads in the caller's snapshot and writes nothing. In a read-only transaction only reads
 //!   run: denials and peeks work, a grant raises 25006.
-//! - A denied call writes nothing, with one exception: a row whose instant lies ahead of the clock (the clock
-//!   stepped back) is rebased on the clock, conditionally on nobody having changed it, so that refill resumes
-//!   from the step (see `crate::clock::effective_now`).
+//! - Time: the caller reads the clock once and passes it; `TAKE` evaluates a row at the later of that
+//!   reading and the row's instant (a row written after the reading counts no time as elapsed), with pure,
+//!   IMMUTABLE helpers, so Citus can route it to the key's shard. A row found ahead of the clock after the
+//!   call (the clock stepped back) is rebased on the clock, so that refill resumes from the step and the
+//!   bucket never freezes: by the granting call, which holds the row; after a denial, conditionally on
+//!   nobody having changed the row. That rebase is the one write a denied call may make.
 
 mod sql;
 
@@ -54,12 +57,12 @@ const WHERE_BUCKET: &str =
 const COLUMNS: &str = "level, updated_at, algorithm, rate, per_us, burst";
 const TAKE: &str = "UPDATE rate_limit.bucket_state SET \
      level = rate_limit.state_after_take(level, updated_at, algorithm, rate, per_us, burst, \
-                                         $3, $4, $5, $6, $7, $8, $9, $10), \
-     updated_at = rate_limit.effective_now($10, $8, updated_at), \
+                                         $3, $4, $5, $6, $7, $8, $9), \
+     updated_at = GREATEST($8, updated_at), \
      algorithm = $3, rate = $4, per_us = $5, burst = $6 \
      WHERE namespace OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2 \
        AND rate_limit.state_after_take(level, updated_at, algorithm, rate, per_us, burst, \
-                                       $3, $4, $5, $6, $7, $8, $9, $10) OPERATOR(pg_catalog.>=) 0 \
+                                       $3, $4, $5, $6, $7, $8, $9) OPERATOR(pg_catalog.>=) 0 \
      RETURNING level, updated_at";
 const INSERT: &str = "INSERT INTO rate_limit.bucket_state \
      (namespace, key, level, updated_at, algorithm, rate, per_us, burst) \
@@ -125,7 +128,7 @@ fn prepare_plans(client: &SpiClient<'_>) -> Result<Plans, SpiError> {
         take: client
             .prepare_mut(
                 TAKE,
-                &[text, text, text, int8, int8, int8, tstz, tstz, int8, int8],
+                &[text, text, text, int8, int8, int8, tstz, tstz, int8],
             )?
             .keep(),
         insert: client.prepare_mut(INSERT, &row)?.keep(),
@@ -321,8 +324,7 @@ fn take_one(
     for _ in 0..MAX_ATTEMPTS {
         // 1. one conditional UPDATE: granted if it returns the new state
         let now = clock::now_us();
-        let call = sql::next_call();
-        let args: [DatumWithOid<'_>; 10] = [
+        let args: [DatumWithOid<'_>; 9] = [
             target.namespace.stored_name().into(),
             target.key.into(),
             p.algorithm().name().into(),
@@ -332,7 +334,6 @@ fn take_one(
             timestamptz(function, target.changed_at.max(0))?.into(),
             timestamptz(function, now)?.into(),
             cost.into(),
-            call.into(),
         ];
         let table = spi(function, client.select(&plans.take, None, &args))?;
         if let Some(row) = table.into_iter().next() {
@@ -341,10 +342,18 @@ fn take_one(
             let (Some(level), Some(at)) = (level, at) else {
                 return Err(error::corrupt_row(function, "level is NULL"));
             };
-            let state = State {
+            let mut state = State {
                 level,
                 at: at.into_inner(),
             };
+            // TAKE evaluated at max(now, the row's instant). A row still ahead of the clock after the
+            // statement was not written by a concurrent call (whose instant is a clock reading taken
+            // before now): the clock stepped back. Rebase the row, locked by this call, on the clock.
+            let after = clock::now_us();
+            if after < state.at {
+                state = p.take(state, after, 0).state;
+                write(client, plans, function, target, state)?;
+            }
             let mut outcome = p.take(state, state.at, 0);
             outcome.state = state;
             return Ok(outcome);
@@ -462,12 +471,28 @@ pub fn purge(function: &'static str) -> Result<i64, ErrorReport> {
     })
 }
 
-/// Deletes at most `limit` full buckets (the background worker's batch); returns how many.
+/// Deletes at most `limit` full buckets (the background worker's batch); returns how many. Under Citus
+/// only the shards this node holds, each named directly (see [`crate::cluster::citus::local_shards`]), so
+/// that each node's worker purges its own buckets and never another node's.
 pub fn purge_batch(function: &'static str, limit: i64) -> Result<i64, ErrorReport> {
     let now = timestamptz(function, clock::now_us())?;
+    let shards = crate::cluster::citus::local_shards(function)?;
     Spi::connect_mut(|client| {
-        let args: [DatumWithOid<'_>; 2] = [now.into(), limit.into()];
-        let deleted = spi(function, client.update(PURGE_BATCH, None, &args))?.len();
-        Ok(i64::try_from(deleted).unwrap_or(i64::MAX))
+        let Some(shards) = shards else {
+            let args: [DatumWithOid<'_>; 2] = [now.into(), limit.into()];
+            let deleted = spi(function, client.update(PURGE_BATCH, None, &args))?.len();
+            return Ok(i64::try_from(deleted).unwrap_or(i64::MAX));
+        };
+        let mut deleted = 0i64;
+        for shard in shards {
+            if deleted >= limit {
+                break;
+            }
+            let statement = PURGE_BATCH.replace("rate_limit.bucket_state", &shard);
+            let args: [DatumWithOid<'_>; 2] = [now.into(), (limit - deleted).into()];
+            let n = spi(function, client.update(&statement, None, &args))?.len();
+            deleted = deleted.saturating_add(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        Ok(deleted)
     })
 }

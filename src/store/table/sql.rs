@@ -1,16 +1,18 @@
 //! The table store's SQL-side helpers: the functions its statements and the `rate_limit.buckets` view
-//! call (`rate_limit.state_after_take`, `effective_now`, `state_tokens`, `state_is_full`), and the memo
-//! that lets one `TAKE` evaluate its arithmetic once per row version. Not public API: PUBLIC cannot
-//! execute them (`sql/finalize.sql`); bad numbers give 22023 like every other argument error.
+//! call (`rate_limit.state_after_take`, `state_tokens`, `state_is_full`), and the memo that lets one
+//! `TAKE` evaluate its arithmetic once per row version. Not public API: PUBLIC cannot execute them
+//! (`sql/finalize.sql`); bad numbers give 22023 like every other argument error.
+//!
+//! All three are pure functions of their arguments, declared IMMUTABLE: the caller reads the clock once,
+//! in Rust, and passes it. That is what lets Citus route `TAKE` to the shard of its key (Citus refuses a
+//! VOLATILE or STABLE function given columns in an UPDATE of a distributed table), and it is true: no
+//! helper reads the clock, a setting or a table.
 //!
 //! The memo. `TAKE` names the arithmetic in its `WHERE` (may the row be updated?) and in its `SET` (the
-//! new level and instant) on the same row version. Each execution of `TAKE` passes a call number of its
-//! own ([`next_call`]); the first evaluation for a (call, row version) pair computes and remembers, the
-//! others read the result back. So the arithmetic and the clock reading of
-//! [`crate::clock::effective_now`] happen once per row version, the row's level and instant come from one
-//! decision, and a result never serves another statement, however equal its arguments. Under READ
-//! COMMITTED a concurrent update makes PostgreSQL re-check the newest version: a new row version, so a
-//! new evaluation.
+//! new level) on the same row version, so the same arguments arrive twice in a row. The first evaluation
+//! computes and remembers; the second reads it back. Keyed by every argument, which is sound because the
+//! function is pure: equal arguments give equal results, whichever statement asks. Under READ COMMITTED a
+//! concurrent update makes PostgreSQL re-check the newest version: new arguments, a new evaluation.
 
 use std::cell::Cell;
 
@@ -19,36 +21,24 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
 use crate::algorithm::{Algorithm, Policy, State};
-use crate::clock;
 use crate::error;
 use crate::store::target::Stored;
 
-/// One evaluation of `TAKE`'s arithmetic: the call and row version it was for, the level it gave (-1:
-/// denied) and the instant it was evaluated at.
-#[derive(Clone, Copy)]
-struct Evaluated {
-    call: i64,
+/// The arguments of one evaluation of `TAKE`'s arithmetic.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct TakeArgs {
     stored: Stored,
-    level: i64,
-    instant: i64,
+    current: Policy,
+    changed_at: i64,
+    now: i64,
+    cost: i64,
 }
 
 thread_local! {
-    /// The number of the last `TAKE` this backend ran.
-    static CALLS: Cell<i64> = const { Cell::new(0) };
-    /// The last evaluation in this backend.
-    static LAST_TAKE: Cell<Option<Evaluated>> = const { Cell::new(None) };
+    /// The last evaluation in this backend: its arguments and the level it gave (-1: denied).
+    static LAST_TAKE: Cell<Option<(TakeArgs, i64)>> = const { Cell::new(None) };
     /// How many times the arithmetic ran in this backend (for the test that it runs once per grant).
     static EVALUATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-/// A number for the next execution of `TAKE`, distinct from every earlier one in this backend.
-pub(super) fn next_call() -> i64 {
-    CALLS.with(|c| {
-        let call = c.get().wrapping_add(1);
-        c.set(call);
-        call
-    })
 }
 
 /// How many times `TAKE`'s arithmetic has been evaluated in this backend.
@@ -57,24 +47,24 @@ pub fn evaluations() -> u64 {
     EVALUATIONS.with(Cell::get)
 }
 
-/// The level after taking `cost` at `now` from a stored row, converted to the current numbers (in effect
-/// since `changed_at`), or -1 when denied: the arithmetic inside `TAKE`, once per (call, row version).
-fn level_after_take(
-    call: i64,
-    stored: Stored,
-    current: Policy,
-    changed_at: i64,
-    now: i64,
-    cost: i64,
-) -> i64 {
-    if let Some(e) = LAST_TAKE
-        .with(Cell::get)
-        .filter(|e| e.call == call && e.stored == stored)
-    {
-        return e.level;
+/// The level after taking `cost` from a stored row, converted to the current numbers (in effect since
+/// `changed_at`), or -1 when denied: the arithmetic inside `TAKE`. It is evaluated at
+/// `max(now, stored instant)`: a row written after the caller read its clock (another session got there
+/// first, or the clock stepped back) counts no time as elapsed, so nothing is counted twice; the caller
+/// rebases a row left ahead of the clock (see `store::table::take_one`).
+fn level_after_take(args: TakeArgs) -> i64 {
+    if let Some((_, level)) = LAST_TAKE.with(Cell::get).filter(|(a, _)| *a == args) {
+        return level;
     }
     EVALUATIONS.with(|c| c.set(c.get() + 1));
-    let instant = clock::effective_now(now, stored.state.at);
+    let TakeArgs {
+        stored,
+        current,
+        changed_at,
+        now,
+        cost,
+    } = args;
+    let instant = now.max(stored.state.at);
     let state = current.carry_over(stored.state, &stored.policy, changed_at, instant);
     let outcome = current.take(state, instant, cost);
     let level = if outcome.allowed {
@@ -82,24 +72,8 @@ fn level_after_take(
     } else {
         -1
     };
-    LAST_TAKE.with(|c| {
-        c.set(Some(Evaluated {
-            call,
-            stored,
-            level,
-            instant,
-        }))
-    });
+    LAST_TAKE.with(|c| c.set(Some((args, level))));
     level
-}
-
-/// The instant call `call`, which read the clock at `now`, evaluates a row stored at `at` at: the one its
-/// arithmetic used for that row version, else [`clock::effective_now`].
-fn instant_of_take(call: i64, now: i64, at: i64) -> i64 {
-    match LAST_TAKE.with(Cell::get) {
-        Some(e) if e.call == call && e.stored.state.at == at => e.instant,
-        _ => clock::effective_now(now, at),
-    }
 }
 
 /// A stored row's numbers as a policy; 22023 when they do not make one.
@@ -140,15 +114,14 @@ fn stored_row(
 mod rate_limit {
     use super::*;
 
-    /// The level after taking `cost` tokens at `now` from a stored `rate_limit.bucket_state` row, carried
-    /// over to the numbers of the call (`new_*`, in effect since `changed_at`), or -1 if there are not
-    /// enough: the arithmetic inside the table store's conditional UPDATE, evaluated once per `call` and
-    /// row version. Volatile: it reads the clock to tell concurrency skew from a clock step
-    /// (`crate::clock::effective_now`). The C symbol differs from 0.3.0's (which took no call number, see
-    /// `superseded`), so 0.3.0's definition never reads arguments at the wrong place.
+    /// The level after taking `cost` tokens at `now` (the caller's clock reading) from a stored
+    /// `rate_limit.bucket_state` row, carried over to the numbers of the call (`new_*`, in effect since
+    /// `changed_at`), or -1 if there are not enough: the arithmetic inside the table store's conditional
+    /// UPDATE. Pure, so IMMUTABLE. Its C symbol differs from 0.3.0's (which was volatile and read the clock,
+    /// see `superseded`).
     #[allow(clippy::too_many_arguments)] // a stored row, the call's numbers and the instant, as SQL passes them
-    #[pg_extern(name = "state_after_take", volatile, parallel_safe, strict)]
-    fn state_after_take_of_call(
+    #[pg_extern(name = "state_after_take", immutable, parallel_safe, strict)]
+    fn state_after_take_at(
         level: i64,
         updated_at: TimestampWithTimeZone,
         algorithm: &str,
@@ -162,7 +135,6 @@ mod rate_limit {
         changed_at: TimestampWithTimeZone,
         now: TimestampWithTimeZone,
         cost: i64,
-        call: i64,
     ) -> Result<i64, ErrorReport> {
         const F: &str = "rate_limit.state_after_take";
         let stored = stored_row(F, level, updated_at, algorithm, rate, per_us, burst)?;
@@ -170,33 +142,17 @@ mod rate_limit {
         if cost < 0 {
             return Err(error::out_of_range(F, "cost", cost, 0, i64::MAX));
         }
-        Ok(level_after_take(
-            call,
+        Ok(level_after_take(TakeArgs {
             stored,
             current,
-            changed_at.into_inner(),
-            now.into_inner(),
+            changed_at: changed_at.into_inner(),
+            now: now.into_inner(),
             cost,
-        ))
-    }
-
-    /// The instant a row stored at `updated_at` is evaluated at by `call`, which read the clock at `now`
-    /// (see `crate::clock::effective_now`): the row's new `updated_at` after a grant, the very instant the
-    /// arithmetic of the same call used. New C symbol, as for `state_after_take`.
-    #[pg_extern(name = "effective_now", volatile, parallel_safe, strict)]
-    fn effective_now_of_call(
-        call: i64,
-        now: TimestampWithTimeZone,
-        updated_at: TimestampWithTimeZone,
-    ) -> Result<TimestampWithTimeZone, ErrorReport> {
-        let at = instant_of_take(call, now.into_inner(), updated_at.into_inner());
-        TimestampWithTimeZone::try_from(at).map_err(|_| {
-            error::invalid_numbers("rate_limit.effective_now", "the instant is out of range")
-        })
+        }))
     }
 
     /// Tokens in a stored `rate_limit.bucket_state` row at `at`, exact to the millionth (rounded down).
-    #[pg_extern(stable, parallel_safe, strict)]
+    #[pg_extern(immutable, parallel_safe, strict)]
     fn state_tokens(
         level: i64,
         updated_at: TimestampWithTimeZone,
@@ -212,7 +168,7 @@ mod rate_limit {
     }
 
     /// Whether a stored `rate_limit.bucket_state` row is full at `at` (and so may be deleted losslessly).
-    #[pg_extern(stable, parallel_safe, strict)]
+    #[pg_extern(immutable, parallel_safe, strict)]
     fn state_is_full(
         level: i64,
         updated_at: TimestampWithTimeZone,
@@ -228,12 +184,13 @@ mod rate_limit {
     }
 }
 
-/// The C entry points of 0.3.0's definitions of `state_after_take` and `effective_now`, which took no call
-/// number. They must exist so that a database still at 0.3.0 can be restored or `pg_upgrade`d with this
+/// The C entry points of 0.3.0's definitions of `state_after_take` and `effective_now`, which read the
+/// clock. They must exist so that a database still at 0.3.0 can be restored or `pg_upgrade`d with this
 /// library installed (PostgreSQL checks a C function's symbol when the function is created) and then
-/// updated; called, they raise 55000: only 0.3.0's own library could serve them. Until `ALTER EXTENSION
-/// rate_limit UPDATE`, this library's table store finds no 14-argument `state_after_take` and fails with
-/// 42883, and the background worker skips the database (it checks the version).
+/// updated; called, they raise 55000 with a hint to update: only 0.3.0's own library could serve them. So
+/// until `ALTER EXTENSION rate_limit UPDATE`, this library's table store (whose `TAKE` calls the 13-argument
+/// `state_after_take` that 0.3.0 defined with the old symbol) fails with 55000, and the background worker
+/// skips the database (it checks the version).
 mod superseded {
     use pgrx::pg_sys;
     use pgrx::pg_sys::panic::ErrorReport;
@@ -293,28 +250,63 @@ mod tests {
 
     use super::*;
 
-    /// The memo serves the `WHERE` and `SET` of one call on one row version, and nothing else: another
-    /// call with equal arguments, or a newer row version in the same call, evaluates again.
+    /// The memo serves the `WHERE` and `SET` of one row version: equal arguments evaluate once; a newer
+    /// row version, or another clock reading, evaluates again.
     #[pg_test]
-    fn the_memo_is_keyed_by_call_and_row_version() {
+    fn the_memo_is_keyed_by_every_argument() {
         let p = Policy::new(Algorithm::TokenBucket, 1, 1_000_000, 5).expect("valid");
-        let stored = Stored {
-            state: p.full(0),
-            policy: p,
+        let args = TakeArgs {
+            stored: Stored {
+                state: p.full(0),
+                policy: p,
+            },
+            current: p,
+            changed_at: i64::MIN,
+            now: 10,
+            cost: 1,
         };
-        let (first, second) = (next_call(), next_call());
         let before = evaluations();
-        let level = level_after_take(first, stored, p, i64::MIN, 10, 1);
-        assert_eq!(level_after_take(first, stored, p, i64::MIN, 10, 1), level);
+        let level = level_after_take(args);
+        assert_eq!(level_after_take(args), level);
         assert_eq!(evaluations() - before, 1);
-        assert_eq!(level_after_take(second, stored, p, i64::MIN, 10, 1), level);
-        assert_eq!(evaluations() - before, 2);
-        let newer = Stored {
-            state: State { level, at: 10 },
-            policy: p,
+        let newer = TakeArgs {
+            stored: Stored {
+                state: State { level, at: 10 },
+                policy: p,
+            },
+            ..args
         };
-        level_after_take(second, newer, p, i64::MIN, 10, 1);
+        level_after_take(newer);
+        assert_eq!(evaluations() - before, 2);
+        level_after_take(TakeArgs { now: 11, ..newer });
         assert_eq!(evaluations() - before, 3);
-        assert_eq!(instant_of_take(second, 10, 10), 10);
+    }
+
+    /// A row written after the caller read its clock is evaluated at its own instant: no time elapsed,
+    /// nothing refilled twice.
+    #[pg_test]
+    fn a_row_ahead_of_the_clock_counts_no_time_as_elapsed() {
+        let p = Policy::new(Algorithm::TokenBucket, 1, 1_000_000, 5).expect("valid");
+        let empty = State {
+            level: 0,
+            at: 5_000_000,
+        };
+        let args = TakeArgs {
+            stored: Stored {
+                state: empty,
+                policy: p,
+            },
+            current: p,
+            changed_at: i64::MIN,
+            now: 1_000_000,
+            cost: 1,
+        };
+        assert_eq!(level_after_take(args), -1);
+        assert!(
+            level_after_take(TakeArgs {
+                now: 6_000_000,
+                ..args
+            }) >= 0
+        );
     }
 }

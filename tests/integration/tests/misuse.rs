@@ -6,7 +6,8 @@
 //! - `rate_limit.reset_stats(NULL)`: 22004 (before: it reset every statistic); `reset_stats()` resets all;
 //! - `rate_limit.headers(d, label)` for an ad-hoc decision: the label only names the fields, whose numbers
 //!   are the decision's (before: the numbers of the policy the label happened to name).
-//! - `rate_limit.dropped_policies` and the trigger that writes it: 42501 for every other role.
+//! - `rate_limit.dropped_policies` and the trigger that writes it: 42501 for every other role;
+//! - `rate_limit.distribute()`: 42501 for every other role (0A000 for the owner without Citus).
 
 use postgres::error::SqlState;
 use postgres::{Client, NoTls};
@@ -167,4 +168,16 @@ fn the_dropped_policies_record_is_closed_to_other_roles() {
         code_of(&mut admin, "SELECT rate_limit.policies_dropped()"),
         SqlState::FEATURE_NOT_SUPPORTED
     );
+}
+
+/// `rate_limit.distribute()` reshapes the extension's tables for Citus: a role with only LOGIN may not call
+/// it (42501), even where Citus is absent.
+#[test]
+fn distribute_is_closed_to_other_roles() {
+    let db = TestDb::new("misuse_distribute");
+    let mut admin = db.connect();
+    let mut role = login_role(&db, &mut admin, "rl_misuse_c");
+    let sql = "SELECT * FROM rate_limit.distribute()";
+    assert_eq!(code_of(&mut role, sql), SqlState::INSUFFICIENT_PRIVILEGE);
+    assert_eq!(code_of(&mut admin, sql), SqlState::FEATURE_NOT_SUPPORTED);
 }

@@ -1,0 +1,382 @@
+//! Citus: `rate_limit.distribute()` and the memory store's guard.
+//!
+//! What `distribute` does, in this order, each step only if it is not done yet (so it is idempotent):
+//! 1. `create_reference_table('rate_limit.policies')`, with `citus.enable_unsafe_triggers` on for the call:
+//!    every node gets a copy of the policies, and the statement triggers that keep each backend's policy
+//!    cache coherent (and record dropped policies) fire on every node's copy when a change is applied there.
+//! 2. `create_distributed_table('rate_limit.bucket_state', 'key', shard_count => …)`: a key's buckets, under
+//!    every policy, live in one shard.
+//! 3. `create_distributed_function(f, key argument, colocate_with => 'rate_limit.bucket_state',
+//!    force_delegation => true)` for every function that names one key ([`KEYED`]): a call is run on the
+//!    node that holds the key's shard, inside transaction blocks too (Citus then makes the transaction a
+//!    distributed one).
+//!
+//! The memory store under Citus ([`ensure_memory_bucket_here`]): a bucket must exist in exactly one node's
+//! shared memory, the node that holds its key's shard. Delegated calls run there. A call Citus does not
+//! delegate (an expression in PL/pgSQL, a trigger, a call inside a larger query) runs where it arrives, and
+//! is refused with 0A000 unless that is the key's node: it cannot reach the other node's memory, and
+//! answering from a second copy would grant a second burst.
+
+use pgrx::datum::DatumWithOid;
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::pg_sys::{self};
+use pgrx::prelude::*;
+use pgrx::spi::{Spi, SpiClient};
+use pgrx::PgSqlErrorCode;
+
+use crate::error;
+
+/// Every function that names one key, with the argument that holds it: Citus delegates a call to the
+/// node of the shard this argument hashes to. `@extschema@` is the extension's schema.
+pub const KEYED: &[(&str, &str)] = &[
+    (
+        "@extschema@.rate_limiting_request(text,integer,integer)",
+        "id",
+    ),
+    ("rate_limit.tokens(text,integer,integer)", "id"),
+    ("rate_limit.peek_request(text,integer,integer)", "id"),
+    ("rate_limit.reset_request(text)", "id"),
+    ("rate_limit.take(text,text,integer)", "key"),
+    ("rate_limit.peek(text,text)", "key"),
+    ("rate_limit.wait(text,text,integer,interval)", "key"),
+    ("rate_limit.refund(text,text,bigint)", "key"),
+    ("rate_limit.reset(text,text)", "key"),
+    (
+        "rate_limit.take_ad_hoc(text,bigint,interval,bigint,integer)",
+        "key",
+    ),
+    ("rate_limit.reset_ad_hoc(text)", "key"),
+];
+
+/// Whether the Citus extension exists in the current database. First whether the Citus library is loaded
+/// at all (a setting it defines exists: a hash lookup), so that a server without Citus pays nothing on the
+/// memory store's path; then a catalog lookup, no query.
+fn citus_installed() -> bool {
+    // SAFETY: GetConfigOption with missing_ok returns NULL for an unknown setting instead of raising an
+    // error; the name is a valid C string; the result is only compared with NULL.
+    let loaded =
+        unsafe { !pg_sys::GetConfigOption(c"citus.shard_count".as_ptr(), true, false).is_null() };
+    // SAFETY: get_extension_oid reads pg_extension inside the current transaction; with missing_ok it
+    // returns InvalidOid instead of raising an error.
+    loaded && unsafe { pg_sys::get_extension_oid(c"citus".as_ptr(), true) != pg_sys::InvalidOid }
+}
+
+fn spi<T>(function: &'static str, r: Result<T, pgrx::spi::SpiError>) -> Result<T, ErrorReport> {
+    r.map_err(|e| error::internal(function, e))
+}
+
+/// The `count(*)` that `query` returns for `args`.
+fn count(
+    function: &'static str,
+    client: &SpiClient<'_>,
+    query: &str,
+    args: &[DatumWithOid<'_>],
+) -> Result<i64, ErrorReport> {
+    let n: Option<i64> = spi(
+        function,
+        client
+            .select(query, Some(1), args)
+            .and_then(|t| t.first().get(1)),
+    )?;
+    Ok(n.unwrap_or(0))
+}
+
+fn is_distributed(
+    function: &'static str,
+    client: &SpiClient<'_>,
+    table: &str,
+) -> Result<bool, ErrorReport> {
+    const Q: &str = "SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_partition \
+                     WHERE logicalrelid OPERATOR(pg_catalog.=) pg_catalog.to_regclass($1)";
+    Ok(count(function, client, Q, &[table.into()])? > 0)
+}
+
+fn is_distributed_function(
+    function: &'static str,
+    client: &SpiClient<'_>,
+    signature: &str,
+) -> Result<bool, ErrorReport> {
+    const Q: &str = "SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_object \
+                     WHERE classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass \
+                       AND objid OPERATOR(pg_catalog.=) $1::pg_catalog.regprocedure::pg_catalog.oid \
+                       AND colocationid IS NOT NULL AND force_delegation";
+    Ok(count(function, client, Q, &[signature.into()])? > 0)
+}
+
+fn shard_count(function: &'static str, client: &SpiClient<'_>) -> Result<i64, ErrorReport> {
+    const Q: &str = "SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_shard \
+                     WHERE logicalrelid OPERATOR(pg_catalog.=) 'rate_limit.bucket_state'::pg_catalog.regclass";
+    count(function, client, Q, &[])
+}
+
+fn without_citus(function: &'static str) -> ErrorReport {
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+        "rate_limit.distribute needs Citus in this database",
+        function,
+    )
+    .set_hint(
+        "Preload both libraries (shared_preload_libraries = 'citus,rate_limit'), CREATE EXTENSION citus, \
+         add the worker nodes, then call rate_limit.distribute() on the coordinator. Without Citus, \
+         rate_limit runs on one server and needs no distribution.",
+    )
+}
+
+/// Runs the steps of `rate_limit.distribute`; returns each step with what it did.
+fn distribute(
+    function: &'static str,
+    shard_count_wanted: Option<i32>,
+) -> Result<Vec<(String, String)>, ErrorReport> {
+    if !citus_installed() {
+        return Err(without_citus(function));
+    }
+    if let Some(n) = shard_count_wanted.filter(|n| *n < 1) {
+        return Err(error::out_of_range(
+            function,
+            "shard_count",
+            i64::from(n),
+            1,
+            i64::from(i32::MAX),
+        ));
+    }
+    Spi::connect_mut(|client| {
+        let coordinator: Option<i32> = spi(
+            function,
+            client
+                .select(
+                    "SELECT groupid FROM pg_catalog.pg_dist_local_group",
+                    Some(1),
+                    &[],
+                )
+                .and_then(|t| t.first().get(1)),
+        )?;
+        if coordinator != Some(0) {
+            return Err(ErrorReport::new(
+                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                "rate_limit.distribute must run on the Citus coordinator",
+                function,
+            )
+            .set_hint("Connect to the coordinator (group 0) and call it there."));
+        }
+        let mut done = Vec::new();
+        let mut step =
+            |object: &str, action: &str| done.push((object.to_string(), action.to_string()));
+
+        if is_distributed(function, client, "rate_limit.policies")? {
+            step("rate_limit.policies", "already a reference table");
+        } else {
+            spi(
+                function,
+                client.update(
+                    "SELECT pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true)",
+                    None,
+                    &[],
+                ),
+            )?;
+            spi(
+                function,
+                client.update(
+                    "SELECT pg_catalog.create_reference_table('rate_limit.policies')",
+                    None,
+                    &[],
+                ),
+            )?;
+            step("rate_limit.policies", "made a reference table");
+        }
+
+        if is_distributed(function, client, "rate_limit.bucket_state")? {
+            let have = shard_count(function, client)?;
+            if let Some(want) = shard_count_wanted.filter(|w| i64::from(*w) != have) {
+                return Err(ErrorReport::new(
+                    PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+                    format!(
+                        "rate_limit.bucket_state is already distributed with {have} shards, not {want}"
+                    ),
+                    function,
+                )
+                .set_hint(
+                    "Call rate_limit.distribute() without a shard count, or change it with Citus's \
+                     alter_distributed_table('rate_limit.bucket_state', shard_count => …): buckets it \
+                     moves start full (see docs/scaling.md).",
+                ));
+            }
+            step("rate_limit.bucket_state", "already distributed by key");
+        } else {
+            let args: [DatumWithOid<'_>; 1] = [shard_count_wanted.into()];
+            spi(
+                function,
+                client.update(
+                    "SELECT pg_catalog.create_distributed_table('rate_limit.bucket_state', 'key', \
+                     shard_count => $1)",
+                    None,
+                    &args,
+                ),
+            )?;
+            step("rate_limit.bucket_state", "distributed by key");
+        }
+
+        let schema: Option<String> = spi(
+            function,
+            client
+                .select(
+                    "SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e \
+                     JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace \
+                     WHERE e.extname OPERATOR(pg_catalog.=) 'rate_limit'",
+                    Some(1),
+                    &[],
+                )
+                .and_then(|t| t.first().get(1)),
+        )?;
+        let schema = schema.unwrap_or_else(|| "public".to_string());
+        for (signature, argument) in KEYED {
+            let signature = &signature.replace("@extschema@", &schema);
+            if is_distributed_function(function, client, signature)? {
+                step(signature, "already delegated by key");
+                continue;
+            }
+            let args: [DatumWithOid<'_>; 2] = [signature.as_str().into(), (*argument).into()];
+            spi(
+                function,
+                client.update(
+                    "SELECT pg_catalog.create_distributed_function($1::pg_catalog.regprocedure, $2, \
+                     colocate_with => 'rate_limit.bucket_state', force_delegation => true)",
+                    None,
+                    &args,
+                ),
+            )?;
+            step(signature, "delegated by key");
+        }
+        Ok(done)
+    })
+}
+
+/// 0A000 unless a memory-store bucket of `key` may live on this node: always without Citus, or while
+/// `rate_limit.bucket_state` is not distributed; with it, only on the node that holds the key's shard.
+pub fn ensure_memory_bucket_here(function: &'static str, key: &str) -> Result<(), ErrorReport> {
+    if !citus_installed() {
+        return Ok(());
+    }
+    const Q: &str = "SELECT n.nodename, n.nodeport, p.groupid OPERATOR(pg_catalog.=) l.groupid \
+         FROM pg_catalog.pg_dist_partition d \
+         CROSS JOIN pg_catalog.pg_dist_local_group l \
+         JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) \
+              pg_catalog.get_shard_id_for_distribution_column(d.logicalrelid, $1) \
+         JOIN pg_catalog.pg_dist_node n ON n.groupid OPERATOR(pg_catalog.=) p.groupid \
+         WHERE d.logicalrelid OPERATOR(pg_catalog.=) 'rate_limit.bucket_state'::pg_catalog.regclass";
+    let owner: Option<(Option<String>, Option<i32>, Option<bool>)> = spi(
+        function,
+        Spi::connect(|client| {
+            let args: [DatumWithOid<'_>; 1] = [key.into()];
+            let t = client.select(Q, Some(1), &args)?;
+            if t.is_empty() {
+                return Ok(None);
+            }
+            let r = t.first();
+            Ok(Some((r.get(1)?, r.get(2)?, r.get(3)?)))
+        }),
+    )?;
+    match owner {
+        None | Some((_, _, Some(true))) => Ok(()),
+        Some((host, port, _)) => Err(ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!(
+                "the memory-store bucket of key \"{key}\" lives on node {}:{}, not on this one",
+                host.unwrap_or_default(),
+                port.unwrap_or_default()
+            ),
+            function,
+        )
+        .set_detail(
+            "Under Citus a memory bucket lives only on the node that holds its key's shard; this call \
+             was not delegated there, and a second copy here would grant a second burst.",
+        )
+        .set_hint(
+            "Make the call a statement of its own (SELECT … FROM rate_limit.take(…)), which Citus \
+             delegates to the key's node, or give the policy the table store.",
+        )),
+    }
+}
+
+/// The shards of `rate_limit.bucket_state` this node holds, as qualified relation names, with direct
+/// changes to them allowed for the rest of the transaction (`citus.enable_manual_changes_to_shards`);
+/// `None` when the table is not distributed (or Citus is absent): then the table itself is the state.
+pub fn local_shards(function: &'static str) -> Result<Option<Vec<String>>, ErrorReport> {
+    if !citus_installed() {
+        return Ok(None);
+    }
+    const Q: &str = "SELECT pg_catalog.shard_name(s.logicalrelid, s.shardid) \
+         FROM pg_catalog.pg_dist_shard s \
+         JOIN pg_catalog.pg_dist_placement p ON p.shardid OPERATOR(pg_catalog.=) s.shardid \
+         JOIN pg_catalog.pg_dist_local_group l ON l.groupid OPERATOR(pg_catalog.=) p.groupid \
+         WHERE s.logicalrelid OPERATOR(pg_catalog.=) 'rate_limit.bucket_state'::pg_catalog.regclass \
+         ORDER BY s.shardid";
+    Spi::connect_mut(|client| {
+        if !is_distributed(function, client, "rate_limit.bucket_state")? {
+            return Ok(None);
+        }
+        let mut shards = Vec::new();
+        for row in spi(function, client.select(Q, None, &[]))? {
+            if let Some(name) = spi(function, row.get::<String>(1))? {
+                shards.push(name);
+            }
+        }
+        spi(
+            function,
+            client.update(
+                "SELECT pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true)",
+                None,
+                &[],
+            ),
+        )?;
+        Ok(Some(shards))
+    })
+}
+
+/// The cluster functions, in schema `rate_limit`.
+#[pg_schema]
+mod rate_limit {
+    use super::*;
+
+    /// Distributes rate_limit over a Citus cluster (run on the coordinator, by the owner): the policies
+    /// become a reference table, the state table is distributed by key (`shard_count` shards, default
+    /// `citus.shard_count`), and every keyed call is delegated to the node of its key. Idempotent: returns
+    /// each step with what it did or found done. Without Citus: 0A000.
+    #[pg_extern(volatile, parallel_unsafe)]
+    fn distribute(
+        shard_count: default!(Option<i32>, "NULL"),
+    ) -> Result<TableIterator<'static, (name!(object, String), name!(action, String))>, ErrorReport>
+    {
+        let done = super::distribute("rate_limit.distribute", shard_count)?;
+        Ok(TableIterator::new(done))
+    }
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pgrx::pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    /// Without Citus in the database, `distribute` refuses with 0A000 and a hint, and the memory store's
+    /// guard lets every call through.
+    #[pg_test]
+    fn distribute_without_citus_is_0a000_with_a_hint() {
+        Spi::run(
+            "CREATE OR REPLACE FUNCTION pg_temp.failure(q text) RETURNS text LANGUAGE plpgsql AS $$
+             DECLARE s text; h text;
+             BEGIN EXECUTE q; RETURN NULL;
+             EXCEPTION WHEN OTHERS THEN
+                 GET STACKED DIAGNOSTICS s = RETURNED_SQLSTATE, h = PG_EXCEPTION_HINT;
+                 RETURN s || ' ' || (h LIKE '%CREATE EXTENSION citus%')::text; END $$",
+        )
+        .expect("helper");
+        assert_eq!(
+            Spi::get_one::<String>(
+                "SELECT pg_temp.failure('SELECT * FROM rate_limit.distribute()')"
+            )
+            .expect("query")
+            .as_deref(),
+            Some("0A000 true")
+        );
+        assert!(super::ensure_memory_bucket_here("test", "any key").is_ok());
+    }
+}

@@ -1,0 +1,9 @@
+//! rate_limit on more than one server, on engines users already run (no router of our own).
+//!
+//! - [`citus`]: `rate_limit.distribute()` makes the policies a Citus reference table, distributes the state
+//!   table by key and registers every keyed call as a distributed function colocated with it, so that a
+//!   call runs on the node that holds its key. It also guards the memory store: a memory bucket lives only
+//!   on the node of its key's shard, and a call that reaches another node is refused, never answered from
+//!   a second copy.
+
+pub mod citus;
