@@ -65,6 +65,16 @@ fn spi<T>(function: &'static str, r: Result<T, pgrx::spi::SpiError>) -> Result<T
     r.map_err(|e| error::internal(function, e))
 }
 
+/// Runs `statement` (a Citus function that changes the cluster, or a setting for the transaction).
+fn execute(
+    function: &'static str,
+    client: &mut SpiClient<'_>,
+    statement: &str,
+    args: &[DatumWithOid<'_>],
+) -> Result<(), ErrorReport> {
+    spi(function, client.update(statement, None, args)).map(|_| ())
+}
+
 /// The `count(*)` that `query` returns for `args`.
 fn count(
     function: &'static str,
@@ -165,21 +175,17 @@ fn distribute(
         if is_distributed(function, client, "rate_limit.policies")? {
             step("rate_limit.policies", "already a reference table");
         } else {
-            spi(
+            execute(
                 function,
-                client.update(
-                    "SELECT pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true)",
-                    None,
-                    &[],
-                ),
+                client,
+                "SELECT pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true)",
+                &[],
             )?;
-            spi(
+            execute(
                 function,
-                client.update(
-                    "SELECT pg_catalog.create_reference_table('rate_limit.policies')",
-                    None,
-                    &[],
-                ),
+                client,
+                "SELECT pg_catalog.create_reference_table('rate_limit.policies')",
+                &[],
             )?;
             step("rate_limit.policies", "made a reference table");
         }
@@ -203,14 +209,12 @@ fn distribute(
             step("rate_limit.bucket_state", "already distributed by key");
         } else {
             let args: [DatumWithOid<'_>; 1] = [shard_count_wanted.into()];
-            spi(
+            execute(
                 function,
-                client.update(
-                    "SELECT pg_catalog.create_distributed_table('rate_limit.bucket_state', 'key', \
+                client,
+                "SELECT pg_catalog.create_distributed_table('rate_limit.bucket_state', 'key', \
                      shard_count => $1)",
-                    None,
-                    &args,
-                ),
+                &args,
             )?;
             step("rate_limit.bucket_state", "distributed by key");
         }
@@ -235,14 +239,12 @@ fn distribute(
                 continue;
             }
             let args: [DatumWithOid<'_>; 2] = [signature.as_str().into(), (*argument).into()];
-            spi(
+            execute(
                 function,
-                client.update(
-                    "SELECT pg_catalog.create_distributed_function($1::pg_catalog.regprocedure, $2, \
+                client,
+                "SELECT pg_catalog.create_distributed_function($1::pg_catalog.regprocedure, $2, \
                      colocate_with => 'rate_limit.bucket_state', force_delegation => true)",
-                    None,
-                    &args,
-                ),
+                &args,
             )?;
             step(signature, "delegated by key");
         }
@@ -320,13 +322,11 @@ pub fn local_shards(function: &'static str) -> Result<Option<Vec<String>>, Error
                 shards.push(name);
             }
         }
-        spi(
+        execute(
             function,
-            client.update(
-                "SELECT pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true)",
-                None,
-                &[],
-            ),
+            client,
+            "SELECT pg_catalog.set_config('citus.enable_manual_changes_to_shards', 'on', true)",
+            &[],
         )?;
         Ok(Some(shards))
     })
