@@ -105,6 +105,8 @@ citus() { # citus VERSION: three fresh nodes with Citus and rate_limit preloaded
     nodes+=("$(conninfo "$(citus_port "$v" "$i")")")
   done
   RATE_LIMIT_TEST_CITUS_NODES="$(IFS=';'; echo "${nodes[*]}")" \
+  RATE_LIMIT_TEST_CITUS_WORKER2_STOP="$(pg_ctl_command "$v" "$TEST_ROOT/${CITUS_NODES[2]}-$v" stop)" \
+  RATE_LIMIT_TEST_CITUS_WORKER2_START="$(pg_ctl_command "$v" "$TEST_ROOT/${CITUS_NODES[2]}-$v" start)" \
     cargo test -p rate_limit_integration --test citus -- --test-threads=1 || status=$?
   for i in 0 1 2; do cluster_stop "$v" "$TEST_ROOT/${CITUS_NODES[i]}-$v"; done
   return "$status"

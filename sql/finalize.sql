@@ -95,6 +95,9 @@ REVOKE EXECUTE ON FUNCTION rate_limit.drop_policy(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.memory_buckets() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.stats_rows() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.top_limited_rows() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.node_stats_rows() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.node_top_limited_rows() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.node_memory_buckets() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.reset_stats(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.reset_stats() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.memory_shares() FROM PUBLIC;
@@ -159,6 +162,12 @@ COMMENT ON FUNCTION rate_limit.limit_writes() IS
     'Row trigger: limit_writes(policy, key_column [, cost]) takes cost tokens per written row from the '
     'bucket of the row''s key; a denied row raises 53400 with the RateLimit header values in DETAIL';
 COMMENT ON FUNCTION rate_limit.stats_rows() IS 'Internal: the rows of rate_limit.stats';
+COMMENT ON FUNCTION rate_limit.node_stats_rows() IS
+    'This node''s own rows of rate_limit.stats (on a Citus coordinator the view merges every node''s)';
+COMMENT ON FUNCTION rate_limit.node_top_limited_rows() IS
+    'This node''s own rows of rate_limit.top_limited (on a Citus coordinator the view merges every node''s)';
+COMMENT ON FUNCTION rate_limit.node_memory_buckets() IS
+    'This node''s own memory-store buckets (on a Citus coordinator rate_limit.buckets lists every node''s)';
 COMMENT ON FUNCTION rate_limit.top_limited_rows() IS 'Internal: the rows of rate_limit.top_limited';
 COMMENT ON FUNCTION rate_limit.reset_stats(text) IS
     'Zero the statistics and top limited keys of a policy in this database; owner only';

@@ -6,8 +6,29 @@ use pgrx::datum::{AnyNumeric, Interval, TimestampWithTimeZone};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
+use crate::cluster::merged::{self, MemoryBucketRow};
 use crate::error;
 use crate::store;
+
+/// This node's memory buckets in the current database.
+fn node_memory_buckets(function: &'static str) -> Result<Vec<MemoryBucketRow>, ErrorReport> {
+    let listed = store::memory_buckets(function)?;
+    let mut rows = Vec::with_capacity(listed.len());
+    for l in listed {
+        rows.push((
+            l.kind.name().to_string(),
+            l.policy,
+            l.key,
+            error::millionths_numeric(function, l.millionths)?,
+            l.numbers.burst(),
+            l.numbers.rate(),
+            Some(Interval::from_micros(l.numbers.period_us())),
+            l.numbers.algorithm().name().to_string(),
+            TimestampWithTimeZone::try_from(l.updated_at).ok(),
+        ));
+    }
+    Ok(rows)
+}
 
 /// Internal helpers, in schema `rate_limit`.
 #[pg_schema]
@@ -15,7 +36,8 @@ mod rate_limit {
     use super::*;
 
     /// Buckets of the memory store in this database (none when the library is not preloaded), for the
-    /// `rate_limit.buckets` view. Buckets of a dropped policy are not listed (they wait to be freed).
+    /// `rate_limit.buckets` view: this node's, or on a Citus coordinator of a distributed database every
+    /// node's. Buckets of a dropped policy are not listed (they wait to be freed).
     #[allow(clippy::type_complexity)] // the row type is the SQL signature, spelled out for pgrx
     #[pg_extern(volatile, parallel_unsafe, security_definer)]
     fn memory_buckets() -> Result<
@@ -36,22 +58,38 @@ mod rate_limit {
         ErrorReport,
     > {
         const F: &str = "rate_limit.memory_buckets";
-        let listed = store::memory_buckets(F)?;
-        let mut rows = Vec::with_capacity(listed.len());
-        for l in listed {
-            rows.push((
-                l.kind.name().to_string(),
-                l.policy,
-                l.key,
-                error::millionths_numeric(F, l.millionths)?,
-                l.numbers.burst(),
-                l.numbers.rate(),
-                Some(Interval::from_micros(l.numbers.period_us())),
-                l.numbers.algorithm().name().to_string(),
-                TimestampWithTimeZone::try_from(l.updated_at).ok(),
-            ));
+        match merged::memory_buckets(F)? {
+            Some(rows) => Ok(TableIterator::new(rows)),
+            None => node_memory_buckets(F).map(TableIterator::new),
         }
-        Ok(TableIterator::new(rows))
+    }
+
+    /// This node's own rows of `memory_buckets`, also on a Citus coordinator.
+    #[allow(clippy::type_complexity)] // the row type is the SQL signature, spelled out for pgrx
+    #[pg_extern(
+        volatile,
+        parallel_unsafe,
+        security_definer,
+        name = "node_memory_buckets"
+    )]
+    fn node_memory_buckets_rows() -> Result<
+        TableIterator<
+            'static,
+            (
+                name!(kind, String),
+                name!(policy, Option<String>),
+                name!(key, String),
+                name!(tokens, AnyNumeric),
+                name!(limit, i64),
+                name!(rate, i64),
+                name!(per, Option<Interval>),
+                name!(algorithm, String),
+                name!(updated_at, Option<TimestampWithTimeZone>),
+            ),
+        >,
+        ErrorReport,
+    > {
+        node_memory_buckets("rate_limit.node_memory_buckets").map(TableIterator::new)
     }
 
     /// Size and use of the memory store; 55000 when the library is not preloaded.
@@ -98,6 +136,7 @@ mod rate_limit {
 
     /// The buckets each database holds in the memory store, for operators: every database that holds
     /// any, with its name (NULL once dropped, until the background worker frees its buckets). Owner only.
+    #[allow(clippy::type_complexity)] // the row type is the SQL signature, spelled out for pgrx
     #[pg_extern(volatile, parallel_unsafe)]
     fn memory_shares() -> Result<
         TableIterator<'static, (name!(database, Option<String>), name!(buckets, i64))>,

@@ -332,6 +332,55 @@ pub fn local_shards(function: &'static str) -> Result<Option<Vec<String>>, Error
     })
 }
 
+/// What `command` (a query returning one text value) returns on every node of the cluster, coordinator
+/// included, when this is the coordinator of a database whose state table is distributed; `None`
+/// otherwise (no Citus, not distributed, or a worker), when this node's own answer is the answer.
+/// A node that cannot answer is 08006: a cluster-wide figure without it would be silently short.
+pub fn on_every_node(
+    function: &'static str,
+    command: &str,
+) -> Result<Option<Vec<String>>, ErrorReport> {
+    if !citus_installed() {
+        return Ok(None);
+    }
+    const COORDINATOR: &str = "SELECT pg_catalog.count(*) FROM pg_catalog.pg_dist_local_group \
+                               WHERE groupid OPERATOR(pg_catalog.=) 0";
+    const RUN: &str =
+        "SELECT nodeid, success, result FROM pg_catalog.run_command_on_all_nodes($1) \
+                       ORDER BY nodeid";
+    Spi::connect_mut(|client| {
+        if count(function, client, COORDINATOR, &[])? == 0
+            || !is_distributed(function, client, "rate_limit.bucket_state")?
+        {
+            return Ok(None);
+        }
+        let args: [DatumWithOid<'_>; 1] = [command.into()];
+        let mut results = Vec::new();
+        for row in spi(function, client.select(RUN, None, &args))? {
+            let node: Option<i32> = spi(function, row.get(1))?;
+            let success: Option<bool> = spi(function, row.get(2))?;
+            let result: Option<String> = spi(function, row.get(3))?;
+            if success != Some(true) {
+                return Err(ErrorReport::new(
+                    PgSqlErrorCode::ERRCODE_CONNECTION_FAILURE,
+                    format!(
+                        "{function} needs every Citus node, and node {} did not answer: {}",
+                        node.unwrap_or_default(),
+                        result.unwrap_or_default()
+                    ),
+                    function,
+                )
+                .set_hint(
+                    "Bring the node back, or read each node's own figures there (rate_limit.node_stats_rows(), \
+                     rate_limit.node_top_limited_rows(), rate_limit.node_memory_buckets()).",
+                ));
+            }
+            results.push(result.unwrap_or_default());
+        }
+        Ok(Some(results))
+    })
+}
+
 /// The cluster functions, in schema `rate_limit`.
 #[pg_schema]
 mod rate_limit {

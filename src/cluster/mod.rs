@@ -5,5 +5,8 @@
 //!   call runs on the node that holds its key. It also guards the memory store: a memory bucket lives only
 //!   on the node of its key's shard, and a call that reaches another node is refused, never answered from
 //!   a second copy.
+//! - [`merged`]: on the coordinator, the statistics, top limited keys and memory buckets of every node,
+//!   merged into one answer.
 
 pub mod citus;
+pub mod merged;

@@ -22,6 +22,18 @@ pub fn env(name: &str) -> String {
     })
 }
 
+/// Runs the shell command that the setting `variable` holds (one `scripts/test.sh` passes: starting or
+/// stopping a server), and fails the test if it fails.
+pub fn run_env_command(variable: &str) {
+    let command = env(variable);
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&command)
+        .status()
+        .expect(variable);
+    assert!(status.success(), "{variable} failed: {command}");
+}
+
 /// A database of its own for one test, dropped when the test ends.
 pub struct TestDb {
     name: String,

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use postgres::error::SqlState;
 use postgres::{Client, NoTls};
-use rate_limit_integration::{env, most_refilled};
+use rate_limit_integration::{env, most_refilled, run_env_command};
 
 const DATABASE: &str = "rl_citus";
 
@@ -312,7 +312,7 @@ fn the_memory_store_keeps_one_bucket_on_the_keys_node() {
         .filter(|(_, node)| {
             connect(node)
                 .query_one(
-                    "SELECT count(*) FROM rate_limit.buckets WHERE store = 'memory' AND key = $1",
+                    "SELECT count(*) FROM rate_limit.node_memory_buckets() WHERE key = $1",
                     &[&key],
                 )
                 .expect("buckets")
@@ -322,6 +322,156 @@ fn the_memory_store_keeps_one_bucket_on_the_keys_node() {
         .map(|(i, _)| i)
         .collect();
     assert_eq!(holders, vec![2]);
+}
+
+#[test]
+fn the_coordinators_views_merge_every_nodes_statistics_and_memory_buckets() {
+    let Some(nodes) = cluster() else { return };
+    let mut c = connect(&nodes[0]);
+    let policy = fresh("merged");
+    c.query(
+        "SELECT rate_limit.create_policy($1, 1, '1000 days', burst => 2, store => 'memory')",
+        &[&policy],
+    )
+    .expect("policy");
+    let a = key_on_worker(&mut c, nodes, 1, &fresh("a"));
+    let b = key_on_worker(&mut c, nodes, 2, &fresh("b"));
+    // delegated: counted on the keys' nodes; a: 2 granted, 3 denied; b: 2 granted, 2 denied
+    for (key, calls) in [(&a, 5), (&b, 4)] {
+        for _ in 0..calls {
+            c.query("SELECT * FROM rate_limit.take($1, $2)", &[&policy, key])
+                .expect("take");
+        }
+    }
+    let stats =
+        "SELECT calls, granted, denied, tokens_granted FROM rate_limit.stats WHERE policy = $1";
+    let node_stats =
+        "SELECT calls, granted, denied, tokens_granted FROM rate_limit.node_stats_rows() \
+                      WHERE policy = $1";
+    let figures = |c: &mut Client, q: &str| -> Option<(i64, i64, i64, i64)> {
+        c.query_opt(q, &[&policy])
+            .expect("statistics")
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+    };
+    // each node's own figures, and the coordinator's view: their sum
+    let mine: Vec<_> = nodes
+        .iter()
+        .map(|n| figures(&mut connect(n), node_stats))
+        .collect();
+    assert_eq!(mine, vec![None, Some((5, 2, 3, 2)), Some((4, 2, 2, 2))]);
+    assert_eq!(figures(&mut c, stats), Some((9, 4, 5, 4)));
+    // a worker's view is its own
+    assert_eq!(figures(&mut connect(&nodes[1]), stats), Some((5, 2, 3, 2)));
+
+    // the workers' backends that ran the delegated calls hand their last denials to the summary when
+    // they exit (or at a later transaction): end the session, whose worker connections they serve
+    drop(c);
+    let mut c = connect(&nodes[0]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c
+        .query_one(
+            "SELECT count(*) FROM rate_limit.top_limited WHERE policy = $1",
+            &[&policy],
+        )
+        .expect("top limited")
+        .get::<_, i64>(0)
+        < 2
+        && Instant::now() < deadline
+    {
+        thread::sleep(Duration::from_millis(50));
+    }
+    let top: Vec<(i32, String, i64, i64)> = c
+        .query(
+            "SELECT rank, key, denials, denials_min FROM rate_limit.top_limited WHERE policy = $1 \
+             ORDER BY rank",
+            &[&policy],
+        )
+        .expect("top limited")
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+        .collect();
+    assert_eq!(top, vec![(1, a.clone(), 3, 3), (2, b.clone(), 2, 2)]);
+
+    // every node's memory buckets, each once (a key's bucket lives on its node)
+    let buckets: Vec<String> = c
+        .query(
+            "SELECT key FROM rate_limit.buckets WHERE store = 'memory' AND policy = $1 ORDER BY key",
+            &[&policy],
+        )
+        .expect("buckets")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut want = vec![a, b];
+    want.sort();
+    assert_eq!(buckets, want);
+}
+
+/// Starts worker 2 again when dropped, so that a failed assertion leaves the cluster whole.
+struct Worker2Down;
+
+impl Worker2Down {
+    fn stop() -> Worker2Down {
+        run_env_command("RATE_LIMIT_TEST_CITUS_WORKER2_STOP");
+        Worker2Down
+    }
+}
+
+impl Drop for Worker2Down {
+    fn drop(&mut self) {
+        run_env_command("RATE_LIMIT_TEST_CITUS_WORKER2_START");
+    }
+}
+
+#[test]
+fn a_worker_down_fails_its_keys_with_class_08_and_spares_the_others() {
+    let Some(nodes) = cluster() else { return };
+    let mut c = connect(&nodes[0]);
+    let policy = fresh("down");
+    c.query(
+        "SELECT rate_limit.create_policy($1, 1, '1000 days', burst => 5)",
+        &[&policy],
+    )
+    .expect("policy");
+    let up = key_on_worker(&mut c, nodes, 1, &fresh("up"));
+    let down = key_on_worker(&mut c, nodes, 2, &fresh("down"));
+    let take = |c: &mut Client, key: &str| {
+        c.query_one(
+            "SELECT allowed FROM rate_limit.take($1, $2)",
+            &[&policy, &key],
+        )
+        .map(|r| r.get::<_, bool>(0))
+    };
+    assert!(take(&mut c, &down).expect("worker 2 up"));
+    {
+        let _down = Worker2Down::stop();
+        let mut c = connect(&nodes[0]);
+        // the key on the stopped worker: Citus's connection error, class 08; never an "allowed"
+        let e = take(&mut c, &down).expect_err("its node is down");
+        let code = e.code().map(|s| s.code().to_string()).unwrap_or_default();
+        assert!(code.starts_with("08"), "{e:?}");
+        // keys on the other worker are served as before
+        for _ in 0..3 {
+            assert!(take(&mut c, &up).expect("worker 1 serves its keys"));
+        }
+        // the merged views refuse rather than under-count; the node's own figures still answer
+        let e = c
+            .query("SELECT * FROM rate_limit.stats", &[])
+            .expect_err("a node is missing");
+        assert_eq!(e.code(), Some(&SqlState::CONNECTION_FAILURE), "{e:?}");
+        c.query("SELECT * FROM rate_limit.node_stats_rows()", &[])
+            .expect("this node's own");
+    }
+    // back: the key's bucket kept its state (one token taken before the stop)
+    let mut c = connect(&nodes[0]);
+    let remaining: i64 = c
+        .query_one(
+            "SELECT remaining FROM rate_limit.peek($1, $2)",
+            &[&policy, &down],
+        )
+        .expect("worker 2 back")
+        .get(0);
+    assert_eq!(remaining, 4);
 }
 
 #[test]

@@ -15,17 +15,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use postgres::Client;
-use rate_limit_integration::{env, remaining, TestDb};
-
-fn run(variable: &str) {
-    let command = env(variable);
-    let status = Command::new("sh")
-        .arg("-c")
-        .arg(&command)
-        .status()
-        .expect(variable);
-    assert!(status.success(), "{variable} failed: {command}");
-}
+use rate_limit_integration::{env, remaining, run_env_command, TestDb};
 
 /// SIGKILL to the small server's postmaster, then a start once its children have gone.
 fn kill_postmaster_and_start(data: &str) {
@@ -104,8 +94,8 @@ fn a_clean_restart_keeps_the_memory_store_and_the_statistics_a_crash_does_not() 
     assert_eq!(top, vec![("alice".to_string(), 1)]);
     drop(c);
 
-    run("RATE_LIMIT_TEST_SMALL_STOP");
-    run("RATE_LIMIT_TEST_SMALL_START");
+    run_env_command("RATE_LIMIT_TEST_SMALL_STOP");
+    run_env_command("RATE_LIMIT_TEST_SMALL_START");
     let mut c = db.connect();
     assert_eq!(
         remaining(&mut c, "kept", "alice"),
@@ -136,7 +126,7 @@ fn damaged_files_are_logged_and_ignored() {
     let data = env("RATE_LIMIT_TEST_SMALL_DATA");
     let db = TestDb::on(&server, "restart_damaged");
     drop(write_state(&db));
-    run("RATE_LIMIT_TEST_SMALL_STOP");
+    run_env_command("RATE_LIMIT_TEST_SMALL_STOP");
     let memory = format!("{data}/pg_stat/rate_limit.memory");
     let stats = format!("{data}/pg_stat/rate_limit.stats");
     // the memory store's file cut in half, one bit of the statistics' file flipped
@@ -149,7 +139,7 @@ fn damaged_files_are_logged_and_ignored() {
     let log_before = fs::read_to_string(format!("{data}/server.log"))
         .unwrap_or_default()
         .len();
-    run("RATE_LIMIT_TEST_SMALL_START");
+    run_env_command("RATE_LIMIT_TEST_SMALL_START");
     let mut c = db.connect();
     assert_eq!(
         remaining(&mut c, "kept", "alice"),
@@ -227,9 +217,9 @@ fn levels_are_converted_through_the_wall_clock_across_a_restart() {
     drop(c);
 
     // an hour passes on the wall clock while the server is down (the boot clock does not see it)
-    run("RATE_LIMIT_TEST_FAKETIME_STOP");
+    run_env_command("RATE_LIMIT_TEST_FAKETIME_STOP");
     set_clock("+1h");
-    run("RATE_LIMIT_TEST_FAKETIME_START");
+    run_env_command("RATE_LIMIT_TEST_FAKETIME_START");
     let mut c = db.connect();
     assert_eq!(
         remaining(&mut c, "second", "k"),
@@ -240,10 +230,10 @@ fn levels_are_converted_through_the_wall_clock_across_a_restart() {
     drop(c);
 
     // the wall clock goes back an hour across the restart: nothing is minted, refill goes on at once
-    run("RATE_LIMIT_TEST_FAKETIME_STOP");
+    run_env_command("RATE_LIMIT_TEST_FAKETIME_STOP");
     set_clock("+0");
     let started = Instant::now();
-    run("RATE_LIMIT_TEST_FAKETIME_START");
+    run_env_command("RATE_LIMIT_TEST_FAKETIME_START");
     let mut c = db.connect();
     let at_once = remaining(&mut c, "second", "k");
     // the bucket restarts empty at the load, after `started`: at most one token per second since then
