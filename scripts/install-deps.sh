@@ -29,7 +29,7 @@ log() { printf '== %s\n' "$*" >&2; }
 PACKAGES=(postgresql-15 postgresql-server-dev-15 libclang-dev clang pkg-config build-essential)
 if ! $DEMO; then
   PACKAGES+=(postgresql-contrib sudo bison flex libreadline-dev zlib1g-dev libssl-dev libicu-dev bzip2 dpkg-dev
-             faketime python3-pip patchelf liblz4-dev libzstd-dev libkrb5-dev)
+             faketime python3-pip patchelf liblz4-dev libzstd-dev libkrb5-dev postgresql-15-plproxy)
   command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)
 fi
 missing=()
@@ -174,6 +174,19 @@ build_citus() { # build_citus VERSION
   touch "$prefix/.citus-$CITUS_VERSION"
 }
 $ALL && build_citus 17
+
+# --- PL/Proxy for the tests' PostgreSQL 15 (the router tests), from Debian's package for PostgreSQL 15 -------
+# Debian builds it against its own 15.x; extension libraries are compatible across minor versions.
+install_plproxy() {
+  local lib share
+  lib=$("$PG_CACHE/15/bin/pg_config" --pkglibdir)
+  share="$("$PG_CACHE/15/bin/pg_config" --sharedir)/extension"
+  cmp -s /usr/lib/postgresql/15/lib/plproxy.so "$lib/plproxy.so" && [ -f "$share/plproxy.control" ] && return 0
+  log "installing PL/Proxy into the tests' PostgreSQL 15"
+  cp /usr/lib/postgresql/15/lib/plproxy.so "$lib/"
+  cp /usr/share/postgresql/15/extension/plproxy* "$share/"
+}
+install_plproxy
 
 # --- cargo pgrx init (writes ~/.pgrx/config.toml) ----------------------------------------------------------
 cfg="$HOME/.pgrx/config.toml"

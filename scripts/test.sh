@@ -16,6 +16,8 @@
 #   4. client tests in tests/clients: node-postgres, which sends every parameter untyped
 #   (PostgreSQL 17) Citus: a coordinator and two workers, set up by rate_limit.distribute()
 #      (tests/integration/tests/citus.rs; Citus 14.0.1 is built for 17 by install-deps.sh)
+#   (PostgreSQL 15) PL/Proxy: a router database set up by router/plproxy.sql, forwarding to two partitions
+#      (tests/integration/tests/plproxy.rs; Debian's postgresql-15-plproxy, installed by install-deps.sh)
 #   6. (PostgreSQL 15) the examples of README.md and docs/: docs/examples/*.sql run on a preloaded cluster
 #      with default settings must print exactly what the documents show (scripts/doc-examples.py)
 #   5. upgrades: ALTER EXTENSION UPDATE from every released version (scripts/upgrade-test.sh)
@@ -85,7 +87,7 @@ integration() { # integration VERSION: main (preloaded), small (256 buckets), st
   RATE_LIMIT_TEST_FAKETIME_STOP="$(pg_ctl_command "$v" "$TEST_ROOT/faketime-$v" stop)" \
   RATE_LIMIT_TEST_FAKETIME_START="$(pg_ctl_command "$v" "$TEST_ROOT/faketime-$v" start "$(faketime_environment "$v")")" \
   RATE_LIMIT_TEST_BINDIR="$(pg_bindir "$v")" \
-  RATE_LIMIT_TEST_CITUS_NODES=none \
+  RATE_LIMIT_TEST_CITUS_NODES=none RATE_LIMIT_TEST_PLPROXY=none \
     cargo test -p rate_limit_integration --no-fail-fast -- --test-threads=1
 }
 
@@ -109,6 +111,32 @@ citus() { # citus VERSION: three fresh nodes with Citus and rate_limit preloaded
   RATE_LIMIT_TEST_CITUS_WORKER2_START="$(pg_ctl_command "$v" "$TEST_ROOT/${CITUS_NODES[2]}-$v" start)" \
     cargo test -p rate_limit_integration --test citus -- --test-threads=1 || status=$?
   for i in 0 1 2; do cluster_stop "$v" "$TEST_ROOT/${CITUS_NODES[i]}-$v"; done
+  return "$status"
+}
+
+PLPROXY_SERVERS=(plproxy-router plproxy-partition0 plproxy-partition1)
+plproxy_port() { echo $((6700 - 100 * $2 + $1)); } # plproxy_port VERSION SERVER_INDEX: 6715, 6615, 6515
+
+plproxy() { # plproxy VERSION: a router server (PL/Proxy) and two partitions (rate_limit), then tests/plproxy.rs
+  local v=$1 i servers=() status=0 dir
+  for i in 0 1 2; do
+    dir="$TEST_ROOT/${PLPROXY_SERVERS[i]}-$v"
+    cluster_stop "$v" "$dir"
+    rm -rf "$dir"
+    if [ "$i" = 0 ]; then
+      cluster_start "$v" "$dir" "$(plproxy_port "$v" "$i")" "fsync = off"
+    else
+      cluster_start "$v" "$dir" "$(plproxy_port "$v" "$i")" "fsync = off" \
+        "shared_preload_libraries = 'rate_limit'" "rate_limit.purge_interval = 0"
+    fi
+    servers+=("$(conninfo "$(plproxy_port "$v" "$i")")")
+  done
+  dir="$TEST_ROOT/${PLPROXY_SERVERS[2]}-$v"
+  RATE_LIMIT_TEST_PLPROXY="$(IFS=';'; echo "${servers[*]}")" \
+  RATE_LIMIT_TEST_PLPROXY_PARTITION1_STOP="$(pg_ctl_command "$v" "$dir" stop)" \
+  RATE_LIMIT_TEST_PLPROXY_PARTITION1_START="$(pg_ctl_command "$v" "$dir" start)" \
+    cargo test -p rate_limit_integration --test plproxy -- --test-threads=1 || status=$?
+  for i in 0 1 2; do cluster_stop "$v" "$TEST_ROOT/${PLPROXY_SERVERS[i]}-$v"; done
   return "$status"
 }
 
@@ -171,7 +199,7 @@ start_clusters() { # start_clusters VERSION: the four servers the regress and in
 
 stop_clusters() {
   local v=$1 c
-  for c in standby cluster small plain faketime docs "${CITUS_NODES[@]}"; do cluster_stop "$v" "$TEST_ROOT/$c-$v"; done
+  for c in standby cluster small plain faketime docs "${CITUS_NODES[@]}" "${PLPROXY_SERVERS[@]}"; do cluster_stop "$v" "$TEST_ROOT/$c-$v"; done
 }
 
 # an interrupted or failed run stops the servers it started (each layer also stops them when it is done)
@@ -198,6 +226,7 @@ for v in "${VERSIONS[@]}"; do
     step "PostgreSQL 17: Citus, a coordinator and two workers" citus "$v"
   fi
   if [ "$v" = 15 ]; then
+    step "PostgreSQL 15: PL/Proxy, a router and two partitions" plproxy "$v"
     step "PostgreSQL 15: the examples in README.md and docs/ are what docs/examples/*.sql print" doc_examples "$v"
   fi
 done

@@ -174,6 +174,75 @@ pub fn most_refilled(rate: f64, span: Duration) -> u64 {
     (rate * span.as_secs_f64()).floor() as u64
 }
 
+/// One hammering connection's call: takes a token of the hammered key, returns whether it was granted.
+pub type Caller = Box<dyn FnMut() -> bool + Send>;
+
+/// Hammers `policy`/`key` (a new bucket refilling `rate` tokens per second, `burst` at most) from
+/// `threads` connections at once for `seconds`, each making its calls with `caller(i)`; then checks
+/// conservation: granted + whole tokens left = burst + rate × elapsed, within one token, elapsed bounded
+/// by the times measured around the first call and the final read. `first` makes the first call and the
+/// read, with `rate_limit.take` and `rate_limit.peek`, wherever it is connected.
+pub fn hammer_conserves_tokens(
+    first: &mut Client,
+    (policy, key): (&str, &str),
+    (rate, burst): (u64, u64),
+    seconds: u64,
+    threads: usize,
+    caller: impl Fn(usize) -> Caller,
+) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Barrier};
+    use std::time::Instant;
+    let before_first = Instant::now();
+    let allowed: bool = first
+        .query_one(
+            "SELECT allowed FROM rate_limit.take($1, $2)",
+            &[&policy, &key],
+        )
+        .expect("the first call")
+        .get(0);
+    let after_first = Instant::now();
+    assert!(allowed, "a new bucket grants");
+    let granted = Arc::new(AtomicU64::new(1));
+    let start = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|i| {
+            let mut call = caller(i);
+            let (granted, start) = (granted.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                let until = Instant::now() + Duration::from_secs(seconds);
+                while Instant::now() < until {
+                    if call() {
+                        granted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("a hammering connection");
+    }
+    let before_read = Instant::now();
+    let left: i64 = first
+        .query_one(
+            "SELECT remaining FROM rate_limit.peek($1, $2)",
+            &[&policy, &key],
+        )
+        .expect("peek")
+        .get(0);
+    let after_read = Instant::now();
+    let granted = granted.load(Ordering::Relaxed);
+    let total = granted + u64::try_from(left).expect("tokens left");
+    let most = burst + most_refilled(rate as f64, after_read - before_first);
+    let least = burst + most_refilled(rate as f64, before_read - after_first);
+    assert!(
+        total <= most && total + 1 >= least,
+        "{policy}/{key}: granted {granted} + left {left} = {total}, expected {least}..={most}"
+    );
+    assert!(granted > burst, "the key was hammered: {granted} granted");
+}
+
 /// The exact tokens in bucket `id` (50 tokens/s, capacity 200; to the millionth, `rate_limit.tokens`, in
 /// the session's store) and the server time they were read at, in seconds.
 pub fn tokens_now(client: &mut Client, id: &str) -> (f64, f64) {

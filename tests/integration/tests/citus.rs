@@ -16,14 +16,13 @@
 //! string with `host` and `port`, no database). `none` skips these tests: `scripts/test.sh` says so for every
 //! PostgreSQL version but 17, and runs them in a step of their own for 17.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Barrier, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use postgres::error::SqlState;
 use postgres::{Client, NoTls};
-use rate_limit_integration::{env, most_refilled, run_env_command};
+use rate_limit_integration::{env, hammer_conserves_tokens, run_env_command, Caller};
 
 const DATABASE: &str = "rl_citus";
 
@@ -145,85 +144,45 @@ const BURST: u64 = 20;
 const SECONDS: u64 = 3;
 
 /// Hammers `policy`/`key` (a new bucket, [`RATE`] and [`BURST`]) from `per_node` connections on every
-/// node, each way of `ways` in turn, for [`SECONDS`]; then checks conservation:
-/// granted + whole tokens left = burst + rate × elapsed, within one token, elapsed bounded by the times
-/// measured around the first call and the final read.
+/// node, each way of `ways` in turn, for [`SECONDS`], and checks that it conserves tokens.
 fn hammer_is_exact(nodes: &[String], policy: &str, key: &str, ways: &[Way], per_node: usize) {
-    let (rate, burst, seconds) = (RATE, BURST, SECONDS);
-    let mut first = connect(&nodes[0]);
-    let before_first = Instant::now();
-    let allowed: bool = first
-        .query_one(
-            "SELECT allowed FROM rate_limit.take($1, $2)",
-            &[&policy, &key],
-        )
-        .expect("the first call")
-        .get(0);
-    let after_first = Instant::now();
-    assert!(allowed, "a new bucket grants");
-    let granted = Arc::new(AtomicU64::new(1));
-    let threads = nodes.len() * per_node;
-    let start = Arc::new(Barrier::new(threads));
-    let handles: Vec<_> = (0..threads)
-        .map(|i| {
-            let node = nodes[i % nodes.len()].clone();
-            let way = ways[(i / nodes.len()) % ways.len()];
-            let (granted, start) = (granted.clone(), start.clone());
-            let (policy, key) = (policy.to_string(), key.to_string());
-            thread::spawn(move || {
-                let mut c = connect(&node);
-                start.wait();
-                let until = Instant::now() + Duration::from_secs(seconds);
-                while Instant::now() < until {
-                    let allowed: bool = match way {
-                        Way::TopLevel => c
-                            .query_one(
-                                "SELECT allowed FROM rate_limit.take($1, $2)",
-                                &[&policy, &key],
-                            )
-                            .map(|r| r.get(0)),
-                        Way::InTransaction => (|| {
-                            let mut tx = c.transaction()?;
-                            let r = tx.query_one(
-                                "SELECT allowed FROM rate_limit.take($1, $2)",
-                                &[&policy, &key],
-                            )?;
-                            tx.commit()?;
-                            Ok(r.get(0))
-                        })(),
-                        Way::PlPgSql => c
-                            .query_one("SELECT public.take_in_plpgsql($1, $2)", &[&policy, &key])
-                            .map(|r| r.get(0)),
-                    }
-                    .unwrap_or_else(|e| panic!("{way:?} on {node}: {e:?}"));
-                    if allowed {
-                        granted.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            })
+    let caller = |i: usize| -> Caller {
+        let node = nodes[i % nodes.len()].clone();
+        let way = ways[(i / nodes.len()) % ways.len()];
+        let (policy, key) = (policy.to_string(), key.to_string());
+        let mut c = connect(&node);
+        Box::new(move || {
+            match way {
+                Way::TopLevel => c
+                    .query_one(
+                        "SELECT allowed FROM rate_limit.take($1, $2)",
+                        &[&policy, &key],
+                    )
+                    .map(|r| r.get(0)),
+                Way::InTransaction => (|| {
+                    let mut tx = c.transaction()?;
+                    let r = tx.query_one(
+                        "SELECT allowed FROM rate_limit.take($1, $2)",
+                        &[&policy, &key],
+                    )?;
+                    tx.commit()?;
+                    Ok(r.get(0))
+                })(),
+                Way::PlPgSql => c
+                    .query_one("SELECT public.take_in_plpgsql($1, $2)", &[&policy, &key])
+                    .map(|r| r.get(0)),
+            }
+            .unwrap_or_else(|e| panic!("{way:?} on {node}: {e:?}"))
         })
-        .collect();
-    for h in handles {
-        h.join().expect("a hammering connection");
-    }
-    let before_read = Instant::now();
-    let left: i64 = first
-        .query_one(
-            "SELECT remaining FROM rate_limit.peek($1, $2)",
-            &[&policy, &key],
-        )
-        .expect("peek")
-        .get(0);
-    let after_read = Instant::now();
-    let granted = granted.load(Ordering::Relaxed);
-    let total = granted + u64::try_from(left).expect("tokens left");
-    let most = burst + most_refilled(rate as f64, after_read - before_first);
-    let least = burst + most_refilled(rate as f64, before_read - after_first);
-    assert!(
-        total <= most && total + 1 >= least,
-        "{policy}/{key}: granted {granted} + left {left} = {total}, expected {least}..={most}"
+    };
+    hammer_conserves_tokens(
+        &mut connect(&nodes[0]),
+        (policy, key),
+        (RATE, BURST),
+        SECONDS,
+        nodes.len() * per_node,
+        caller,
     );
-    assert!(granted > burst, "the key was hammered: {granted} granted");
 }
 
 const HELPER: &str = "CREATE OR REPLACE FUNCTION public.take_in_plpgsql(policy text, key text)

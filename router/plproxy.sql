@@ -1,0 +1,310 @@
+-- rate_limit behind a PL/Proxy router (docs/scaling.md#plproxy).
+--
+-- Run this file in the router database, as a superuser, then create the router:
+--
+--   psql -d router -f router/plproxy.sql
+--   SELECT rate_limit_router.create_router('rate_limit',
+--            ARRAY['host=db0 dbname=app', 'host=db1 dbname=app'], on_partition_down => 'fail_closed');
+--
+-- Every partition is a database with the rate_limit extension (version 0.4.0 or later). The router database
+-- has PL/Proxy and NOT the extension: it gets functions with the extension's names, arguments and results,
+-- each forwarding a call to the partition of its key (hashtext(key), PL/Proxy's power-of-two mapping), so an
+-- application moves from one server to the router by changing its connection string only.
+--
+-- Why a file and not a function of the extension: the router is a database without rate_limit (its functions
+-- would clash with the forwarding ones, and a router needs no preloaded library), so what sets it up must
+-- live there. Re-running the file and create_router() replaces what they made: that is also how a router is
+-- upgraded or given other partitions.
+
+CREATE EXTENSION IF NOT EXISTS plproxy;
+CREATE SCHEMA IF NOT EXISTS rate_limit;
+CREATE SCHEMA IF NOT EXISTS rate_limit_router;
+COMMENT ON SCHEMA rate_limit_router IS 'rate_limit''s PL/Proxy router: its set-up and forwarding functions';
+
+DO $$
+BEGIN
+    CREATE TYPE rate_limit.decision AS (
+        allowed boolean, remaining bigint, "limit" bigint, retry_after interval, reset_after interval,
+        policy text);
+EXCEPTION WHEN duplicate_object THEN NULL;
+END
+$$;
+
+-- The router's set-up: one row, written by create_router.
+CREATE TABLE IF NOT EXISTS rate_limit_router.settings (
+    one boolean PRIMARY KEY DEFAULT true CHECK (one),
+    cluster text NOT NULL,
+    partitions integer NOT NULL,
+    on_partition_down text NOT NULL CHECK (on_partition_down IN ('fail_closed', 'fail_open'))
+);
+
+-- Calls a fail_open router allowed because their partition was down (not transactional: a rolled-back
+-- caller's allowed call stays counted).
+CREATE SEQUENCE IF NOT EXISTS rate_limit_router.allowed_while_down;
+
+-- Turns PL/Proxy's failure to reach a partition (XX000, "PL/Proxy function …: … PQconnectPoll: …" and the
+-- like) into 08006, or, when allow is true, counts it and returns so that the caller answers "allowed".
+-- Any other error is raised again as it was: errors a partition raised keep their own SQLSTATE.
+CREATE OR REPLACE FUNCTION rate_limit_router.partition_down(message text, state text, allow boolean)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF state <> 'XX000' OR message !~ '^PL/Proxy function .*(PQconnect|PQconsumeInput|PQsendQuery|PQflush|connect timeout|query timeout|check_old_conn)' THEN
+        RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message;
+    END IF;
+    IF allow THEN
+        PERFORM nextval('rate_limit_router.allowed_while_down');
+        RETURN;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = 'connection_failure',
+        MESSAGE = 'rate_limit: a partition this call needs is down',
+        DETAIL = message,
+        HINT = 'Nothing was granted, denied or changed on it. This router fails closed (docs/scaling.md#plproxy).';
+END
+$$;
+
+-- take_many routes by its first key (create_router's wrapper refuses keys of several partitions).
+CREATE OR REPLACE FUNCTION rate_limit_router.first_key_hash(keys text[]) RETURNS integer
+LANGUAGE sql IMMUTABLE AS 'SELECT hashtext(keys[1])';
+
+-- The extension's calls, as the router forwards them:
+--   name, schema (where the router defines it), parameters (the extension's), the arguments passed on,
+--   result, how it routes (a key expression, ALL or ANY), and what it is:
+--     take   - takes tokens: fails open on a fail_open router, with the decision in open_answer;
+--     read   - reads: always fails closed (an invented figure would mislead);
+--     owner  - the extension owner's: fails closed, not executable by PUBLIC on the router either.
+CREATE OR REPLACE FUNCTION rate_limit_router.calls(
+    OUT name text, OUT schema text, OUT parameters text, OUT arguments text, OUT result text,
+    OUT route text, OUT kind text, OUT open_answer text)
+RETURNS SETOF record LANGUAGE sql IMMUTABLE AS $$
+VALUES
+  ('rate_limiting_request', 'public',
+   'id text, refill_per_sec integer DEFAULT 2, window_seconds integer DEFAULT 60',
+   'id, refill_per_sec, window_seconds', 'integer', 'hashtext(id)', 'take', '0'),
+  ('tokens', 'rate_limit', 'id text, refill_per_sec integer DEFAULT 2, window_seconds integer DEFAULT 60',
+   'id, refill_per_sec, window_seconds', 'numeric', 'hashtext(id)', 'read', NULL),
+  ('peek_request', 'rate_limit', 'id text, refill_per_sec integer DEFAULT 2, window_seconds integer DEFAULT 60',
+   'id, refill_per_sec, window_seconds', 'bigint', 'hashtext(id)', 'read', NULL),
+  ('reset_request', 'rate_limit', 'id text', 'id', 'boolean', 'hashtext(id)', 'owner', NULL),
+  ('take', 'rate_limit', 'policy text, key text, cost integer DEFAULT 1', 'policy, key, cost',
+   'rate_limit.decision', 'hashtext(key)', 'take',
+   'ROW(true, NULL, NULL, interval ''0'', NULL, policy)::rate_limit.decision'),
+  ('peek', 'rate_limit', 'policy text, key text', 'policy, key', 'rate_limit.decision', 'hashtext(key)',
+   'read', NULL),
+  ('wait', 'rate_limit', 'policy text, key text, cost integer DEFAULT 1, timeout interval DEFAULT NULL',
+   'policy, key, cost, timeout', 'rate_limit.decision', 'hashtext(key)', 'take',
+   'ROW(true, NULL, NULL, interval ''0'', NULL, policy)::rate_limit.decision'),
+  ('refund', 'rate_limit', 'policy text, key text, tokens bigint', 'policy, key, tokens',
+   'rate_limit.decision', 'hashtext(key)', 'owner', NULL),
+  ('reset', 'rate_limit', 'policy text, key text', 'policy, key', 'boolean', 'hashtext(key)', 'owner', NULL),
+  ('take_ad_hoc', 'rate_limit',
+   'key text, rate bigint, per interval, burst bigint DEFAULT NULL, cost integer DEFAULT 1',
+   'key, rate, per, burst, cost', 'rate_limit.decision', 'hashtext(key)', 'take',
+   'ROW(true, NULL, NULL, interval ''0'', NULL, NULL)::rate_limit.decision'),
+  ('reset_ad_hoc', 'rate_limit', 'key text', 'key', 'boolean', 'hashtext(key)', 'owner', NULL),
+  ('take_many', 'rate_limit', 'policies text[], keys text[], cost integer DEFAULT 1', 'policies, keys, cost',
+   'rate_limit.decision', 'rate_limit_router.first_key_hash(keys)', 'take',
+   'ROW(true, NULL, NULL, interval ''0'', NULL, policies[1])::rate_limit.decision'),
+  ('headers', 'rate_limit', 'decision rate_limit.decision, policy text DEFAULT NULL', 'decision, policy',
+   'jsonb', 'ANY', 'read', NULL),
+  ('create_policy', 'rate_limit',
+   'name text, rate bigint, per interval, burst bigint DEFAULT NULL, algorithm text DEFAULT ''token_bucket'', store text DEFAULT NULL',
+   'name, rate, per, burst, algorithm, store', 'void', 'ALL', 'owner', NULL),
+  ('alter_policy', 'rate_limit',
+   'name text, rate bigint DEFAULT NULL, per interval DEFAULT NULL, burst bigint DEFAULT NULL, algorithm text DEFAULT NULL',
+   'name, rate, per, burst, algorithm', 'void', 'ALL', 'owner', NULL),
+  ('drop_policy', 'rate_limit', 'name text', 'name', 'boolean', 'ALL', 'owner', NULL),
+  ('purge', 'rate_limit', '', '', 'bigint', 'ALL', 'owner', NULL)
+$$;
+
+-- How the answers of every partition (RUN ON ALL) become one: NULL for calls routed to one partition.
+CREATE OR REPLACE FUNCTION rate_limit_router.combined(name text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
+SELECT CASE name
+    WHEN 'create_policy' THEN 'PERFORM %s; RETURN;'
+    WHEN 'alter_policy' THEN 'PERFORM %s; RETURN;'
+    WHEN 'drop_policy' THEN 'RETURN (SELECT bool_or(r) FROM %s AS r);'
+    WHEN 'purge' THEN 'RETURN (SELECT sum(r)::bigint FROM %s AS r);'
+END
+$$;
+
+-- Sets the router up, or replaces its set-up: the PL/Proxy cluster `cluster` (a SQL/MED server with one
+-- connection string per partition, a power of two of them, and a user mapping for PUBLIC: each caller
+-- reaches the partitions as itself, so they check its rights), and the forwarding functions. on_partition_down
+-- is 'fail_closed' (a call whose partition is down raises 08006) or 'fail_open' (calls that take tokens are
+-- allowed and counted in rate_limit_router.allowed_while_down; reads and the owner's calls still fail closed).
+CREATE OR REPLACE FUNCTION rate_limit_router.create_router(
+    cluster text, partitions text[], on_partition_down text DEFAULT 'fail_closed')
+RETURNS TABLE (object text, action text) LANGUAGE plpgsql AS $$
+DECLARE
+    n integer := coalesce(cardinality(partitions), 0);
+    c record;
+    options text;
+    remote_result text;
+    body text;
+BEGIN
+    IF cluster IS NULL OR partitions IS NULL OR on_partition_down IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'create_router: NULL argument',
+            HINT = 'Name the cluster, list the partitions'' connection strings and choose fail_closed or fail_open.';
+    END IF;
+    IF n < 1 OR n & (n - 1) <> 0 OR array_position(partitions, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('create_router: %s partitions; PL/Proxy needs a power of two (1, 2, 4, …)', n),
+            HINT = 'Give one connection string per partition, 1, 2, 4, 8 … of them.';
+    END IF;
+    IF on_partition_down NOT IN ('fail_closed', 'fail_open') THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('create_router: on_partition_down is %L', on_partition_down),
+            HINT = 'Use fail_closed (08006 while a partition is down) or fail_open (allowed, counted).';
+    END IF;
+
+    SELECT string_agg(format('p%s %L', i - 1, partitions[i]), ', ' ORDER BY i) INTO options
+    FROM generate_subscripts(partitions, 1) AS i;
+    EXECUTE format('DROP SERVER IF EXISTS %I CASCADE', cluster);
+    -- connect_timeout bounds how long a call waits for a partition that is down
+    EXECUTE format('CREATE SERVER %I FOREIGN DATA WRAPPER plproxy OPTIONS (connection_lifetime %L, %s)',
+                   cluster, '1800', options);
+    EXECUTE format('CREATE USER MAPPING FOR PUBLIC SERVER %I', cluster);
+    object := cluster; action := format('PL/Proxy cluster of %s partitions', n); RETURN NEXT;
+
+    DELETE FROM rate_limit_router.settings;
+    INSERT INTO rate_limit_router.settings VALUES (true, cluster, n, on_partition_down);
+
+    FOR c IN SELECT * FROM rate_limit_router.calls() LOOP
+        -- the PL/Proxy function: runs the extension's call on the key's partition (or on all, or any)
+        remote_result := CASE WHEN c.route = 'ALL' AND c.result = 'void' THEN 'SETOF integer'
+                              WHEN c.route = 'ALL' THEN 'SETOF ' || c.result
+                              ELSE c.result END;
+        EXECUTE format('DROP FUNCTION IF EXISTS rate_limit_router.%I CASCADE', c.name || '_remote');
+        EXECUTE format(
+            'CREATE FUNCTION rate_limit_router.%I(%s) RETURNS %s LANGUAGE plproxy AS %L',
+            c.name || '_remote', regexp_replace(c.parameters, ' DEFAULT [^,]*', '', 'g'), remote_result,
+            format('CLUSTER %L; RUN ON %s; ', cluster, c.route)
+              || CASE WHEN c.result = 'void'
+                      THEN format('SELECT 1 FROM %I.%I(%s);', c.schema, c.name, c.arguments)
+                      ELSE format('TARGET %I.%I;', c.schema, c.name) END);
+        EXECUTE format('REVOKE ALL ON FUNCTION rate_limit_router.%I FROM PUBLIC', c.name || '_remote');
+
+        -- the function callers see: the extension's name, parameters and result
+        body := CASE
+            WHEN c.route = 'ALL' THEN
+                format(rate_limit_router.combined(c.name),
+                       format('rate_limit_router.%I(%s)', c.name || '_remote', c.arguments))
+            ELSE format('RETURN rate_limit_router.%I(%s);', c.name || '_remote', c.arguments) END;
+        IF c.name = 'take_many' THEN
+            body := format(
+                'IF (SELECT count(DISTINCT hashtext(k) & %s) FROM unnest(keys) AS k) > 1 THEN '
+                '  RAISE EXCEPTION USING ERRCODE = ''feature_not_supported'', '
+                '    MESSAGE = ''rate_limit.take_many: these keys live on different partitions'', '
+                '    HINT = ''Behind a PL/Proxy router take_many is all or nothing only for keys of one partition; '
+                'take them one by one, or route by one key for all (keys => ARRAY[one key]).''; '
+                'END IF; ', n - 1) || body;
+        END IF;
+        EXECUTE format('DROP FUNCTION IF EXISTS %I.%I(%s)', c.schema, c.name,
+                       regexp_replace(c.parameters, ' DEFAULT [^,]*', '', 'g'));
+        EXECUTE format(
+            'CREATE FUNCTION %I.%I(%s) RETURNS %s LANGUAGE plpgsql AS %L',
+            c.schema, c.name, c.parameters, c.result,
+            format('BEGIN %s EXCEPTION WHEN internal_error THEN '
+                   'PERFORM rate_limit_router.partition_down(SQLERRM, SQLSTATE, %s); RETURN %s; END',
+                   body,
+                   CASE WHEN c.kind = 'take' AND on_partition_down = 'fail_open' THEN 'true' ELSE 'false' END,
+                   coalesce(c.open_answer, CASE WHEN c.result = 'void' THEN '' ELSE 'NULL' END)));
+        IF c.kind = 'owner' THEN
+            EXECUTE format('REVOKE ALL ON FUNCTION %I.%I(%s) FROM PUBLIC', c.schema, c.name,
+                           regexp_replace(c.parameters, ' DEFAULT [^,]*', '', 'g'));
+        END IF;
+        object := format('%I.%I', c.schema, c.name);
+        action := CASE c.route WHEN 'ALL' THEN 'sent to every partition' WHEN 'ANY' THEN 'sent to any partition'
+                  ELSE 'routed by ' || c.route END;
+        RETURN NEXT;
+    END LOOP;
+
+    -- statistics and buckets: every partition's, merged. A key lives on one partition, so its counts are
+    -- all in that partition's summary: the merged top keys keep the partitions' bounds as they are.
+    EXECUTE format($f$
+        CREATE OR REPLACE FUNCTION rate_limit_router.stats_remote(
+            OUT kind text, OUT policy text, OUT calls bigint, OUT granted bigint, OUT denied bigint,
+            OUT tokens_granted bigint, OUT last_denial timestamptz, OUT since timestamptz)
+        RETURNS SETOF record LANGUAGE plproxy AS %L$f$,
+        format('CLUSTER %L; RUN ON ALL; SELECT kind, policy, calls, granted, denied, tokens_granted, '
+               'last_denial, since FROM rate_limit.stats;', cluster));
+    EXECUTE format($f$
+        CREATE OR REPLACE FUNCTION rate_limit_router.top_limited_remote(
+            OUT kind text, OUT policy text, OUT key text, OUT denials bigint, OUT denials_min bigint)
+        RETURNS SETOF record LANGUAGE plproxy AS %L$f$,
+        format('CLUSTER %L; RUN ON ALL; SELECT kind, policy, key, denials, denials_min '
+               'FROM rate_limit.top_limited;', cluster));
+    EXECUTE format($f$
+        CREATE OR REPLACE FUNCTION rate_limit_router.buckets_remote(
+            OUT kind text, OUT policy text, OUT key text, OUT tokens numeric, OUT "limit" bigint,
+            OUT rate bigint, OUT per interval, OUT algorithm text, OUT updated_at timestamptz, OUT store text)
+        RETURNS SETOF record LANGUAGE plproxy AS %L$f$,
+        format('CLUSTER %L; RUN ON ALL; SELECT kind, policy, key, tokens, "limit", rate, per, algorithm, '
+               'updated_at, store FROM rate_limit.buckets;', cluster));
+    object := 'rate_limit.stats, rate_limit.top_limited, rate_limit.buckets';
+    action := 'merged from every partition';
+    RETURN NEXT;
+END
+$$;
+REVOKE ALL ON FUNCTION rate_limit_router.create_router(text, text[], text) FROM PUBLIC;
+
+-- Placeholders until create_router replaces them (the views need them to exist).
+DO $$
+BEGIN
+    CREATE FUNCTION rate_limit_router.stats_remote(
+        OUT kind text, OUT policy text, OUT calls bigint, OUT granted bigint, OUT denied bigint,
+        OUT tokens_granted bigint, OUT last_denial timestamptz, OUT since timestamptz)
+    RETURNS SETOF record LANGUAGE sql AS 'SELECT NULL::text, NULL, 0::bigint, 0::bigint, 0::bigint, 0::bigint, NULL::timestamptz, NULL::timestamptz WHERE false';
+    CREATE FUNCTION rate_limit_router.top_limited_remote(
+        OUT kind text, OUT policy text, OUT key text, OUT denials bigint, OUT denials_min bigint)
+    RETURNS SETOF record LANGUAGE sql AS 'SELECT NULL::text, NULL, NULL, 0::bigint, 0::bigint WHERE false';
+    CREATE FUNCTION rate_limit_router.buckets_remote(
+        OUT kind text, OUT policy text, OUT key text, OUT tokens numeric, OUT "limit" bigint,
+        OUT rate bigint, OUT per interval, OUT algorithm text, OUT updated_at timestamptz, OUT store text)
+    RETURNS SETOF record LANGUAGE sql
+    AS 'SELECT NULL::text, NULL, NULL, 0::numeric, 0::bigint, 0::bigint, NULL::interval, NULL, NULL::timestamptz, NULL WHERE false';
+EXCEPTION WHEN duplicate_function THEN NULL;
+END
+$$;
+
+-- The merged views read every partition; one that is down makes them fail with 08006.
+CREATE OR REPLACE FUNCTION rate_limit_router.every_partition(what text) RETURNS SETOF json
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY EXECUTE format('SELECT row_to_json(r) FROM rate_limit_router.%I() AS r', what || '_remote');
+EXCEPTION WHEN internal_error THEN
+    PERFORM rate_limit_router.partition_down(SQLERRM, SQLSTATE, false);
+END
+$$;
+REVOKE ALL ON FUNCTION rate_limit_router.every_partition(text) FROM PUBLIC;
+
+CREATE OR REPLACE VIEW rate_limit.stats AS
+SELECT s.kind, s.policy, sum(s.calls)::bigint AS calls, sum(s.granted)::bigint AS granted,
+       sum(s.denied)::bigint AS denied, sum(s.tokens_granted)::bigint AS tokens_granted,
+       max(s.last_denial) AS last_denial, min(s.since) AS since
+FROM rate_limit_router.every_partition('stats') AS r,
+     json_to_record(r) AS s(kind text, policy text, calls bigint, granted bigint, denied bigint,
+                            tokens_granted bigint, last_denial timestamptz, since timestamptz)
+GROUP BY s.kind, s.policy;
+
+CREATE OR REPLACE VIEW rate_limit.top_limited AS
+SELECT t.kind, t.policy,
+       (row_number() OVER (PARTITION BY t.kind, t.policy ORDER BY t.denials DESC, t.denials_min DESC, t.key))::integer
+         AS rank,
+       t.key, t.denials, t.denials_min
+FROM rate_limit_router.every_partition('top_limited') AS r,
+     json_to_record(r) AS t(kind text, policy text, key text, denials bigint, denials_min bigint);
+
+CREATE OR REPLACE VIEW rate_limit.buckets AS
+SELECT b.*
+FROM rate_limit_router.every_partition('buckets') AS r,
+     json_to_record(r) AS b(kind text, policy text, key text, tokens numeric, "limit" bigint, rate bigint,
+                            per interval, algorithm text, updated_at timestamptz, store text);
+
+REVOKE ALL ON rate_limit.stats, rate_limit.top_limited, rate_limit.buckets FROM PUBLIC;
+
+-- What the router allowed while a partition was down (fail_open), and how it is set up.
+CREATE OR REPLACE VIEW rate_limit_router.status AS
+SELECT s.cluster, s.partitions, s.on_partition_down,
+       (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM rate_limit_router.allowed_while_down)
+         AS allowed_while_down
+FROM rate_limit_router.settings AS s;

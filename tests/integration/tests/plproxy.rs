@@ -1,0 +1,408 @@
+//! rate_limit behind a PL/Proxy router (`router/plproxy.sql`): a router database on one server, forwarding to
+//! two partitions, each its own server with the extension (`scripts/test.sh` starts them for PostgreSQL 15,
+//! with Debian's PL/Proxy).
+//!
+//! - `create_router` checks its arguments (22004, 22023) and is repeatable;
+//! - a key hammered through the router by many connections is exact, and its bucket lives on the one
+//!   partition its hash names;
+//! - policies made, changed and dropped through the router are so on every partition;
+//! - the router's `stats`, `top_limited` and `buckets` merge the partitions';
+//! - a partition's own errors keep their SQLSTATE; `take_many` over keys of two partitions is 0A000;
+//! - a partition that is down: keys on the other one are served; on a `fail_closed` router its keys fail
+//!   with 08006; on a `fail_open` one the calls that take are allowed and counted, reads still fail with
+//!   08006.
+//!
+//! `RATE_LIMIT_TEST_PLPROXY` names the router's server and the two partitions' servers, separated by `;`
+//! (connection strings without a database); `none` skips these tests.
+
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use postgres::error::SqlState;
+use postgres::{Client, NoTls};
+use rate_limit_integration::{env, hammer_conserves_tokens, run_env_command, Caller};
+
+const ROUTER: &str = "rl_router";
+const PARTITION: &str = "rl_partition";
+
+/// The servers, router first, or `None` when this run skips PL/Proxy.
+fn servers() -> Option<Vec<String>> {
+    let servers = env("RATE_LIMIT_TEST_PLPROXY");
+    if servers == "none" {
+        eprintln!(
+            "PL/Proxy tests skipped for this PostgreSQL version (scripts/test.sh runs them on 15)"
+        );
+        return None;
+    }
+    Some(servers.split(';').map(str::to_string).collect())
+}
+
+fn connect(server: &str, db: &str) -> Client {
+    Client::connect(&format!("{server} dbname={db}"), NoTls).expect("connect")
+}
+
+fn fresh_database(server: &str, db: &str) {
+    let mut admin = connect(server, "postgres");
+    for statement in [
+        format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"),
+        format!("CREATE DATABASE {db}"),
+    ] {
+        admin.batch_execute(&statement).expect("a fresh database");
+    }
+}
+
+/// The partitions' connection strings as the router's cluster lists them.
+fn partitions(servers: &[String]) -> Vec<String> {
+    servers[1..]
+        .iter()
+        .map(|s| format!("{s} dbname={PARTITION}"))
+        .collect()
+}
+
+/// Sets the router up once per run; every test holds the returned lock (they change the router's mode and
+/// stop a partition).
+fn router() -> Option<(MutexGuard<'static, ()>, &'static [String])> {
+    static SET_UP: OnceLock<Option<Vec<String>>> = OnceLock::new();
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let servers = SET_UP
+        .get_or_init(|| {
+            let servers = servers()?;
+            for partition in &servers[1..] {
+                fresh_database(partition, PARTITION);
+                connect(partition, PARTITION)
+                    .batch_execute("CREATE EXTENSION rate_limit")
+                    .expect("the extension on a partition");
+            }
+            fresh_database(&servers[0], ROUTER);
+            let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../router/plproxy.sql");
+            let sql = std::fs::read_to_string(file).expect("router/plproxy.sql");
+            let mut r = connect(&servers[0], ROUTER);
+            r.batch_execute(&sql).expect("router/plproxy.sql runs");
+            r.batch_execute(&sql).expect("and runs again");
+            set_mode(&mut r, &servers, "fail_closed");
+            Some(servers)
+        })
+        .as_deref()?;
+    let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    Some((guard, servers))
+}
+
+fn set_mode(router: &mut Client, servers: &[String], mode: &str) {
+    let steps = router
+        .query(
+            "SELECT * FROM rate_limit_router.create_router('rate_limit', $1, $2)",
+            &[&partitions(servers), &mode],
+        )
+        .expect("create_router");
+    assert_eq!(
+        steps.len(),
+        19,
+        "the cluster, 17 calls and the merged views"
+    );
+}
+
+/// The partition (0 or 1) that holds `key`, as PL/Proxy maps it: hashtext(key) & (partitions - 1).
+fn partition_of(router: &mut Client, key: &str) -> usize {
+    let p: i32 = router
+        .query_one("SELECT hashtext($1) & 1", &[&key])
+        .expect("hash")
+        .get(0);
+    p as usize
+}
+
+/// A key with `prefix` on partition `p`.
+fn key_on(router: &mut Client, p: usize, prefix: &str) -> String {
+    (0..1000)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|k| partition_of(router, k) == p)
+        .expect("a key on that partition")
+}
+
+/// A name no earlier run used: the partitions' statistics outlive the test databases.
+fn fresh(prefix: &str) -> String {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or_default();
+    format!("{prefix}_{micros}")
+}
+
+fn code(e: &postgres::Error) -> String {
+    e.code().map(|c| c.code().to_string()).unwrap_or_default()
+}
+
+#[test]
+fn create_router_checks_its_arguments() {
+    let Some((_one, servers)) = router() else {
+        return;
+    };
+    let mut r = connect(&servers[0], ROUTER);
+    let three = vec![partitions(servers)[0].clone(); 3];
+    let cases: [(Option<Vec<String>>, Option<&str>, &str); 4] = [
+        (Some(three), Some("fail_closed"), "22023"),
+        (Some(Vec::new()), Some("fail_closed"), "22023"),
+        (Some(partitions(servers)), Some("fail_sideways"), "22023"),
+        (None, Some("fail_open"), "22004"),
+    ];
+    for (partitions, mode, want) in cases {
+        let e = r
+            .query(
+                "SELECT * FROM rate_limit_router.create_router('rate_limit', $1, $2)",
+                &[&partitions, &mode],
+            )
+            .expect_err("refused");
+        assert_eq!(code(&e), want, "{partitions:?} {mode:?}: {e:?}");
+    }
+    // still routing as before
+    r.query("SELECT rate_limiting_request($1)", &[&fresh("still")])
+        .expect("the router still works");
+}
+
+#[test]
+fn a_key_hammered_through_the_router_is_exact_and_lives_on_its_partition() {
+    let Some((_one, servers)) = router() else {
+        return;
+    };
+    let mut r = connect(&servers[0], ROUTER);
+    let policy = fresh("hot");
+    r.query(
+        "SELECT rate_limit.create_policy($1, 20, '1 second', burst => 20)",
+        &[&policy],
+    )
+    .expect("policy on every partition");
+    let key = fresh("k");
+    let caller = |_: usize| -> Caller {
+        let mut c = connect(&servers[0], ROUTER);
+        let (policy, key) = (policy.clone(), key.clone());
+        Box::new(move || {
+            c.query_one(
+                "SELECT allowed FROM rate_limit.take($1, $2)",
+                &[&policy, &key],
+            )
+            .expect("take through the router")
+            .get(0)
+        })
+    };
+    hammer_conserves_tokens(&mut r, (&policy, &key), (20, 20), 3, 8, caller);
+    let home = partition_of(&mut r, &key);
+    for (p, server) in servers[1..].iter().enumerate() {
+        let n: i64 = connect(server, PARTITION)
+            .query_one(
+                "SELECT count(*) FROM rate_limit.buckets WHERE policy = $1 AND key = $2",
+                &[&policy, &key],
+            )
+            .expect("buckets")
+            .get(0);
+        assert_eq!(n, i64::from(p == home), "partition {p} (the key's: {home})");
+    }
+}
+
+#[test]
+fn policies_are_managed_on_every_partition_and_statistics_merged() {
+    let Some((_one, servers)) = router() else {
+        return;
+    };
+    let mut r = connect(&servers[0], ROUTER);
+    let policy = fresh("managed");
+    r.query(
+        "SELECT rate_limit.create_policy($1, 1, '1 hour', burst => 2)",
+        &[&policy],
+    )
+    .expect("create");
+    r.query("SELECT rate_limit.alter_policy($1, burst => 3)", &[&policy])
+        .expect("alter");
+    for server in &servers[1..] {
+        let burst: i64 = connect(server, PARTITION)
+            .query_one(
+                "SELECT burst FROM rate_limit.policies WHERE name = $1",
+                &[&policy],
+            )
+            .expect("the policy is on every partition")
+            .get(0);
+        assert_eq!(burst, 3);
+    }
+    // a key on each partition: 4 calls each, 3 granted, 1 denied
+    let keys = [key_on(&mut r, 0, "a"), key_on(&mut r, 1, "b")];
+    for key in &keys {
+        for _ in 0..4 {
+            r.query("SELECT * FROM rate_limit.take($1, $2)", &[&policy, key])
+                .expect("take");
+        }
+    }
+    let (calls, granted, denied): (i64, i64, i64) = {
+        let row = r
+            .query_one(
+                "SELECT calls, granted, denied FROM rate_limit.stats WHERE policy = $1",
+                &[&policy],
+            )
+            .expect("merged stats");
+        (row.get(0), row.get(1), row.get(2))
+    };
+    assert_eq!((calls, granted, denied), (8, 6, 2));
+    // the partitions' backends that served the router hand their last denials over when they end:
+    // reconnecting the router ends its cached connections only when they expire, so wait for the hand-over
+    // (at most 100 ms after a denial, at the end of the backend's next transaction) by asking again
+    let top = |r: &mut Client| -> Vec<(String, i64)> {
+        r.query(
+            "SELECT key, denials FROM rate_limit.top_limited WHERE policy = $1 ORDER BY key",
+            &[&policy],
+        )
+        .expect("merged top")
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect()
+    };
+    let want = vec![(keys[0].clone(), 1), (keys[1].clone(), 1)];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while top(&mut r) != want && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(150));
+    }
+    assert_eq!(top(&mut r), want);
+    let buckets: i64 = r
+        .query_one(
+            "SELECT count(*) FROM rate_limit.buckets WHERE policy = $1",
+            &[&policy],
+        )
+        .expect("merged buckets")
+        .get(0);
+    assert_eq!(buckets, 2);
+    let dropped: bool = r
+        .query_one("SELECT rate_limit.drop_policy($1)", &[&policy])
+        .expect("drop")
+        .get(0);
+    assert!(dropped);
+    for server in &servers[1..] {
+        let n: i64 = connect(server, PARTITION)
+            .query_one(
+                "SELECT count(*) FROM rate_limit.policies WHERE name = $1",
+                &[&policy],
+            )
+            .expect("policies")
+            .get(0);
+        assert_eq!(n, 0, "dropped on every partition");
+    }
+}
+
+#[test]
+fn errors_keep_their_sqlstate_and_take_many_stays_on_one_partition() {
+    let Some((_one, servers)) = router() else {
+        return;
+    };
+    let mut r = connect(&servers[0], ROUTER);
+    let e = r
+        .query("SELECT * FROM rate_limit.take('no such policy', 'k')", &[])
+        .expect_err("unknown policy");
+    assert_eq!(e.code(), Some(&SqlState::UNDEFINED_OBJECT), "{e:?}");
+    let e = r
+        .query("SELECT rate_limiting_request('k', 0, 60)", &[])
+        .expect_err("bad rate");
+    assert_eq!(e.code(), Some(&SqlState::INVALID_PARAMETER_VALUE), "{e:?}");
+    let policy = fresh("many");
+    r.query(
+        "SELECT rate_limit.create_policy($1, 1, '1 hour', burst => 1)",
+        &[&policy],
+    )
+    .expect("policy");
+    let (a, b) = (key_on(&mut r, 0, "a"), key_on(&mut r, 1, "b"));
+    let e = r
+        .query(
+            "SELECT * FROM rate_limit.take_many(ARRAY[$1, $1], ARRAY[$2, $3])",
+            &[&policy, &a, &b],
+        )
+        .expect_err("two partitions");
+    assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED), "{e:?}");
+    let a2 = key_on(&mut r, 0, "a2_");
+    let allowed: bool = r
+        .query_one(
+            "SELECT allowed FROM rate_limit.take_many(ARRAY[$1, $1], ARRAY[$2, $3])",
+            &[&policy, &a, &a2],
+        )
+        .expect("one partition")
+        .get(0);
+    assert!(allowed);
+}
+
+/// Starts partition 1 again when dropped, so that a failed assertion leaves the servers whole.
+struct Partition1Down;
+
+impl Partition1Down {
+    fn stop() -> Partition1Down {
+        run_env_command("RATE_LIMIT_TEST_PLPROXY_PARTITION1_STOP");
+        Partition1Down
+    }
+}
+
+impl Drop for Partition1Down {
+    fn drop(&mut self) {
+        run_env_command("RATE_LIMIT_TEST_PLPROXY_PARTITION1_START");
+    }
+}
+
+#[test]
+fn a_partition_down_fails_closed_or_open_as_the_router_chose() {
+    let Some((_one, servers)) = router() else {
+        return;
+    };
+    let mut r = connect(&servers[0], ROUTER);
+    let policy = fresh("down");
+    r.query(
+        "SELECT rate_limit.create_policy($1, 1, '1 hour', burst => 1)",
+        &[&policy],
+    )
+    .expect("policy");
+    let (up, down) = (key_on(&mut r, 0, "up"), key_on(&mut r, 1, "down"));
+    // drained before the stop: an "allowed" later can only come from failing open
+    for key in [&up, &down] {
+        r.query("SELECT * FROM rate_limit.take($1, $2)", &[&policy, key])
+            .expect("take");
+    }
+    let take = |r: &mut Client, key: &str| -> Result<bool, postgres::Error> {
+        r.query_one(
+            "SELECT allowed FROM rate_limit.take($1, $2)",
+            &[&policy, &key],
+        )
+        .map(|row| row.get(0))
+    };
+    let allowed_while_down = |r: &mut Client| -> i64 {
+        r.query_one(
+            "SELECT allowed_while_down FROM rate_limit_router.status",
+            &[],
+        )
+        .expect("status")
+        .get(0)
+    };
+    let _down = Partition1Down::stop();
+    let mut r = connect(&servers[0], ROUTER);
+    // fail_closed: 08006 for its keys, the other partition's keys answered as usual
+    assert!(!take(&mut r, &up).expect("partition 0 serves"));
+    let e = take(&mut r, &down).expect_err("fails closed");
+    assert_eq!(e.code(), Some(&SqlState::CONNECTION_FAILURE), "{e:?}");
+    let e = r
+        .query("SELECT rate_limiting_request($1)", &[&down])
+        .expect_err("fails closed");
+    assert_eq!(e.code(), Some(&SqlState::CONNECTION_FAILURE), "{e:?}");
+    let e = r
+        .query("SELECT * FROM rate_limit.stats", &[])
+        .expect_err("merged views need every partition");
+    assert_eq!(e.code(), Some(&SqlState::CONNECTION_FAILURE), "{e:?}");
+
+    // fail_open: the calls that take are allowed and counted; reads and the owner's calls still fail
+    set_mode(&mut r, servers, "fail_open");
+    let before = allowed_while_down(&mut r);
+    assert!(take(&mut r, &down).expect("fails open"));
+    let n: i32 = r
+        .query_one("SELECT rate_limiting_request($1)", &[&down])
+        .expect("fails open")
+        .get(0);
+    assert!(n >= 0, "allowed: {n}");
+    assert!(!take(&mut r, &up).expect("partition 0 still limits"));
+    assert_eq!(allowed_while_down(&mut r), before + 2);
+    let e = r
+        .query("SELECT * FROM rate_limit.peek($1, $2)", &[&policy, &down])
+        .expect_err("reads fail closed");
+    assert_eq!(e.code(), Some(&SqlState::CONNECTION_FAILURE), "{e:?}");
+    let e = r
+        .query("SELECT rate_limit.reset($1, $2)", &[&policy, &down])
+        .expect_err("the owner's calls fail closed");
+    assert_eq!(e.code(), Some(&SqlState::CONNECTION_FAILURE), "{e:?}");
+    set_mode(&mut r, servers, "fail_closed");
+}
