@@ -18,6 +18,8 @@
 #      (tests/integration/tests/citus.rs; Citus 14.0.1 is built for 17 by install-deps.sh)
 #   (PostgreSQL 15) PL/Proxy: a router database set up by router/plproxy.sql, forwarding to two partitions
 #      (tests/integration/tests/plproxy.rs; Debian's postgresql-15-plproxy, installed by install-deps.sh)
+#   (PostgreSQL 15) failover: a standby promoted while clients hammer a key, with synchronous and
+#      asynchronous replication and with its clock an hour off (tests/integration/tests/failover.rs)
 #   6. (PostgreSQL 15) the examples of README.md and docs/: docs/examples/*.sql run on a preloaded cluster
 #      with default settings must print exactly what the documents show (scripts/doc-examples.py)
 #   5. upgrades: ALTER EXTENSION UPDATE from every released version (scripts/upgrade-test.sh)
@@ -87,7 +89,7 @@ integration() { # integration VERSION: main (preloaded), small (256 buckets), st
   RATE_LIMIT_TEST_FAKETIME_STOP="$(pg_ctl_command "$v" "$TEST_ROOT/faketime-$v" stop)" \
   RATE_LIMIT_TEST_FAKETIME_START="$(pg_ctl_command "$v" "$TEST_ROOT/faketime-$v" start "$(faketime_environment "$v")")" \
   RATE_LIMIT_TEST_BINDIR="$(pg_bindir "$v")" \
-  RATE_LIMIT_TEST_CITUS_NODES=none RATE_LIMIT_TEST_PLPROXY=none \
+  RATE_LIMIT_TEST_CITUS_NODES=none RATE_LIMIT_TEST_PLPROXY=none RATE_LIMIT_TEST_FAILOVER=none \
     cargo test -p rate_limit_integration --no-fail-fast -- --test-threads=1
 }
 
@@ -138,6 +140,13 @@ plproxy() { # plproxy VERSION: a router server (PL/Proxy) and two partitions (ra
     cargo test -p rate_limit_integration --test plproxy -- --test-threads=1 || status=$?
   for i in 0 1 2; do cluster_stop "$v" "$TEST_ROOT/${PLPROXY_SERVERS[i]}-$v"; done
   return "$status"
+}
+
+failover() { # failover VERSION: a primary and a standby (scripts/failover-pair.sh), promoted under load
+  RATE_LIMIT_TEST_FAILOVER="$ROOT/scripts/failover-pair.sh $1" \
+  RATE_LIMIT_TEST_FAILOVER_PRIMARY="$(conninfo $((6100 + $1)))" \
+  RATE_LIMIT_TEST_FAILOVER_STANDBY="$(conninfo $((6150 + $1)))" \
+    cargo test -p rate_limit_integration --test failover -- --test-threads=1 --nocapture
 }
 
 doc_examples() { # doc_examples VERSION: the documents' example blocks against a fresh default cluster
@@ -199,7 +208,8 @@ start_clusters() { # start_clusters VERSION: the four servers the regress and in
 
 stop_clusters() {
   local v=$1 c
-  for c in standby cluster small plain faketime docs "${CITUS_NODES[@]}" "${PLPROXY_SERVERS[@]}"; do cluster_stop "$v" "$TEST_ROOT/$c-$v"; done
+  for c in standby cluster small plain faketime docs "${CITUS_NODES[@]}" "${PLPROXY_SERVERS[@]}" \
+    failover-primary failover-standby; do cluster_stop "$v" "$TEST_ROOT/$c-$v"; done
 }
 
 # an interrupted or failed run stops the servers it started (each layer also stops them when it is done)
@@ -227,6 +237,7 @@ for v in "${VERSIONS[@]}"; do
   fi
   if [ "$v" = 15 ]; then
     step "PostgreSQL 15: PL/Proxy, a router and two partitions" plproxy "$v"
+    step "PostgreSQL 15: a standby promoted under load (sync, async, clock 1 h off)" failover "$v"
     step "PostgreSQL 15: the examples in README.md and docs/ are what docs/examples/*.sql print" doc_examples "$v"
   fi
 done

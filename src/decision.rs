@@ -47,10 +47,19 @@ fn decision_desc(function: &'static str) -> Result<pg_sys::TupleDesc, ErrorRepor
     if let Some(known) = TYPE.with(Cell::get) {
         return Ok(known.desc);
     }
-    let (oid, rel) = Spi::get_two::<pg_sys::Oid, pg_sys::Oid>(
-        "SELECT oid, typrelid FROM pg_catalog.pg_type \
-         WHERE oid OPERATOR(pg_catalog.=) 'rate_limit.decision'::pg_catalog.regtype",
-    )
+    // a read-only query (Spi::get_two would run it as an update, which takes a transaction id: refused on
+    // a hot standby, where the memory store grants)
+    let (oid, rel) = Spi::connect(|client| {
+        let row = client
+            .select(
+                "SELECT oid, typrelid FROM pg_catalog.pg_type \
+                 WHERE oid OPERATOR(pg_catalog.=) 'rate_limit.decision'::pg_catalog.regtype",
+                Some(1),
+                &[],
+            )?
+            .first();
+        Ok::<_, pgrx::spi::SpiError>((row.get::<pg_sys::Oid>(1)?, row.get::<pg_sys::Oid>(2)?))
+    })
     .map_err(|e| error::internal(function, e))?;
     let (Some(oid), Some(rel)) = (oid, rel) else {
         return Err(ErrorReport::new(

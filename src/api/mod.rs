@@ -97,10 +97,18 @@ pub fn bounded_refill(
 /// Whether the role running the statement (outside any SECURITY DEFINER function) has the privileges of
 /// the extension's owner.
 fn caller_has_owner_privileges(function: &'static str) -> Result<bool, ErrorReport> {
-    let owner = Spi::get_one::<pg_sys::Oid>(
-        "SELECT extowner FROM pg_catalog.pg_extension \
-         WHERE extname OPERATOR(pg_catalog.=) 'rate_limit'",
-    )
+    // read-only (Spi::get_one would take a transaction id: refused on a hot standby)
+    let owner = Spi::connect(|client| {
+        client
+            .select(
+                "SELECT extowner FROM pg_catalog.pg_extension \
+                 WHERE extname OPERATOR(pg_catalog.=) 'rate_limit'",
+                Some(1),
+                &[],
+            )?
+            .first()
+            .get::<pg_sys::Oid>(1)
+    })
     .map_err(|e| error::internal(function, e))?;
     let Some(owner) = owner else {
         return Ok(false);

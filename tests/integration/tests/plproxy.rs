@@ -137,7 +137,9 @@ fn create_router_checks_its_arguments() {
     };
     let mut r = connect(&servers[0], ROUTER);
     let three = vec![partitions(servers)[0].clone(); 3];
-    let cases: [(Option<Vec<String>>, Option<&str>, &str); 4] = [
+    /// partitions, on_partition_down, the SQLSTATE wanted
+    type Case<'a> = (Option<Vec<String>>, Option<&'a str>, &'a str);
+    let cases: [Case<'_>; 4] = [
         (Some(three), Some("fail_closed"), "22023"),
         (Some(Vec::new()), Some("fail_closed"), "22023"),
         (Some(partitions(servers)), Some("fail_sideways"), "22023"),
