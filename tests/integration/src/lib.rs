@@ -34,6 +34,48 @@ pub fn run_env_command(variable: &str) {
     assert!(status.success(), "{variable} failed: {command}");
 }
 
+/// The servers a multi-server test file uses, from setting `variable` (connection strings separated by `;`),
+/// or `None` when it is `none`: `scripts/test.sh` runs such a file only for the PostgreSQL version it names
+/// in `skipped_because`.
+pub fn servers_or_skip(variable: &str, skipped_because: &str) -> Option<Vec<String>> {
+    let servers = env(variable);
+    if servers == "none" {
+        eprintln!("skipped for this PostgreSQL version: {skipped_because}");
+        return None;
+    }
+    Some(servers.split(';').map(str::to_string).collect())
+}
+
+/// A name no earlier run used, from `prefix`: shared memory (memory buckets, statistics) outlives the test
+/// databases.
+pub fn fresh_name(prefix: &str) -> String {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or_default();
+    format!("{prefix}_{micros}")
+}
+
+/// A server a test stopped (with the command in setting `stop`), started again (setting `start`) when this
+/// is dropped, so that a failed assertion leaves the servers whole for the next test.
+pub struct StoppedServer {
+    start: &'static str,
+}
+
+impl StoppedServer {
+    /// Stops the server now.
+    pub fn stop(stop: &str, start: &'static str) -> StoppedServer {
+        run_env_command(stop);
+        StoppedServer { start }
+    }
+}
+
+impl Drop for StoppedServer {
+    fn drop(&mut self) {
+        run_env_command(self.start);
+    }
+}
+
 /// A database of its own for one test, dropped when the test ends.
 pub struct TestDb {
     name: String,

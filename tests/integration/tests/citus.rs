@@ -22,20 +22,18 @@ use std::time::{Duration, Instant};
 
 use postgres::error::SqlState;
 use postgres::{Client, NoTls};
-use rate_limit_integration::{env, hammer_conserves_tokens, run_env_command, Caller};
+use rate_limit_integration::{
+    fresh_name, hammer_conserves_tokens, servers_or_skip, Caller, StoppedServer,
+};
 
 const DATABASE: &str = "rl_citus";
 
 /// The nodes' connection strings (coordinator first), or `None` when this run skips Citus.
 fn nodes() -> Option<Vec<String>> {
-    let nodes = env("RATE_LIMIT_TEST_CITUS_NODES");
-    if nodes == "none" {
-        eprintln!(
-            "Citus tests skipped for this PostgreSQL version (scripts/test.sh runs them on 17)"
-        );
-        return None;
-    }
-    Some(nodes.split(';').map(str::to_string).collect())
+    servers_or_skip(
+        "RATE_LIMIT_TEST_CITUS_NODES",
+        "scripts/test.sh runs the Citus tests on 17",
+    )
 }
 
 fn part<'a>(conninfo: &'a str, name: &str) -> &'a str {
@@ -116,15 +114,6 @@ fn key_on_worker(
             p == port
         })
         .expect("a key on that worker")
-}
-
-/// A fresh name per test run: the memory store outlives the test database.
-fn fresh(prefix: &str) -> String {
-    let micros = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros())
-        .unwrap_or_default();
-    format!("{prefix}_{micros}")
 }
 
 /// How a hammering connection makes its calls.
@@ -231,7 +220,7 @@ fn a_key_hammered_from_every_node_is_exact_in_the_table_store() {
         ))
         .expect("policy and helper");
     let ways = [Way::TopLevel, Way::InTransaction, Way::PlPgSql];
-    hammer_is_exact(nodes, "hot_table", &fresh("t"), &ways, 3);
+    hammer_is_exact(nodes, "hot_table", &fresh_name("t"), &ways, 3);
 }
 
 #[test]
@@ -244,7 +233,7 @@ fn the_memory_store_keeps_one_bucket_on_the_keys_node() {
              {HELPER}"
         ))
         .expect("policy and helper");
-    let key = key_on_worker(&mut coordinator, nodes, 2, &fresh("m"));
+    let key = key_on_worker(&mut coordinator, nodes, 2, &fresh_name("m"));
     // delegated calls from every node are exact
     let ways = [Way::TopLevel, Way::InTransaction];
     hammer_is_exact(nodes, "hot_memory", &key, &ways, 3);
@@ -287,14 +276,14 @@ fn the_memory_store_keeps_one_bucket_on_the_keys_node() {
 fn the_coordinators_views_merge_every_nodes_statistics_and_memory_buckets() {
     let Some(nodes) = cluster() else { return };
     let mut c = connect(&nodes[0]);
-    let policy = fresh("merged");
+    let policy = fresh_name("merged");
     c.query(
         "SELECT rate_limit.create_policy($1, 1, '1000 days', burst => 2, store => 'memory')",
         &[&policy],
     )
     .expect("policy");
-    let a = key_on_worker(&mut c, nodes, 1, &fresh("a"));
-    let b = key_on_worker(&mut c, nodes, 2, &fresh("b"));
+    let a = key_on_worker(&mut c, nodes, 1, &fresh_name("a"));
+    let b = key_on_worker(&mut c, nodes, 2, &fresh_name("b"));
     // delegated: counted on the keys' nodes; a: 2 granted, 3 denied; b: 2 granted, 2 denied
     for (key, calls) in [(&a, 5), (&b, 4)] {
         for _ in 0..calls {
@@ -366,34 +355,18 @@ fn the_coordinators_views_merge_every_nodes_statistics_and_memory_buckets() {
     assert_eq!(buckets, want);
 }
 
-/// Starts worker 2 again when dropped, so that a failed assertion leaves the cluster whole.
-struct Worker2Down;
-
-impl Worker2Down {
-    fn stop() -> Worker2Down {
-        run_env_command("RATE_LIMIT_TEST_CITUS_WORKER2_STOP");
-        Worker2Down
-    }
-}
-
-impl Drop for Worker2Down {
-    fn drop(&mut self) {
-        run_env_command("RATE_LIMIT_TEST_CITUS_WORKER2_START");
-    }
-}
-
 #[test]
 fn a_worker_down_fails_its_keys_with_class_08_and_spares_the_others() {
     let Some(nodes) = cluster() else { return };
     let mut c = connect(&nodes[0]);
-    let policy = fresh("down");
+    let policy = fresh_name("down");
     c.query(
         "SELECT rate_limit.create_policy($1, 1, '1000 days', burst => 5)",
         &[&policy],
     )
     .expect("policy");
-    let up = key_on_worker(&mut c, nodes, 1, &fresh("up"));
-    let down = key_on_worker(&mut c, nodes, 2, &fresh("down"));
+    let up = key_on_worker(&mut c, nodes, 1, &fresh_name("up"));
+    let down = key_on_worker(&mut c, nodes, 2, &fresh_name("down"));
     let take = |c: &mut Client, key: &str| {
         c.query_one(
             "SELECT allowed FROM rate_limit.take($1, $2)",
@@ -403,7 +376,10 @@ fn a_worker_down_fails_its_keys_with_class_08_and_spares_the_others() {
     };
     assert!(take(&mut c, &down).expect("worker 2 up"));
     {
-        let _down = Worker2Down::stop();
+        let _down = StoppedServer::stop(
+            "RATE_LIMIT_TEST_CITUS_WORKER2_STOP",
+            "RATE_LIMIT_TEST_CITUS_WORKER2_START",
+        );
         let mut c = connect(&nodes[0]);
         // the key on the stopped worker: Citus's connection error, class 08; never an "allowed"
         let e = take(&mut c, &down).expect_err("its node is down");
@@ -439,8 +415,8 @@ fn take_many_over_both_workers_is_all_or_nothing() {
     let mut c = connect(&nodes[0]);
     c.batch_execute("SELECT rate_limit.create_policy('pair', 1, '1000 days', burst => 2)")
         .expect("policy");
-    let a = key_on_worker(&mut c, nodes, 1, &fresh("a"));
-    let b = key_on_worker(&mut c, nodes, 2, &fresh("b"));
+    let a = key_on_worker(&mut c, nodes, 1, &fresh_name("a"));
+    let b = key_on_worker(&mut c, nodes, 2, &fresh_name("b"));
     let take_both = |c: &mut Client| -> bool {
         c.query_one(
             "SELECT bool_and(allowed) FROM rate_limit.take_many(ARRAY['pair', 'pair'], ARRAY[$1, $2])",
@@ -539,8 +515,8 @@ fn limit_writes_on_the_coordinator_limits_rows_by_keys_on_the_workers() {
     )
     .expect("a local table with the trigger");
     let authors = [
-        key_on_worker(&mut c, nodes, 1, &fresh("w1")),
-        key_on_worker(&mut c, nodes, 2, &fresh("w2")),
+        key_on_worker(&mut c, nodes, 1, &fresh_name("w1")),
+        key_on_worker(&mut c, nodes, 2, &fresh_name("w2")),
     ];
     let writers: Vec<_> = (0..4)
         .map(|_| {
@@ -588,8 +564,8 @@ fn each_nodes_worker_purges_only_the_shards_it_holds() {
     // refills within a millisecond: full (and purgeable) at once
     c.batch_execute("SELECT rate_limit.create_policy('refills', 1000, '1 second', burst => 1)")
         .expect("policy");
-    let on1 = key_on_worker(&mut c, nodes, 1, &fresh("p1"));
-    let on2 = key_on_worker(&mut c, nodes, 2, &fresh("p2"));
+    let on1 = key_on_worker(&mut c, nodes, 1, &fresh_name("p1"));
+    let on2 = key_on_worker(&mut c, nodes, 2, &fresh_name("p2"));
     for k in [&on1, &on2] {
         c.query("SELECT * FROM rate_limit.take('refills', $1)", &[k])
             .expect("take");
@@ -624,4 +600,62 @@ fn each_nodes_worker_purges_only_the_shards_it_holds() {
     }
     assert_eq!(rows(&mut c, &on1), 0, "worker 1 purged its own shard");
     assert_eq!(rows(&mut c, &on2), 1, "and left worker 2's alone");
+}
+
+/// Moves the shard that holds `key` (and the shards colocated with it) to the worker at `to`, a connection
+/// string, copying its rows while writes wait (`block_writes`: no logical replication needed).
+fn move_shard_of(coordinator: &mut Client, key: &str, to: &str) {
+    coordinator
+        .query(
+            "SELECT citus_move_shard_placement(s.shardid, n.nodename, n.nodeport, $2, $3::int, \
+                 shard_transfer_mode => 'block_writes') \
+             FROM (SELECT get_shard_id_for_distribution_column('rate_limit.bucket_state', $1::text) AS shardid) s \
+             JOIN pg_dist_placement p USING (shardid) JOIN pg_dist_node n USING (groupid)",
+            &[&key, &part(to, "host"), &part(to, "port").parse::<i32>().expect("port")],
+        )
+        .expect("move the key's shard");
+}
+
+#[test]
+fn a_shard_move_keeps_table_buckets_and_starts_memory_buckets_full() {
+    let Some(nodes) = cluster() else { return };
+    let mut c = connect(&nodes[0]);
+    c.batch_execute(HELPER).expect("helper");
+    let (table, memory) = (fresh_name("moved_t"), fresh_name("moved_m"));
+    for (policy, store) in [(&table, "table"), (&memory, "memory")] {
+        c.query(
+            "SELECT rate_limit.create_policy($1, 1, '1000 days', burst => 5, store => $2)",
+            &[policy, &store],
+        )
+        .expect("policy");
+    }
+    let key = key_on_worker(&mut c, nodes, 1, &fresh_name("k"));
+    let remaining = |c: &mut Client, policy: &str| -> i64 {
+        c.query_one(
+            "SELECT remaining FROM rate_limit.peek($1, $2)",
+            &[&policy, &key],
+        )
+        .expect("peek")
+        .get(0)
+    };
+    for policy in [&table, &memory] {
+        for _ in 0..3 {
+            c.query("SELECT * FROM rate_limit.take($1, $2)", &[policy, &key])
+                .expect("take");
+        }
+        assert_eq!(remaining(&mut c, policy), 2);
+    }
+    move_shard_of(&mut c, &key, &nodes[2]);
+    let mut c = connect(&nodes[0]);
+    // the table store's row moved with its shard; the memory bucket did not: a full one on the new node,
+    // at most one burst more for the moved key
+    assert_eq!(remaining(&mut c, &table), 2);
+    assert_eq!(remaining(&mut c, &memory), 5);
+    // the old copy is unreachable: worker 1 is no longer the key's node
+    let e = connect(&nodes[1])
+        .query_one("SELECT public.take_in_plpgsql($1, $2)", &[&memory, &key])
+        .expect_err("not the key's node any more");
+    assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED), "{e:?}");
+    // back where it was, for the other tests' layout
+    move_shard_of(&mut c, &key, &nodes[1]);
 }

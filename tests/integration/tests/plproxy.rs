@@ -19,21 +19,19 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use postgres::error::SqlState;
 use postgres::{Client, NoTls};
-use rate_limit_integration::{env, hammer_conserves_tokens, run_env_command, Caller};
+use rate_limit_integration::{
+    fresh_name, hammer_conserves_tokens, servers_or_skip, Caller, StoppedServer,
+};
 
 const ROUTER: &str = "rl_router";
 const PARTITION: &str = "rl_partition";
 
 /// The servers, router first, or `None` when this run skips PL/Proxy.
 fn servers() -> Option<Vec<String>> {
-    let servers = env("RATE_LIMIT_TEST_PLPROXY");
-    if servers == "none" {
-        eprintln!(
-            "PL/Proxy tests skipped for this PostgreSQL version (scripts/test.sh runs them on 15)"
-        );
-        return None;
-    }
-    Some(servers.split(';').map(str::to_string).collect())
+    servers_or_skip(
+        "RATE_LIMIT_TEST_PLPROXY",
+        "scripts/test.sh runs the PL/Proxy tests on 15",
+    )
 }
 
 fn connect(server: &str, db: &str) -> Client {
@@ -117,15 +115,6 @@ fn key_on(router: &mut Client, p: usize, prefix: &str) -> String {
         .expect("a key on that partition")
 }
 
-/// A name no earlier run used: the partitions' statistics outlive the test databases.
-fn fresh(prefix: &str) -> String {
-    let micros = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros())
-        .unwrap_or_default();
-    format!("{prefix}_{micros}")
-}
-
 fn code(e: &postgres::Error) -> String {
     e.code().map(|c| c.code().to_string()).unwrap_or_default()
 }
@@ -155,7 +144,7 @@ fn create_router_checks_its_arguments() {
         assert_eq!(code(&e), want, "{partitions:?} {mode:?}: {e:?}");
     }
     // still routing as before
-    r.query("SELECT rate_limiting_request($1)", &[&fresh("still")])
+    r.query("SELECT rate_limiting_request($1)", &[&fresh_name("still")])
         .expect("the router still works");
 }
 
@@ -165,13 +154,13 @@ fn a_key_hammered_through_the_router_is_exact_and_lives_on_its_partition() {
         return;
     };
     let mut r = connect(&servers[0], ROUTER);
-    let policy = fresh("hot");
+    let policy = fresh_name("hot");
     r.query(
         "SELECT rate_limit.create_policy($1, 20, '1 second', burst => 20)",
         &[&policy],
     )
     .expect("policy on every partition");
-    let key = fresh("k");
+    let key = fresh_name("k");
     let caller = |_: usize| -> Caller {
         let mut c = connect(&servers[0], ROUTER);
         let (policy, key) = (policy.clone(), key.clone());
@@ -204,7 +193,7 @@ fn policies_are_managed_on_every_partition_and_statistics_merged() {
         return;
     };
     let mut r = connect(&servers[0], ROUTER);
-    let policy = fresh("managed");
+    let policy = fresh_name("managed");
     r.query(
         "SELECT rate_limit.create_policy($1, 1, '1 hour', burst => 2)",
         &[&policy],
@@ -298,7 +287,7 @@ fn errors_keep_their_sqlstate_and_take_many_stays_on_one_partition() {
         .query("SELECT rate_limiting_request('k', 0, 60)", &[])
         .expect_err("bad rate");
     assert_eq!(e.code(), Some(&SqlState::INVALID_PARAMETER_VALUE), "{e:?}");
-    let policy = fresh("many");
+    let policy = fresh_name("many");
     r.query(
         "SELECT rate_limit.create_policy($1, 1, '1 hour', burst => 1)",
         &[&policy],
@@ -323,29 +312,13 @@ fn errors_keep_their_sqlstate_and_take_many_stays_on_one_partition() {
     assert!(allowed);
 }
 
-/// Starts partition 1 again when dropped, so that a failed assertion leaves the servers whole.
-struct Partition1Down;
-
-impl Partition1Down {
-    fn stop() -> Partition1Down {
-        run_env_command("RATE_LIMIT_TEST_PLPROXY_PARTITION1_STOP");
-        Partition1Down
-    }
-}
-
-impl Drop for Partition1Down {
-    fn drop(&mut self) {
-        run_env_command("RATE_LIMIT_TEST_PLPROXY_PARTITION1_START");
-    }
-}
-
 #[test]
 fn a_partition_down_fails_closed_or_open_as_the_router_chose() {
     let Some((_one, servers)) = router() else {
         return;
     };
     let mut r = connect(&servers[0], ROUTER);
-    let policy = fresh("down");
+    let policy = fresh_name("down");
     r.query(
         "SELECT rate_limit.create_policy($1, 1, '1 hour', burst => 1)",
         &[&policy],
@@ -372,7 +345,10 @@ fn a_partition_down_fails_closed_or_open_as_the_router_chose() {
         .expect("status")
         .get(0)
     };
-    let _down = Partition1Down::stop();
+    let _down = StoppedServer::stop(
+        "RATE_LIMIT_TEST_PLPROXY_PARTITION1_STOP",
+        "RATE_LIMIT_TEST_PLPROXY_PARTITION1_START",
+    );
     let mut r = connect(&servers[0], ROUTER);
     // fail_closed: 08006 for its keys, the other partition's keys answered as usual
     assert!(!take(&mut r, &up).expect("partition 0 serves"));

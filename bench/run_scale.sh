@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# The cost of going past one server, measured in one run on this machine (docs/scaling.md#capacity):
+#   - PL/Proxy: a router database (PostgreSQL 15, Debian's PL/Proxy) forwarding to 1, 2 and 4 partitions,
+#     against the same call made directly on one partition, with SELECT 1 through the same paths as the floor
+#     (directly, and as a PL/Proxy function run on the key's partition);
+#   - Citus: a coordinator and two workers (PostgreSQL 17, Citus 14.0.1), the call delegated by Citus from the
+#     coordinator, against the same call on a server without Citus, with SELECT 1 through the same paths
+#     (directly, and as a distributed function delegated by the same key).
+# Every call is rate_limit.take('bench', random key of 100 000) on the table store, synchronous_commit off
+# (the figures measure routing, not fsync). Each figure is pgbench's tps with BENCH_CLIENTS clients for
+# BENCH_SECONDS, the median of BENCH_ROUNDS interleaved rounds. Writes bench/SCALE_RESULTS.md.
+#
+#   bench/run_scale.sh                                  (about 15 minutes, release builds included)
+#   BENCH_CLIENTS=16 BENCH_ROUNDS=5 bench/run_scale.sh
+#
+# Its servers are its own (release builds in copies of the tests' PostgreSQL 15 and 17 under
+# $RATE_LIMIT_BENCH_DIR, ports 7000-7009 and 7100-7109): the tests' installations are not touched.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+scripts/install-deps.sh --all
+export PATH="$HOME/.cargo/bin:$PATH"
+# shellcheck source=../scripts/cluster.sh
+source scripts/cluster.sh
+
+SECONDS_PER_ROUND=${BENCH_SECONDS:-5}
+ROUNDS=${BENCH_ROUNDS:-3}
+CLIENTS=${BENCH_CLIENTS:-8}
+DIR=${RATE_LIMIT_BENCH_DIR:-/var/tmp/rate_limit-bench-scale}
+OUT="$ROOT/bench/out"
+RAW="$OUT/scale_raw.tsv"
+mkdir -p "$OUT" "$DIR"
+[ "$(id -u)" != 0 ] || chown postgres "$DIR"
+: >"$RAW"
+
+# the bench's own installations: b15, b17 (every other label keeps its meaning from cluster.sh)
+pg_bindir() { case $1 in b15 | b17) echo "$DIR/$1/bin" ;; system) echo /usr/lib/postgresql/15/bin ;; *) echo "$PG_CACHE/$1/bin" ;; esac; }
+
+install_tree() { # install_tree VERSION: $DIR/bVERSION = the tests' PostgreSQL VERSION + a release build of rate_limit
+  local v=$1 tree="$DIR/b$1" pg="$PG_CACHE/$1"
+  rm -rf "$tree" "$DIR/pkg-$v"
+  cp -a "$pg" "$tree"
+  CARGO_TARGET_DIR="$DIR/target" cargo pgrx package --pg-config "$pg/bin/pg_config" --features "pg$v" \
+    --no-default-features --out-dir "$DIR/pkg-$v" >/dev/null
+  rm -f "$tree"/share/postgresql/extension/rate_limit*
+  cp -a "$DIR/pkg-$v$pg/." "$tree/"
+  chmod -R a+rX "$tree"
+}
+
+SERVERS=()
+start() { # start VERSION NAME PORT [conf...]: a fresh server of the bench
+  local v=$1 name=$2 port=$3
+  shift 3
+  cluster_stop "$v" "$DIR/data-$name"
+  rm -rf "$DIR/data-$name"
+  cluster_start "$v" "$DIR/data-$name" "$port" "fsync = off" "synchronous_commit = off" "max_connections = 200" "$@"
+  SERVERS+=("$v:$name")
+}
+stop_all() { local s; for s in "${SERVERS[@]}"; do cluster_stop "${s%%:*}" "$DIR/data-${s#*:}"; done; }
+trap stop_all EXIT
+
+sql() { local v=$1 port=$2 db=$3; shift 3; psql_at "$v" "$port" -d "$db" -qAt "$@"; }
+
+SCRIPTS="$DIR/scripts"
+mkdir -p "$SCRIPTS"
+cat >"$SCRIPTS/take.sql" <<'EOF'
+\set k random(1, 100000)
+SELECT allowed FROM rate_limit.take('bench', 'key' || :k);
+EOF
+cat >"$SCRIPTS/select1.sql" <<'EOF'
+SELECT 1;
+EOF
+cat >"$SCRIPTS/select1_routed.sql" <<'EOF'
+\set k random(1, 100000)
+SELECT bench_select1('key' || :k);
+EOF
+chmod -R a+r "$SCRIPTS"
+
+# measure LABEL VERSION PORT DB SCRIPT: one pgbench run, appended to $RAW
+measure() {
+  local label=$1 v=$2 port=$3 db=$4 script=$5 tps
+  tps=$("$(pg_bindir "$v")/pgbench" -n -h "$RATE_LIMIT_SOCKET_DIR" -p "$port" -U postgres -c "$CLIENTS" \
+    -j 2 -T "$SECONDS_PER_ROUND" -f "$SCRIPTS/$script" "$db" 2>/dev/null |
+    sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -n 1)
+  printf '%s\t%s\n' "$label" "${tps:-0}" >>"$RAW"
+  echo "  $label: $tps"
+}
+
+echo "== release builds for PostgreSQL 15 and 17"
+install_tree 15
+install_tree 17
+
+echo "== PL/Proxy: four partitions and a router (PostgreSQL 15)"
+for i in 1 2 3 4; do
+  start b15 "partition$i" $((7000 + i)) "shared_preload_libraries = 'rate_limit'" "rate_limit.purge_interval = 0"
+  sql b15 $((7000 + i)) postgres -c "CREATE DATABASE app"
+  sql b15 $((7000 + i)) app -c "CREATE EXTENSION rate_limit"
+done
+# the router's one library is PL/Proxy's, in the bench's copy of PostgreSQL 15 (copied from the tests')
+start b15 router 7000
+sql b15 7000 postgres -c "CREATE DATABASE router"
+sql b15 7000 router -f "$ROOT/router/plproxy.sql" >/dev/null
+partitions() { # partitions N: the array literal of the first N partitions
+  local i list=()
+  for ((i = 1; i <= $1; i++)); do list+=("\"host=$RATE_LIMIT_SOCKET_DIR port=$((7000 + i)) dbname=app\""); done
+  echo "{$(IFS=,; echo "${list[*]}")}"
+}
+router_of() { # router_of N: the router forwards to the first N partitions
+  sql b15 7000 router -c "SELECT count(*) FROM rate_limit_router.create_router('rate_limit', '$(partitions "$1")')" >/dev/null
+  sql b15 7000 router -c "CREATE OR REPLACE FUNCTION bench_select1(k text) RETURNS integer LANGUAGE plproxy AS
+    \$\$ CLUSTER 'rate_limit'; RUN ON hashtext(k); SELECT 1; \$\$"
+}
+router_of 4
+sql b15 7000 router -c "SELECT rate_limit.create_policy('bench', 2, '1 second', burst => 120, store => 'table')" >/dev/null
+
+echo "== Citus: a coordinator and two workers, and a server without Citus (PostgreSQL 17)"
+citus_conf=("shared_preload_libraries = 'citus,rate_limit'" "max_prepared_transactions = 200" "rate_limit.purge_interval = 0")
+for i in 0 1 2; do
+  start b17 "citus$i" $((7100 + i)) "${citus_conf[@]}"
+  sql b17 $((7100 + i)) postgres -c "CREATE DATABASE app"
+  sql b17 $((7100 + i)) app -c "CREATE EXTENSION citus"
+done
+sql b17 7100 app -c "SELECT citus_set_coordinator_host('$RATE_LIMIT_SOCKET_DIR', 7100)" \
+  -c "SELECT citus_add_node('$RATE_LIMIT_SOCKET_DIR', 7101)" -c "SELECT citus_add_node('$RATE_LIMIT_SOCKET_DIR', 7102)" \
+  -c "CREATE EXTENSION rate_limit" -c "SELECT count(*) FROM rate_limit.distribute()" \
+  -c "SELECT rate_limit.create_policy('bench', 2, '1 second', burst => 120, store => 'table')" \
+  -c "CREATE FUNCTION bench_select1(k text) RETURNS integer LANGUAGE sql AS 'SELECT 1'" \
+  -c "SELECT create_distributed_function('bench_select1(text)', 'k', colocate_with => 'rate_limit.bucket_state', force_delegation => true)" >/dev/null
+start b17 single 7109 "shared_preload_libraries = 'rate_limit'" "rate_limit.purge_interval = 0"
+sql b17 7109 postgres -c "CREATE DATABASE app"
+sql b17 7109 app -c "CREATE EXTENSION rate_limit" \
+  -c "SELECT rate_limit.create_policy('bench', 2, '1 second', burst => 120, store => 'table')" >/dev/null
+
+echo "== $ROUNDS rounds of $SECONDS_PER_ROUND s, $CLIENTS clients"
+for ((r = 1; r <= ROUNDS; r++)); do
+  echo "round $r"
+  # a direct call on one partition (what a router's call becomes there), and its floor
+  measure "plproxy direct take" b15 7001 app take.sql
+  measure "plproxy direct SELECT 1" b15 7001 app select1.sql
+  for n in 1 2 4; do
+    router_of "$n"
+    measure "plproxy router $n take" b15 7000 router take.sql
+    measure "plproxy router $n SELECT 1" b15 7000 router select1_routed.sql
+  done
+  measure "citus direct take" b17 7109 app take.sql
+  measure "citus direct SELECT 1" b17 7109 app select1.sql
+  measure "citus delegated take" b17 7100 app take.sql
+  measure "citus delegated SELECT 1" b17 7100 app select1_routed.sql
+done
+
+python3 - "$RAW" "$ROOT/bench/SCALE_RESULTS.md" "$CLIENTS" "$SECONDS_PER_ROUND" "$ROUNDS" <<'EOF'
+import statistics, sys
+raw, out, clients, seconds, rounds = sys.argv[1:]
+runs = {}
+for line in open(raw):
+    label, tps = line.rstrip("\n").split("\t")
+    runs.setdefault(label, []).append(float(tps))
+med = {k: statistics.median(v) for k, v in runs.items()}
+def row(label, direct, floor):
+    m, d, f = med[label], med[direct], med[floor]
+    return f"| {label} | {m:,.0f} | {min(runs[label]):,.0f}–{max(runs[label]):,.0f} | {m / d:.2f} | {m / f:.2f} |"
+lines = [
+    "# Going past one server: the router hop, measured",
+    "",
+    f"`bench/run_scale.sh` (BENCH_CLIENTS={clients}, BENCH_SECONDS={seconds}, BENCH_ROUNDS={rounds}), on this",
+    "machine (2 cores: every server of a set-up shares them). tps of pgbench, median of the rounds, and its",
+    "range; `of direct`: against the same call made directly (one partition; a server without Citus);",
+    "`of floor`: against SELECT 1 made directly on that server.",
+    "",
+    "| path | tps | range | of direct | of floor |",
+    "| --- | ---: | ---: | ---: | ---: |",
+]
+for label in ["plproxy direct take", "plproxy direct SELECT 1"] + \
+        [f"plproxy router {n} {w}" for n in (1, 2, 4) for w in ("take", "SELECT 1")]:
+    direct = "plproxy direct take" if label.endswith("take") else "plproxy direct SELECT 1"
+    lines.append(row(label, direct, "plproxy direct SELECT 1"))
+for label in ["citus direct take", "citus direct SELECT 1", "citus delegated take", "citus delegated SELECT 1"]:
+    direct = "citus direct take" if label.endswith("take") else "citus direct SELECT 1"
+    lines.append(row(label, direct, "citus direct SELECT 1"))
+open(out, "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+EOF
