@@ -5,7 +5,8 @@
 #     (directly, and as a PL/Proxy function run on the key's partition);
 #   - Citus: a coordinator and two workers (PostgreSQL 17, Citus 14.0.1), the call delegated by Citus from the
 #     coordinator, against the same call on a server without Citus, with SELECT 1 through the same paths
-#     (directly, and as a distributed function delegated by the same key).
+#     (directly, and as a distributed PL/pgSQL function delegated by the same key: a SQL function would be
+#     inlined by the planner and never reach a worker).
 # Every call is rate_limit.take('bench', random key of 100 000) on the table store, synchronous_commit off
 # (the figures measure routing, not fsync). Each figure is pgbench's tps with BENCH_CLIENTS clients for
 # BENCH_SECONDS, the median of BENCH_ROUNDS interleaved rounds. Writes bench/SCALE_RESULTS.md.
@@ -124,7 +125,7 @@ sql b17 7100 app -c "SELECT citus_set_coordinator_host('$RATE_LIMIT_SOCKET_DIR',
   -c "SELECT citus_add_node('$RATE_LIMIT_SOCKET_DIR', 7101)" -c "SELECT citus_add_node('$RATE_LIMIT_SOCKET_DIR', 7102)" \
   -c "CREATE EXTENSION rate_limit" -c "SELECT count(*) FROM rate_limit.distribute()" \
   -c "SELECT rate_limit.create_policy('bench', 2, '1 second', burst => 120, store => 'table')" \
-  -c "CREATE FUNCTION bench_select1(k text) RETURNS integer LANGUAGE sql AS 'SELECT 1'" \
+  -c "CREATE FUNCTION bench_select1(k text) RETURNS integer LANGUAGE plpgsql AS 'BEGIN RETURN 1; END'" \
   -c "SELECT create_distributed_function('bench_select1(text)', 'k', colocate_with => 'rate_limit.bucket_state', force_delegation => true)" >/dev/null
 start b17 single 7109 "shared_preload_libraries = 'rate_limit'" "rate_limit.purge_interval = 0"
 sql b17 7109 postgres -c "CREATE DATABASE app"
