@@ -20,6 +20,8 @@ CREATE EXTENSION IF NOT EXISTS plproxy;
 CREATE SCHEMA IF NOT EXISTS rate_limit;
 CREATE SCHEMA IF NOT EXISTS rate_limit_router;
 COMMENT ON SCHEMA rate_limit_router IS 'rate_limit''s PL/Proxy router: its set-up and forwarding functions';
+-- every role may call the router's functions, as on a partition; what is the owner's is revoked below
+GRANT USAGE ON SCHEMA rate_limit, rate_limit_router TO PUBLIC;
 
 DO $$
 BEGIN
@@ -45,8 +47,10 @@ CREATE SEQUENCE IF NOT EXISTS rate_limit_router.allowed_while_down;
 -- Turns PL/Proxy's failure to reach a partition (XX000, "PL/Proxy function …: … PQconnectPoll: …" and the
 -- like) into 08006, or, when allow is true, counts it and returns so that the caller answers "allowed".
 -- Any other error is raised again as it was: errors a partition raised keep their own SQLSTATE.
+-- SECURITY DEFINER: callers of a fail_open router count in the sequence without rights on it (every name
+-- in it is qualified).
 CREATE OR REPLACE FUNCTION rate_limit_router.partition_down(message text, state text, allow boolean)
-RETURNS void LANGUAGE plpgsql AS $$
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER AS $$
 BEGIN
     IF state <> 'XX000' OR message !~ '^PL/Proxy function .*(PQconnect|PQconsumeInput|PQsendQuery|PQflush|connect timeout|query timeout|check_old_conn)' THEN
         RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message;
@@ -163,6 +167,7 @@ BEGIN
     EXECUTE format('CREATE SERVER %I FOREIGN DATA WRAPPER plproxy OPTIONS (connection_lifetime %L, %s)',
                    cluster, '1800', options);
     EXECUTE format('CREATE USER MAPPING FOR PUBLIC SERVER %I', cluster);
+    EXECUTE format('GRANT USAGE ON FOREIGN SERVER %I TO PUBLIC', cluster);
     object := cluster; action := format('PL/Proxy cluster of %s partitions', n); RETURN NEXT;
 
     DELETE FROM rate_limit_router.settings;
@@ -181,7 +186,10 @@ BEGIN
               || CASE WHEN c.result = 'void'
                       THEN format('SELECT 1 FROM %I.%I(%s);', c.schema, c.name, c.arguments)
                       ELSE format('TARGET %I.%I;', c.schema, c.name) END);
-        EXECUTE format('REVOKE ALL ON FUNCTION rate_limit_router.%I FROM PUBLIC', c.name || '_remote');
+        -- callers run it as themselves (the partition checks their rights): closed only where the call is
+        IF c.kind = 'owner' THEN
+            EXECUTE format('REVOKE ALL ON FUNCTION rate_limit_router.%I FROM PUBLIC', c.name || '_remote');
+        END IF;
 
         -- the function callers see: the extension's name, parameters and result
         body := CASE

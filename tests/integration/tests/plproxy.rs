@@ -12,6 +12,9 @@
 //!   with 08006; on a `fail_open` one the calls that take are allowed and counted, reads still fail with
 //!   08006.
 //!
+//! - a role with only LOGIN takes through the router (and through a `fail_open` one while a partition is
+//!   down), and is refused the owner's calls (42501), as on one server.
+//!
 //! `RATE_LIMIT_TEST_PLPROXY` names the router's server and the two partitions' servers, separated by `;`
 //! (connection strings without a database); `none` skips these tests.
 
@@ -382,5 +385,66 @@ fn a_partition_down_fails_closed_or_open_as_the_router_chose() {
         .query("SELECT rate_limit.reset($1, $2)", &[&policy, &down])
         .expect_err("the owner's calls fail closed");
     assert_eq!(e.code(), Some(&SqlState::CONNECTION_FAILURE), "{e:?}");
+    set_mode(&mut r, servers, "fail_closed");
+}
+
+#[test]
+fn a_login_only_role_takes_through_the_router_and_is_refused_the_owners_calls() {
+    let Some((_one, servers)) = router() else {
+        return;
+    };
+    // roles are per server: the same role on the router's and on every partition's
+    for server in servers {
+        let mut admin = connect(server, "postgres");
+        admin
+            .batch_execute(
+                "DO $$ BEGIN CREATE ROLE rl_router_user LOGIN; \
+                 EXCEPTION WHEN duplicate_object THEN NULL; END $$",
+            )
+            .expect("a LOGIN-only role");
+    }
+    let mut r = connect(&servers[0], ROUTER);
+    let policy = fresh_name("public");
+    r.query(
+        "SELECT rate_limit.create_policy($1, 1, '1 hour', burst => 1)",
+        &[&policy],
+    )
+    .expect("policy");
+    let down = key_on(&mut r, 1, "user_down");
+    let mut user = Client::connect(
+        &format!("{} dbname={ROUTER} user=rl_router_user", servers[0]),
+        NoTls,
+    )
+    .expect("connect as the role");
+    let take = |c: &mut Client, key: &str| -> Result<bool, postgres::Error> {
+        c.query_one(
+            "SELECT allowed FROM rate_limit.take($1, $2)",
+            &[&policy, &key],
+        )
+        .map(|row| row.get(0))
+    };
+    assert!(take(&mut user, &down).expect("the role takes through the router"));
+    assert!(!take(&mut user, &down).expect("and is limited"));
+    let e = user
+        .query("SELECT rate_limit.reset($1, $2)", &[&policy, &down])
+        .expect_err("the owner's call");
+    assert_eq!(e.code(), Some(&SqlState::INSUFFICIENT_PRIVILEGE), "{e:?}");
+    let e = user
+        .query("SELECT * FROM rate_limit.stats", &[])
+        .expect_err("the owner's view");
+    assert_eq!(e.code(), Some(&SqlState::INSUFFICIENT_PRIVILEGE), "{e:?}");
+    set_mode(&mut r, servers, "fail_open");
+    {
+        let _down = StoppedServer::stop(
+            "RATE_LIMIT_TEST_PLPROXY_PARTITION1_STOP",
+            "RATE_LIMIT_TEST_PLPROXY_PARTITION1_START",
+        );
+        let mut user = Client::connect(
+            &format!("{} dbname={ROUTER} user=rl_router_user", servers[0]),
+            NoTls,
+        )
+        .expect("connect as the role");
+        assert!(take(&mut user, &down).expect("fails open for the role too"));
+    }
     set_mode(&mut r, servers, "fail_closed");
 }
