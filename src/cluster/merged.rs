@@ -55,12 +55,12 @@ pub type MemoryBucketRow = (
 const STATS_ON_NODE: &str = "SELECT COALESCE(pg_catalog.json_agg(s), '[]') \
                              FROM rate_limit.node_stats_rows() AS s";
 
-const MERGE_STATS: &str = "SELECT s.kind, s.policy, pg_catalog.sum(s.calls)::int8, \
-       pg_catalog.sum(s.granted)::int8, pg_catalog.sum(s.denied)::int8, \
-       pg_catalog.sum(s.tokens_granted)::int8, pg_catalog.max(s.last_denial), pg_catalog.min(s.since) \
-     FROM pg_catalog.unnest($1::text[]) AS r(result), \
-       pg_catalog.json_to_recordset(r.result::json) AS s(kind text, policy text, calls int8, granted int8, \
-         denied int8, tokens_granted int8, last_denial timestamptz, since timestamptz) \
+const MERGE_STATS: &str = "SELECT s.kind, s.policy, pg_catalog.sum(s.calls)::pg_catalog.int8, \
+       pg_catalog.sum(s.granted)::pg_catalog.int8, pg_catalog.sum(s.denied)::pg_catalog.int8, \
+       pg_catalog.sum(s.tokens_granted)::pg_catalog.int8, pg_catalog.max(s.last_denial), pg_catalog.min(s.since) \
+     FROM pg_catalog.unnest($1::pg_catalog.text[]) AS r(result), \
+       pg_catalog.json_to_recordset(r.result::pg_catalog.json) AS s(kind pg_catalog.text, policy pg_catalog.text, calls pg_catalog.int8, granted pg_catalog.int8, \
+         denied pg_catalog.int8, tokens_granted pg_catalog.int8, last_denial pg_catalog.timestamptz, since pg_catalog.timestamptz) \
      GROUP BY s.kind, s.policy \
      ORDER BY s.kind OPERATOR(pg_catalog.=) 'untracked', s.kind, s.policy";
 
@@ -70,11 +70,11 @@ const TOP_ON_NODE: &str = "SELECT COALESCE(pg_catalog.json_agg(t), '[]') \
 
 /// `$2` is the number of counters of a full summary.
 const MERGE_TOP: &str = "WITH n AS ( \
-       SELECT r.node, t.kind, t.policy, pg_catalog.json_build_array(t.kind, t.policy)::text AS g, \
+       SELECT r.node, t.kind, t.policy, pg_catalog.json_build_array(t.kind, t.policy)::pg_catalog.text AS g, \
               t.key, t.denials, t.denials_min \
-       FROM pg_catalog.unnest($1::text[]) WITH ORDINALITY AS r(result, node), \
-         pg_catalog.json_to_recordset(r.result::json) AS t(kind text, policy text, key text, denials int8, \
-           denials_min int8)), \
+       FROM pg_catalog.unnest($1::pg_catalog.text[]) WITH ORDINALITY AS r(result, node), \
+         pg_catalog.json_to_recordset(r.result::pg_catalog.json) AS t(kind pg_catalog.text, policy pg_catalog.text, key pg_catalog.text, denials pg_catalog.int8, \
+           denials_min pg_catalog.int8)), \
      summaries AS ( \
        SELECT node, g, kind, policy, \
               CASE WHEN pg_catalog.count(*) OPERATOR(pg_catalog.>=) $2 THEN pg_catalog.min(denials) \
@@ -82,15 +82,15 @@ const MERGE_TOP: &str = "WITH n AS ( \
        FROM n GROUP BY node, g, kind, policy), \
      merged AS ( \
        SELECT s.kind, s.policy, k.g, k.key, \
-              pg_catalog.sum(COALESCE(n.denials, s.floor))::int8 AS denials, \
-              pg_catalog.sum(COALESCE(n.denials_min, 0))::int8 AS denials_min \
+              pg_catalog.sum(COALESCE(n.denials, s.floor))::pg_catalog.int8 AS denials, \
+              pg_catalog.sum(COALESCE(n.denials_min, 0))::pg_catalog.int8 AS denials_min \
        FROM (SELECT DISTINCT g, key FROM n) AS k \
        JOIN summaries AS s ON s.g OPERATOR(pg_catalog.=) k.g \
        LEFT JOIN n ON n.node OPERATOR(pg_catalog.=) s.node AND n.g OPERATOR(pg_catalog.=) k.g \
                   AND n.key OPERATOR(pg_catalog.=) k.key \
        GROUP BY s.kind, s.policy, k.g, k.key) \
      SELECT kind, policy, \
-            (pg_catalog.row_number() OVER (PARTITION BY g ORDER BY denials DESC, denials_min DESC, key))::int4 \
+            (pg_catalog.row_number() OVER (PARTITION BY g ORDER BY denials DESC, denials_min DESC, key))::pg_catalog.int4 \
               AS rank, \
             key, denials, denials_min \
      FROM merged ORDER BY kind, policy, rank";
@@ -101,9 +101,9 @@ const MEMORY_ON_NODE: &str = "SELECT COALESCE(pg_catalog.json_agg(m), '[]') \
 
 const MERGE_MEMORY: &str = "SELECT m.kind, m.policy, m.key, m.tokens, m.\"limit\", m.rate, m.per, m.algorithm, \
        m.updated_at \
-     FROM pg_catalog.unnest($1::text[]) AS r(result), \
-       pg_catalog.json_to_recordset(r.result::json) AS m(kind text, policy text, key text, tokens numeric, \
-         \"limit\" int8, rate int8, per interval, algorithm text, updated_at timestamptz) \
+     FROM pg_catalog.unnest($1::pg_catalog.text[]) AS r(result), \
+       pg_catalog.json_to_recordset(r.result::pg_catalog.json) AS m(kind pg_catalog.text, policy pg_catalog.text, key pg_catalog.text, tokens pg_catalog.numeric, \
+         \"limit\" pg_catalog.int8, rate pg_catalog.int8, per pg_catalog.interval, algorithm pg_catalog.text, updated_at pg_catalog.timestamptz) \
      ORDER BY m.kind, m.policy, m.key";
 
 /// Column `i` (1-based) of a merged row; these queries never return NULL where the type says otherwise.
