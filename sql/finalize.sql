@@ -29,7 +29,8 @@ CREATE TRIGGER policies_truncated
     BEFORE TRUNCATE ON rate_limit.policies
     FOR EACH STATEMENT EXECUTE FUNCTION rate_limit.policies_dropped();
 
--- Every bucket of both stores, with its tokens now (exact, rounded down to the millionth). kind is
+-- Every bucket of both stores, with its tokens now (exact, rounded down to the millionth; the table store's
+-- now is its own clock, see rate_limit.clock_shift()). kind is
 -- 'policy', 'ad_hoc' or 'request'; policy is NULL unless kind = 'policy'. The CASE spells the model's
 -- Kind::of_stored_name for the table's rows (a pg_test compares the two). Memory-store keys longer than
 -- 28 bytes end with an ellipsis.
@@ -38,7 +39,7 @@ SELECT CASE s.namespace WHEN '#request' THEN 'request' WHEN '#ad_hoc' THEN 'ad_h
        CASE WHEN s.namespace IN ('#request', '#ad_hoc') THEN NULL ELSE s.namespace END AS policy,
        s.key,
        rate_limit.state_tokens(s.level, s.updated_at, s.algorithm, s.rate, s.per_us, s.burst,
-                               clock_timestamp()) AS tokens,
+                               clock_timestamp() - rate_limit.clock_shift()) AS tokens,
        s.burst AS "limit",
        s.rate,
        s.per_us * interval '1 microsecond' AS per,
@@ -162,6 +163,8 @@ COMMENT ON FUNCTION rate_limit.limit_writes() IS
     'Row trigger: limit_writes(policy, key_column [, cost]) takes cost tokens per written row from the '
     'bucket of the row''s key; a denied row raises 53400 with the RateLimit header values in DETAIL';
 COMMENT ON FUNCTION rate_limit.stats_rows() IS 'Internal: the rows of rate_limit.stats';
+COMMENT ON FUNCTION rate_limit.clock_shift() IS
+    'How far the table store''s clock is behind clock_timestamp() (non-zero after promoting a standby whose clock was off)';
 COMMENT ON FUNCTION rate_limit.node_stats_rows() IS
     'This node''s own rows of rate_limit.stats (on a Citus coordinator the view merges every node''s)';
 COMMENT ON FUNCTION rate_limit.node_top_limited_rows() IS

@@ -1,8 +1,9 @@
 //! The clocks the stores measure time on, in microseconds.
 //!
 //! - The table store uses the server's wall clock ([`now_us`], what `clock_timestamp()` returns, read fresh
-//!   at every call, never the transaction start time that `now()` freezes): its state outlives the server
-//!   and moves with it to a standby.
+//!   at every call, never the transaction start time that `now()` freezes) minus the shift a promotion
+//!   kept ([`table_now_us`], see [`crate::clock_shift`]): its state outlives the server and moves with it
+//!   to a standby, whose wall clock may be off the primary's.
 //! - The memory store lives for one server lifetime and uses a clock that never steps ([`monotonic_us`]),
 //!   anchored to the wall clock when the store is created (see `store::memory`).
 
@@ -12,6 +13,12 @@ use pgrx::pg_sys;
 pub fn now_us() -> i64 {
     // SAFETY: GetCurrentTimestamp reads the system clock and has no preconditions; it cannot raise an error.
     unsafe { pg_sys::GetCurrentTimestamp() }
+}
+
+/// Microseconds since 2000-01-01 UTC on the table store's clock: the wall clock minus the shift this
+/// server keeps from a promotion (0 unless its clock was found off its old primary's).
+pub fn table_now_us() -> i64 {
+    now_us().saturating_sub(crate::clock_shift::current())
 }
 
 /// Microseconds on a clock that never steps: `CLOCK_BOOTTIME` on Linux (monotonic, and counting time

@@ -5,12 +5,13 @@
 //!   space and locks;
 //! - startup (`shmem_startup_hook`, in the postmaster at start and after every crash-restart): each creates
 //!   or finds its segment under AddinShmemInitLock, and a segment just created loads what a clean shutdown
-//!   saved;
+//!   saved (the clock shift: what a promotion saved);
 //! - clean shutdown (`on_shmem_exit` in the postmaster, exit code 0): each saves its state to a file in the
 //!   data directory. A crash (non-zero code, or a killed postmaster) saves nothing.
 
 use pgrx::pg_sys;
 
+use crate::clock_shift;
 use crate::shmem;
 use crate::stats;
 use crate::store;
@@ -47,6 +48,7 @@ unsafe fn request_all() {
     unsafe {
         store::request_memory();
         stats::request_shmem();
+        clock_shift::request_shmem();
     }
 }
 
@@ -76,6 +78,7 @@ unsafe extern "C-unwind" fn shmem_startup() {
         pg_sys::LWLockAcquire(init_lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
         let memory_created = store::attach_memory();
         let stats_created = stats::attach_or_create();
+        clock_shift::attach_or_create();
         pg_sys::LWLockRelease(init_lock);
         if !pg_sys::IsUnderPostmaster {
             if memory_created {

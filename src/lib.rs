@@ -14,6 +14,7 @@ use pgrx::prelude::*;
 
 pub mod api;
 pub mod clock;
+pub mod clock_shift;
 pub mod cluster;
 pub mod decision;
 pub mod error;

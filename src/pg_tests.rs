@@ -301,7 +301,7 @@ mod tests {
             )
             .as_deref(),
             Some(
-                "distribute headers memory_shares memory_usage node_stats_rows node_top_limited_rows \
+                "clock_shift distribute headers memory_shares memory_usage node_stats_rows node_top_limited_rows \
                  policies_changed policies_dropped reset_stats state_after_take state_is_full state_tokens \
                  stats_rows top_limited_rows"
             )

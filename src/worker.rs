@@ -13,7 +13,9 @@
 //!    instead of stalling the launcher, which purges the memory store, writes snapshots and serves the
 //!    other databases.
 //!
-//! It also writes the memory store's snapshot every `rate_limit.memory_snapshot_interval` (0: only at a
+//! On a streaming standby it samples, every [`CLOCK_SAMPLE_INTERVAL`], how far this server's clock is off
+//! the primary's, and saves the table store's clock shift when the server is promoted
+//! ([`crate::clock_shift`]). It also writes the memory store's snapshot every `rate_limit.memory_snapshot_interval` (0: only at a
 //! clean shutdown). A purge interval of 0 disables the purges. Errors are logged by PostgreSQL: a
 //! database's worker that fails exits (the next round tries again), and a launcher that fails exits with
 //! code 1 and is restarted by the postmaster after [`RESTART_SECONDS`]; neither takes the server down.
@@ -25,6 +27,7 @@ use pgrx::bgworkers::{
 };
 use pgrx::prelude::*;
 
+use crate::clock_shift;
 use crate::gucs;
 use crate::store;
 
@@ -34,6 +37,9 @@ pub const BATCH: i64 = 5000;
 /// Milliseconds a database's purge waits for a lock (`lock_timeout`) before it fails; the next round
 /// tries again.
 pub const LOCK_TIMEOUT_MS: i32 = 1000;
+
+/// How often the launcher of a standby samples its clock's skew (see [`crate::clock_shift`]).
+pub const CLOCK_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Seconds before the postmaster restarts a launcher that exited with an error.
 pub const RESTART_SECONDS: u64 = 10;
@@ -69,12 +75,14 @@ pub extern "C-unwind" fn rate_limit_launcher_main(_arg: pg_sys::Datum) {
     // interval read afresh at every wake-up, so a reload that shortens it takes effect at once.
     let mut last_purge: Option<Instant> = None;
     let mut last_snapshot: Option<Instant> = None;
+    let mut clock_shift = clock_shift::Sampler::default();
     loop {
         if BackgroundWorker::sighup_received() {
             // SAFETY: called in the worker's main loop, outside any transaction, as PostgreSQL's own
             // processes reload their configuration.
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
+        clock_shift.tick();
         let next_purge = due(last_purge, gucs::purge_interval());
         if next_purge.is_some_and(|at| Instant::now() >= at) {
             purge_round();
@@ -95,6 +103,11 @@ pub extern "C-unwind" fn rate_limit_launcher_main(_arg: pg_sys::Datum) {
         .min()
         .map_or(Duration::from_secs(60), |at| {
             at.saturating_duration_since(now)
+        })
+        .min(if clock_shift::Sampler::wants_ticks() {
+            CLOCK_SAMPLE_INTERVAL
+        } else {
+            Duration::MAX
         });
         if !BackgroundWorker::wait_latch(Some(wake.max(Duration::from_millis(10)))) {
             break;

@@ -58,6 +58,9 @@ SELECT kind, policy, key, floor(tokens) AS tokens, "limit", rate, per, algorithm
 FROM rate_limit.buckets ORDER BY kind, policy, key;
 SELECT rate_limit.purge();
 
+--@ block reference-clock-shift
+SELECT rate_limit.clock_shift();
+
 --@ block reference-memory-usage
 SELECT max_buckets, slot_bytes, bytes_per_bucket FROM rate_limit.memory_usage();
 

@@ -11,7 +11,9 @@
 //! - [`http`]: the RateLimit, RateLimit-Policy and Retry-After field values;
 //! - [`summary`]: the Space-Saving summary of the keys denied most; [`denials`]: when a backend adds its
 //!   denials to it;
-//! - [`shares`]: how much of the memory store one database may fill, and what a partition frees when full.
+//! - [`shares`]: how much of the memory store one database may fill, and what a partition frees when full;
+//! - [`skew`]: how far a standby's clock is off its primary's, and the table store's clock shift after a
+//!   promotion.
 
 #![forbid(unsafe_code)]
 
@@ -20,5 +22,6 @@ pub mod decision;
 pub mod denials;
 pub mod http;
 pub mod shares;
+pub mod skew;
 pub mod summary;
 pub mod target;

@@ -80,18 +80,22 @@ mod rate_limit {
         if let Some(s) = store {
             parse_store(F, s)?;
         }
-        let args: [DatumWithOid<'_>; 6] = [
+        // the table store's clock, on which its rows are written (see crate::clock_shift)
+        let now = TimestampWithTimeZone::try_from(crate::clock::table_now_us())
+            .map_err(|_| error::bug(F, "the clock is out of the timestamp range"))?;
+        let args: [DatumWithOid<'_>; 7] = [
             name.into(),
             algorithm.name().into(),
             policy.rate().into(),
             per.into(),
             policy.burst().into(),
             store.into(),
+            now.into(),
         ];
         let inserted = spi_run(
             F,
             "INSERT INTO rate_limit.policies (name, algorithm, rate, per, burst, store, created_at, changed_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, pg_catalog.clock_timestamp(), pg_catalog.clock_timestamp()) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $7) \
              ON CONFLICT (name) DO NOTHING RETURNING 1",
             &args,
         )?;
@@ -152,7 +156,7 @@ mod rate_limit {
         let policy = build_policy(F, algorithm, rate, per, burst)?;
         // the clock is read here and passed: Citus refuses a volatile function in an UPDATE of a
         // distributed (here: reference) table
-        let changed_at = TimestampWithTimeZone::try_from(crate::clock::now_us())
+        let changed_at = TimestampWithTimeZone::try_from(crate::clock::table_now_us())
             .map_err(|_| error::bug(F, "the clock is out of the timestamp range"))?;
         let args: [DatumWithOid<'_>; 6] = [
             name.into(),

@@ -41,7 +41,7 @@ use target::{Kind, Namespace, Target};
 /// when it is not available).
 fn now(function: &'static str, store: Store) -> Result<i64, ErrorReport> {
     match store {
-        Store::Table => Ok(clock::now_us()),
+        Store::Table => Ok(clock::table_now_us()),
         Store::Memory => memory::now(function),
     }
 }

@@ -298,7 +298,7 @@ pub fn take(
             for t in targets {
                 stored.push(read(client, plan, function, t)?);
             }
-            let now = clock::now_us();
+            let now = clock::table_now_us();
             let outcomes = evaluate_all(targets, &stored, now, cost);
             if cost > 0 && outcomes.iter().all(|o| o.allowed) {
                 return Err(error::read_only(function));
@@ -323,7 +323,7 @@ fn take_one(
     let p = &target.policy;
     for _ in 0..MAX_ATTEMPTS {
         // 1. one conditional UPDATE: granted if it returns the new state
-        let now = clock::now_us();
+        let now = clock::table_now_us();
         let args: [DatumWithOid<'_>; 9] = [
             target.namespace.stored_name().into(),
             target.key.into(),
@@ -349,7 +349,7 @@ fn take_one(
             // TAKE evaluated at max(now, the row's instant). A row still ahead of the clock after the
             // statement was not written by a concurrent call (whose instant is a clock reading taken
             // before now): the clock stepped back. Rebase the row, locked by this call, on the clock.
-            let after = clock::now_us();
+            let after = clock::table_now_us();
             if after < state.at {
                 state = p.take(state, after, 0).state;
                 write(client, plans, function, target, state)?;
@@ -360,7 +360,7 @@ fn take_one(
         }
         // 2. nothing updated: short, or missing?
         let stored = read(client, &plans.read_fresh, function, target)?;
-        let now = clock::now_us();
+        let now = clock::table_now_us();
         let outcome = target.evaluate(stored, now, cost);
         if !outcome.allowed {
             rebase_if_behind(client, plans, function, target, stored, &outcome, now)?;
@@ -390,7 +390,7 @@ fn take_many(
     for t in targets {
         stored.push(read(client, &plans.read_fresh, function, t)?);
     }
-    let now = clock::now_us();
+    let now = clock::table_now_us();
     let mut outcomes = evaluate_all(targets, &stored, now, cost);
     if !outcomes.iter().all(|o| o.allowed) {
         for ((t, s), o) in targets.iter().zip(&stored).zip(&outcomes) {
@@ -440,7 +440,7 @@ pub fn update<R>(
     Spi::connect_mut(|client| {
         let plans = plans(function, client)?;
         let stored = read(client, &plans.lock, function, target)?;
-        let (state, result) = step(stored, clock::now_us());
+        let (state, result) = step(stored, clock::table_now_us());
         if let Some(state) = state {
             write(client, plans, function, target, state)?;
         }
@@ -463,7 +463,7 @@ pub fn reset(
 
 /// Deletes every bucket that is full now, losslessly (a missing bucket is a full one); returns how many.
 pub fn purge(function: &'static str) -> Result<i64, ErrorReport> {
-    let now = timestamptz(function, clock::now_us())?;
+    let now = timestamptz(function, clock::table_now_us())?;
     Spi::connect_mut(|client| {
         let args: [DatumWithOid<'_>; 1] = [now.into()];
         let deleted = spi(function, client.update(PURGE, None, &args))?.len();
@@ -475,7 +475,7 @@ pub fn purge(function: &'static str) -> Result<i64, ErrorReport> {
 /// only the shards this node holds, each named directly (see [`crate::cluster::citus::local_shards`]), so
 /// that each node's worker purges its own buckets and never another node's.
 pub fn purge_batch(function: &'static str, limit: i64) -> Result<i64, ErrorReport> {
-    let now = timestamptz(function, clock::now_us())?;
+    let now = timestamptz(function, clock::table_now_us())?;
     let shards = crate::cluster::citus::local_shards(function)?;
     Spi::connect_mut(|client| {
         let Some(shards) = shards else {
