@@ -98,7 +98,7 @@ fn last_message() -> Option<(i64, i64)> {
         // (volatile: the receiver changes them), and a pair torn between two messages is rejected by the
         // caller's second reading.
         unsafe {
-            let walrcv = pg_sys::WalRcv;
+            let walrcv = wal_receiver();
             if walrcv.is_null() {
                 return None;
             }
@@ -111,6 +111,44 @@ fn last_message() -> Option<(i64, i64)> {
     let first = read()?;
     std::thread::sleep(Duration::from_millis(1));
     (read()? == first).then_some(first)
+}
+
+/// The WAL receiver's shared struct (`WalRcv`).
+#[cfg(not(feature = "pg13"))]
+fn wal_receiver() -> *const pg_sys::WalRcvData {
+    // SAFETY: reading a pointer-sized global of the server, set once in the postmaster at start.
+    unsafe { pg_sys::WalRcv }
+}
+
+/// PostgreSQL 13's bindings lack `WalRcvData`: the start of PostgreSQL 13's struct, up to the two
+/// instants read here, field for field as in its `replication/walreceiver.h` (the same in every 13.x).
+#[cfg(feature = "pg13")]
+#[repr(C)]
+#[allow(non_snake_case)] // the server's names, so that both versions read the same fields
+struct WalRcvData {
+    pid: i32,
+    wal_rcv_state: i32,
+    start_time: i64,
+    receive_start: u64,
+    receive_start_tli: u32,
+    flushed_upto: u64,
+    received_tli: u32,
+    latest_chunk_start: u64,
+    lastMsgSendTime: i64,
+    lastMsgReceiptTime: i64,
+}
+
+#[cfg(feature = "pg13")]
+extern "C" {
+    /// The server's `WalRcv` (replication/walreceiver.h), exported by the postgres executable.
+    static WalRcv: *const WalRcvData;
+}
+
+#[cfg(feature = "pg13")]
+fn wal_receiver() -> *const WalRcvData {
+    // SAFETY: reading a pointer-sized global of the server, set once in the postmaster at start; the
+    // struct above is the prefix of the server's own, so the fields read through it are the server's.
+    unsafe { WalRcv }
 }
 
 /// The launcher's part: samples the skew while this server is a standby and keeps the shift on a promotion.

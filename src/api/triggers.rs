@@ -231,6 +231,9 @@ fn limit_row(trigger: &PgTrigger<'_>) -> Result<(), ErrorReport> {
     }
     let args = arguments(trigger)?;
     let key = key_of(trigger, &args.column)?;
+    // SAFETY: tg_relation is the open relation the trigger fires on, valid for the whole call.
+    let relation = unsafe { (*trigger.trigger_data().tg_relation).rd_id };
+    crate::cluster::citus::ensure_bucket_reachable_from_trigger(F, relation, &key)?;
     let d = take_policy(F, Some(&args.policy), Some(&key), Some(args.cost))?;
     if d.allowed {
         Ok(())

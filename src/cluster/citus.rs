@@ -252,12 +252,11 @@ fn distribute(
     })
 }
 
-/// 0A000 unless a memory-store bucket of `key` may live on this node: always without Citus, or while
-/// `rate_limit.bucket_state` is not distributed; with it, only on the node that holds the key's shard.
-pub fn ensure_memory_bucket_here(function: &'static str, key: &str) -> Result<(), ErrorReport> {
-    if !citus_installed() {
-        return Ok(());
-    }
+/// A node of the cluster holding a bucket: its host and port, and whether it is this node.
+type BucketNode = (Option<String>, Option<i32>, Option<bool>);
+
+/// Where the bucket of `key` lives under Citus; `None` while `rate_limit.bucket_state` is not distributed.
+fn bucket_node(function: &'static str, key: &str) -> Result<Option<BucketNode>, ErrorReport> {
     const Q: &str = "SELECT n.nodename, n.nodeport, p.groupid OPERATOR(pg_catalog.=) l.groupid \
          FROM pg_catalog.pg_dist_partition d \
          CROSS JOIN pg_catalog.pg_dist_local_group l \
@@ -265,7 +264,7 @@ pub fn ensure_memory_bucket_here(function: &'static str, key: &str) -> Result<()
               pg_catalog.get_shard_id_for_distribution_column(d.logicalrelid, $1) \
          JOIN pg_catalog.pg_dist_node n ON n.groupid OPERATOR(pg_catalog.=) p.groupid \
          WHERE d.logicalrelid OPERATOR(pg_catalog.=) 'rate_limit.bucket_state'::pg_catalog.regclass";
-    let owner: Option<(Option<String>, Option<i32>, Option<bool>)> = spi(
+    spi(
         function,
         Spi::connect(|client| {
             let args: [DatumWithOid<'_>; 1] = [key.into()];
@@ -276,8 +275,16 @@ pub fn ensure_memory_bucket_here(function: &'static str, key: &str) -> Result<()
             let r = t.first();
             Ok(Some((r.get(1)?, r.get(2)?, r.get(3)?)))
         }),
-    )?;
-    match owner {
+    )
+}
+
+/// 0A000 unless a memory-store bucket of `key` may live on this node: always without Citus, or while
+/// `rate_limit.bucket_state` is not distributed; with it, only on the node that holds the key's shard.
+pub fn ensure_memory_bucket_here(function: &'static str, key: &str) -> Result<(), ErrorReport> {
+    if !citus_installed() {
+        return Ok(());
+    }
+    match bucket_node(function, key)? {
         None | Some((_, _, Some(true))) => Ok(()),
         Some((host, port, _)) => Err(ErrorReport::new(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
@@ -295,6 +302,51 @@ pub fn ensure_memory_bucket_here(function: &'static str, key: &str) -> Result<()
         .set_hint(
             "Make the call a statement of its own (SELECT … FROM rate_limit.take(…)), which Citus \
              delegates to the key's node, or give the policy the table store.",
+        )),
+    }
+}
+
+/// 0A000 when a trigger fires on `relation`, a shard of a Citus distributed table, for a row whose
+/// bucket (`key`) lives on another node: Citus cannot run the state table's statement from inside a
+/// query on a shard (it would raise XX000). Nothing to check without Citus, or on an ordinary table.
+pub fn ensure_bucket_reachable_from_trigger(
+    function: &'static str,
+    relation: pg_sys::Oid,
+    key: &str,
+) -> Result<(), ErrorReport> {
+    if !citus_installed() {
+        return Ok(());
+    }
+    const ON_A_SHARD: &str = "SELECT pg_catalog.relation_is_a_known_shard($1)";
+    let on_a_shard: Option<bool> = spi(
+        function,
+        Spi::connect(|client| {
+            let args: [DatumWithOid<'_>; 1] = [relation.into()];
+            client.select(ON_A_SHARD, Some(1), &args)?.first().get(1)
+        }),
+    )?;
+    if on_a_shard != Some(true) {
+        return Ok(());
+    }
+    match bucket_node(function, key)? {
+        None | Some((_, _, Some(true))) => Ok(()),
+        Some((host, port, _)) => Err(ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!(
+                "the bucket of key \"{key}\" lives on node {}:{}, not on the node of this row's shard",
+                host.unwrap_or_default(),
+                port.unwrap_or_default()
+            ),
+            function,
+        )
+        .set_detail(
+            "A trigger on a distributed table runs on the node of the row's shard, where Citus cannot \
+             reach another node's shard of rate_limit.bucket_state.",
+        )
+        .set_hint(
+            "Distribute the table colocated with the state table by the key column \
+             (create_distributed_table(table, column, colocate_with => 'rate_limit.bucket_state'), \
+             the column COLLATE \"C\"), so that each row's bucket lives on its shard's node.",
         )),
     }
 }

@@ -9,7 +9,8 @@
 //!   exists in exactly one node's memory;
 //! - `take_many` over keys on both workers is all or nothing, and a ROLLBACK gives both back;
 //! - policies changed on the coordinator are used by the next call on every node;
-//! - `limit_writes` on a table of the coordinator limits rows by keys that live on the workers;
+//! - `limit_writes` on a table of the coordinator limits rows by keys that live on the workers, and on a
+//!   distributed table colocated with the state table, written from every node;
 //! - each node's background worker purges only the buckets of the shards it holds.
 //!
 //! `RATE_LIMIT_TEST_CITUS_NODES` names the nodes, coordinator first, separated by `;` (each a connection
@@ -503,33 +504,20 @@ fn policies_changed_on_the_coordinator_are_used_by_every_node_at_once() {
     }
 }
 
-#[test]
-fn limit_writes_on_the_coordinator_limits_rows_by_keys_on_the_workers() {
-    let Some(nodes) = cluster() else { return };
-    let mut c = connect(&nodes[0]);
-    c.batch_execute(
-        "SELECT rate_limit.create_policy('rows_per_author', 3, '1000 days');
-         CREATE TABLE comments (id bigserial PRIMARY KEY, author text NOT NULL);
-         CREATE TRIGGER comments_rate_limit BEFORE INSERT ON comments FOR EACH ROW
-             EXECUTE FUNCTION rate_limit.limit_writes('rows_per_author', 'author');",
-    )
-    .expect("a local table with the trigger");
-    let authors = [
-        key_on_worker(&mut c, nodes, 1, &fresh_name("w1")),
-        key_on_worker(&mut c, nodes, 2, &fresh_name("w2")),
-    ];
+/// Inserts 10 rows per author from 4 connections to `node` into `table` (limited by `rows_per_author`,
+/// 3 rows each), checking every refusal is 53400; returns the rows per author and the refusals.
+fn insert_limited_rows(node: &str, table: &str, authors: &[String]) -> (Vec<i64>, usize) {
     let writers: Vec<_> = (0..4)
         .map(|_| {
-            let (node, authors) = (nodes[0].clone(), authors.clone());
+            let (node, table, authors) = (node.to_string(), table.to_string(), authors.to_vec());
             let refused = Arc::new(Mutex::new(0));
             let r = refused.clone();
             let h = thread::spawn(move || {
                 let mut c = connect(&node);
                 for i in 0..10 {
-                    let author = &authors[i % 2];
-                    if let Err(e) =
-                        c.execute("INSERT INTO comments (author) VALUES ($1)", &[author])
-                    {
+                    let author = &authors[i % authors.len()];
+                    let insert = format!("INSERT INTO {table} (author) VALUES ($1)");
+                    if let Err(e) = c.execute(&insert, &[author]) {
                         assert_eq!(
                             e.code(),
                             Some(&SqlState::CONFIGURATION_LIMIT_EXCEEDED),
@@ -547,14 +535,135 @@ fn limit_writes_on_the_coordinator_limits_rows_by_keys_on_the_workers() {
         h.join().expect("writer");
         refused += *r.lock().expect("lock");
     }
+    let mut c = connect(node);
+    let rows = authors
+        .iter()
+        .map(|author| {
+            c.query_one(
+                &format!("SELECT count(*) FROM {table} WHERE author = $1"),
+                &[author],
+            )
+            .expect("count")
+            .get(0)
+        })
+        .collect();
+    (rows, refused)
+}
+
+#[test]
+fn limit_writes_on_the_coordinator_limits_rows_by_keys_on_the_workers() {
+    let Some(nodes) = cluster() else { return };
+    let mut c = connect(&nodes[0]);
+    c.batch_execute(
+        "SELECT rate_limit.create_policy('rows_per_author', 3, '1000 days');
+         CREATE TABLE comments (id bigserial PRIMARY KEY, author text NOT NULL);
+         CREATE TRIGGER comments_rate_limit BEFORE INSERT ON comments FOR EACH ROW
+             EXECUTE FUNCTION rate_limit.limit_writes('rows_per_author', 'author');",
+    )
+    .expect("a local table with the trigger");
+    let authors = [
+        key_on_worker(&mut c, nodes, 1, &fresh_name("w1")),
+        key_on_worker(&mut c, nodes, 2, &fresh_name("w2")),
+    ];
+    let (rows, refused) = insert_limited_rows(&nodes[0], "comments", &authors);
+    assert_eq!(rows, [3, 3]);
+    assert_eq!(refused, 40 - 6);
+}
+
+/// A distributed table colocated with the state table by its key column: the trigger runs on the node of
+/// the row's shard, which holds the author's bucket too. Rows written from the coordinator and from both
+/// workers at once (4 connections each) are limited exactly.
+#[test]
+fn limit_writes_on_a_distributed_table_colocated_by_key_is_exact_from_every_node() {
+    let Some(nodes) = cluster() else { return };
+    let mut c = connect(&nodes[0]);
+    // one statement at a time: Citus runs what it propagates to the shards as prepared statements
+    for statement in [
+        "SELECT rate_limit.create_policy('posts_per_author', 3, '1000 days')",
+        // the state table's key is COLLATE \"C\": a colocated column must be too
+        "CREATE TABLE posts (author text COLLATE \"C\" NOT NULL, body text)",
+        "SELECT create_distributed_table('posts', 'author', colocate_with => 'rate_limit.bucket_state')",
+        "SET citus.enable_unsafe_triggers = on",
+        "CREATE TRIGGER posts_rate_limit BEFORE INSERT ON posts FOR EACH ROW \
+             EXECUTE FUNCTION rate_limit.limit_writes('posts_per_author', 'author')",
+    ] {
+        c.batch_execute(statement)
+            .unwrap_or_else(|e| panic!("{statement}: {e:?}"));
+    }
+    let authors = [
+        key_on_worker(&mut c, nodes, 1, &fresh_name("d1")),
+        key_on_worker(&mut c, nodes, 2, &fresh_name("d2")),
+    ];
+    let writers: Vec<_> = nodes
+        .iter()
+        .map(|node| {
+            let (node, authors) = (node.clone(), authors.to_vec());
+            thread::spawn(move || insert_limited_rows(&node, "posts", &authors))
+        })
+        .collect();
+    let mut refused = 0;
+    for w in writers {
+        refused += w.join().expect("a node's writers").1;
+    }
     for author in &authors {
         let rows: i64 = c
-            .query_one("SELECT count(*) FROM comments WHERE author = $1", &[author])
+            .query_one("SELECT count(*) FROM posts WHERE author = $1", &[author])
             .expect("count")
             .get(0);
         assert_eq!(rows, 3, "{author}");
     }
-    assert_eq!(refused, 40 - 6);
+    assert_eq!(refused, 3 * 40 - 6);
+}
+
+/// A distributed table that is not colocated with the state table: a row whose bucket lives on another
+/// node than the row's shard is refused with 0A000 and a hint (Citus itself would raise XX000); a row whose
+/// bucket is on its shard's node is limited as usual.
+#[test]
+fn limit_writes_on_a_table_not_colocated_refuses_rows_whose_bucket_is_elsewhere() {
+    let Some(nodes) = cluster() else { return };
+    let mut c = connect(&nodes[0]);
+    for statement in [
+        "SELECT rate_limit.create_policy('notes_per_author', 3, '1000 days')",
+        "CREATE TABLE notes (author text NOT NULL)",
+        "SELECT create_distributed_table('notes', 'author', colocate_with => 'none', shard_count => 7)",
+        "SET citus.enable_unsafe_triggers = on",
+        "CREATE TRIGGER notes_rate_limit BEFORE INSERT ON notes FOR EACH ROW \
+             EXECUTE FUNCTION rate_limit.limit_writes('notes_per_author', 'author')",
+    ] {
+        c.batch_execute(statement)
+            .unwrap_or_else(|e| panic!("{statement}: {e:?}"));
+    }
+    let (mut refused_elsewhere, mut limited_here) = (0, 0);
+    for i in 0..20 {
+        let author = format!("{}{i}", fresh_name("n"));
+        let mut inserted = 0;
+        for _ in 0..4 {
+            match c.execute("INSERT INTO notes VALUES ($1)", &[&author]) {
+                Ok(_) => inserted += 1,
+                Err(e) if e.code() == Some(&SqlState::FEATURE_NOT_SUPPORTED) => {
+                    let db = e.as_db_error().expect("a server error");
+                    assert!(
+                        db.hint().is_some_and(|h| h.contains("colocate_with")),
+                        "{db:?}"
+                    );
+                    refused_elsewhere += 1;
+                }
+                Err(e) => {
+                    assert_eq!(
+                        e.code(),
+                        Some(&SqlState::CONFIGURATION_LIMIT_EXCEEDED),
+                        "{e:?}"
+                    );
+                    limited_here += 1;
+                }
+            }
+        }
+        assert!(inserted == 0 || inserted == 3, "{author}: {inserted} rows");
+    }
+    assert!(
+        refused_elsewhere > 0 && limited_here > 0,
+        "{refused_elsewhere} {limited_here}"
+    );
 }
 
 #[test]
