@@ -278,32 +278,48 @@ fn bucket_node(function: &'static str, key: &str) -> Result<Option<BucketNode>, 
     )
 }
 
+/// 0A000 (`what` of key … lives on node …, not on `here`, with `detail` and `hint`) when the bucket of
+/// `key` lives on another node than this one; Ok while the state table is not distributed.
+fn ensure_bucket_on_this_node(
+    function: &'static str,
+    key: &str,
+    what: &str,
+    here: &str,
+    detail: &str,
+    hint: &str,
+) -> Result<(), ErrorReport> {
+    match bucket_node(function, key)? {
+        None | Some((_, _, Some(true))) => Ok(()),
+        Some((host, port, _)) => Err(ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            format!(
+                "the {what} of key \"{key}\" lives on node {}:{}, not on {here}",
+                host.unwrap_or_default(),
+                port.unwrap_or_default()
+            ),
+            function,
+        )
+        .set_detail(detail)
+        .set_hint(hint)),
+    }
+}
+
 /// 0A000 unless a memory-store bucket of `key` may live on this node: always without Citus, or while
 /// `rate_limit.bucket_state` is not distributed; with it, only on the node that holds the key's shard.
 pub fn ensure_memory_bucket_here(function: &'static str, key: &str) -> Result<(), ErrorReport> {
     if !citus_installed() {
         return Ok(());
     }
-    match bucket_node(function, key)? {
-        None | Some((_, _, Some(true))) => Ok(()),
-        Some((host, port, _)) => Err(ErrorReport::new(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!(
-                "the memory-store bucket of key \"{key}\" lives on node {}:{}, not on this one",
-                host.unwrap_or_default(),
-                port.unwrap_or_default()
-            ),
-            function,
-        )
-        .set_detail(
-            "Under Citus a memory bucket lives only on the node that holds its key's shard; this call \
-             was not delegated there, and a second copy here would grant a second burst.",
-        )
-        .set_hint(
-            "Make the call a statement of its own (SELECT … FROM rate_limit.take(…)), which Citus \
-             delegates to the key's node, or give the policy the table store.",
-        )),
-    }
+    ensure_bucket_on_this_node(
+        function,
+        key,
+        "memory-store bucket",
+        "this one",
+        "Under Citus a memory bucket lives only on the node that holds its key's shard; this call \
+         was not delegated there, and a second copy here would grant a second burst.",
+        "Make the call a statement of its own (SELECT … FROM rate_limit.take(…)), which Citus \
+         delegates to the key's node, or give the policy the table store.",
+    )
 }
 
 /// 0A000 when a trigger fires on `relation`, a shard of a Citus distributed table, for a row whose
@@ -328,27 +344,17 @@ pub fn ensure_bucket_reachable_from_trigger(
     if on_a_shard != Some(true) {
         return Ok(());
     }
-    match bucket_node(function, key)? {
-        None | Some((_, _, Some(true))) => Ok(()),
-        Some((host, port, _)) => Err(ErrorReport::new(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            format!(
-                "the bucket of key \"{key}\" lives on node {}:{}, not on the node of this row's shard",
-                host.unwrap_or_default(),
-                port.unwrap_or_default()
-            ),
-            function,
-        )
-        .set_detail(
-            "A trigger on a distributed table runs on the node of the row's shard, where Citus cannot \
-             reach another node's shard of rate_limit.bucket_state.",
-        )
-        .set_hint(
-            "Distribute the table colocated with the state table by the key column \
-             (create_distributed_table(table, column, colocate_with => 'rate_limit.bucket_state'), \
-             the column COLLATE \"C\"), so that each row's bucket lives on its shard's node.",
-        )),
-    }
+    ensure_bucket_on_this_node(
+        function,
+        key,
+        "bucket",
+        "the node of this row's shard",
+        "A trigger on a distributed table runs on the node of the row's shard, where Citus cannot \
+         reach another node's shard of rate_limit.bucket_state.",
+        "Distribute the table colocated with the state table by the key column \
+         (create_distributed_table(table, column, colocate_with => 'rate_limit.bucket_state'), \
+         the column COLLATE \"C\"), so that each row's bucket lives on its shard's node.",
+    )
 }
 
 /// The shards of `rate_limit.bucket_state` this node holds, as qualified relation names, with direct

@@ -504,6 +504,15 @@ fn policies_changed_on_the_coordinator_are_used_by_every_node_at_once() {
     }
 }
 
+/// Runs `statements` one at a time (Citus runs what it propagates to the shards as prepared statements,
+/// one command each).
+fn execute_each(c: &mut Client, statements: &[&str]) {
+    for statement in statements {
+        c.batch_execute(statement)
+            .unwrap_or_else(|e| panic!("{statement}: {e:?}"));
+    }
+}
+
 /// Inserts 10 rows per author from 4 connections to `node` into `table` (limited by `rows_per_author`,
 /// 3 rows each), checking every refusal is 53400; returns the rows per author and the refusals.
 fn insert_limited_rows(node: &str, table: &str, authors: &[String]) -> (Vec<i64>, usize) {
@@ -577,19 +586,18 @@ fn limit_writes_on_the_coordinator_limits_rows_by_keys_on_the_workers() {
 fn limit_writes_on_a_distributed_table_colocated_by_key_is_exact_from_every_node() {
     let Some(nodes) = cluster() else { return };
     let mut c = connect(&nodes[0]);
-    // one statement at a time: Citus runs what it propagates to the shards as prepared statements
-    for statement in [
-        "SELECT rate_limit.create_policy('posts_per_author', 3, '1000 days')",
-        // the state table's key is COLLATE \"C\": a colocated column must be too
-        "CREATE TABLE posts (author text COLLATE \"C\" NOT NULL, body text)",
-        "SELECT create_distributed_table('posts', 'author', colocate_with => 'rate_limit.bucket_state')",
-        "SET citus.enable_unsafe_triggers = on",
-        "CREATE TRIGGER posts_rate_limit BEFORE INSERT ON posts FOR EACH ROW \
-             EXECUTE FUNCTION rate_limit.limit_writes('posts_per_author', 'author')",
-    ] {
-        c.batch_execute(statement)
-            .unwrap_or_else(|e| panic!("{statement}: {e:?}"));
-    }
+    execute_each(
+        &mut c,
+        &[
+            "SELECT rate_limit.create_policy('posts_per_author', 3, '1000 days')",
+            // the state table's key is COLLATE \"C\": a colocated column must be too
+            "CREATE TABLE posts (author text COLLATE \"C\" NOT NULL, body text)",
+            "SELECT create_distributed_table('posts', 'author', colocate_with => 'rate_limit.bucket_state')",
+            "SET citus.enable_unsafe_triggers = on",
+            "CREATE TRIGGER posts_rate_limit BEFORE INSERT ON posts FOR EACH ROW \
+                 EXECUTE FUNCTION rate_limit.limit_writes('posts_per_author', 'author')",
+        ],
+    );
     let authors = [
         key_on_worker(&mut c, nodes, 1, &fresh_name("d1")),
         key_on_worker(&mut c, nodes, 2, &fresh_name("d2")),
@@ -622,17 +630,17 @@ fn limit_writes_on_a_distributed_table_colocated_by_key_is_exact_from_every_node
 fn limit_writes_on_a_table_not_colocated_refuses_rows_whose_bucket_is_elsewhere() {
     let Some(nodes) = cluster() else { return };
     let mut c = connect(&nodes[0]);
-    for statement in [
-        "SELECT rate_limit.create_policy('notes_per_author', 3, '1000 days')",
-        "CREATE TABLE notes (author text NOT NULL)",
-        "SELECT create_distributed_table('notes', 'author', colocate_with => 'none', shard_count => 7)",
-        "SET citus.enable_unsafe_triggers = on",
-        "CREATE TRIGGER notes_rate_limit BEFORE INSERT ON notes FOR EACH ROW \
-             EXECUTE FUNCTION rate_limit.limit_writes('notes_per_author', 'author')",
-    ] {
-        c.batch_execute(statement)
-            .unwrap_or_else(|e| panic!("{statement}: {e:?}"));
-    }
+    execute_each(
+        &mut c,
+        &[
+            "SELECT rate_limit.create_policy('notes_per_author', 3, '1000 days')",
+            "CREATE TABLE notes (author text NOT NULL)",
+            "SELECT create_distributed_table('notes', 'author', colocate_with => 'none', shard_count => 7)",
+            "SET citus.enable_unsafe_triggers = on",
+            "CREATE TRIGGER notes_rate_limit BEFORE INSERT ON notes FOR EACH ROW \
+                 EXECUTE FUNCTION rate_limit.limit_writes('notes_per_author', 'author')",
+        ],
+    );
     let (mut refused_elsewhere, mut limited_here) = (0, 0);
     for i in 0..20 {
         let author = format!("{}{i}", fresh_name("n"));
