@@ -182,7 +182,7 @@ COMMENT ON FUNCTION rate_limit.node_memory_buckets() IS
 -- The table store's clock shift (a promoted standby whose clock was off its primary's keeps reading rows on
 -- the clock they were written on), and the buckets view's tokens on that clock.
 CREATE FUNCTION rate_limit."clock_shift"() RETURNS interval
-VOLATILE PARALLEL SAFE
+STRICT VOLATILE PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'clock_shift_wrapper';
 COMMENT ON FUNCTION rate_limit.clock_shift() IS
