@@ -17,6 +17,8 @@
 //! is refused with 0A000 unless that is the key's node: it cannot reach the other node's memory, and
 //! answering from a second copy would grant a second burst.
 
+use std::cell::Cell;
+
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::pg_sys::{self};
@@ -322,6 +324,34 @@ pub fn ensure_memory_bucket_here(function: &'static str, key: &str) -> Result<()
     )
 }
 
+thread_local! {
+    /// The last relation a trigger asked about and whether it is a Citus shard: a relation's OID is a
+    /// shard's or not for its whole life (distributing a table creates new shard relations), so a trigger
+    /// firing row after row on one table asks Citus once.
+    static LAST_SHARD_CHECK: Cell<Option<(pg_sys::Oid, bool)>> = const { Cell::new(None) };
+}
+
+/// Whether `relation` is a shard of a Citus distributed table (`relation_is_a_known_shard`), remembered
+/// for the last relation asked about.
+fn is_a_shard(function: &'static str, relation: pg_sys::Oid) -> Result<bool, ErrorReport> {
+    if let Some((oid, shard)) = LAST_SHARD_CHECK.with(Cell::get) {
+        if oid == relation {
+            return Ok(shard);
+        }
+    }
+    const ON_A_SHARD: &str = "SELECT pg_catalog.relation_is_a_known_shard($1)";
+    let shard: Option<bool> = spi(
+        function,
+        Spi::connect(|client| {
+            let args: [DatumWithOid<'_>; 1] = [relation.into()];
+            client.select(ON_A_SHARD, Some(1), &args)?.first().get(1)
+        }),
+    )?;
+    let shard = shard == Some(true);
+    LAST_SHARD_CHECK.with(|c| c.set(Some((relation, shard))));
+    Ok(shard)
+}
+
 /// 0A000 when a trigger fires on `relation`, a shard of a Citus distributed table, for a row whose
 /// bucket (`key`) lives on another node: Citus cannot run the state table's statement from inside a
 /// query on a shard (it would raise XX000). Nothing to check without Citus, or on an ordinary table.
@@ -333,15 +363,7 @@ pub fn ensure_bucket_reachable_from_trigger(
     if !citus_installed() {
         return Ok(());
     }
-    const ON_A_SHARD: &str = "SELECT pg_catalog.relation_is_a_known_shard($1)";
-    let on_a_shard: Option<bool> = spi(
-        function,
-        Spi::connect(|client| {
-            let args: [DatumWithOid<'_>; 1] = [relation.into()];
-            client.select(ON_A_SHARD, Some(1), &args)?.first().get(1)
-        }),
-    )?;
-    if on_a_shard != Some(true) {
+    if !is_a_shard(function, relation)? {
         return Ok(());
     }
     ensure_bucket_on_this_node(
