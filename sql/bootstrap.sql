@@ -36,10 +36,11 @@ CREATE TYPE rate_limit.decision AS (
     "limit"     bigint,    -- that bucket's capacity (burst)
     retry_after interval,  -- when denied: time until the cost could be granted; NULL if allowed or never
     reset_after interval,  -- time until the reported bucket is full again
-    policy      text       -- the reported policy: the violated one when denied; NULL for ad-hoc limits
+    policy      text,      -- the reported policy: the violated one when denied; NULL for ad-hoc limits
+    shadow_denied boolean  -- a limit in shadow mode would have denied this (allowed) call; it is reported
 );
 COMMENT ON TYPE rate_limit.decision IS
-    'Result of rate_limit.take / take_many / take_ad_hoc / peek / wait / refund: allowed, remaining, limit, retry_after, reset_after, policy';
+    'Result of rate_limit.take / take_many / take_ad_hoc / peek / wait / charge / refund: allowed, remaining, limit, retry_after, reset_after, policy, shadow_denied';
 
 -- Named policies. Readable by everyone, written only through rate_limit.create_policy / alter_policy /
 -- drop_policy (owner only). An extension configuration table: pg_dump dumps its rows.
@@ -51,7 +52,9 @@ CREATE TABLE rate_limit.policies (
     burst      bigint      NOT NULL CHECK (burst >= 1),
     store      text        CHECK (store IN ('table', 'memory')),  -- NULL: the session's rate_limit.store
     created_at timestamptz NOT NULL,
-    changed_at timestamptz NOT NULL   -- when the numbers last changed: buckets carry over from this instant
+    changed_at timestamptz NOT NULL,  -- when the numbers last changed: buckets carry over from this instant
+    shadow     boolean     NOT NULL DEFAULT false,             -- never denies; would-be denials counted
+    max_debt   bigint      NOT NULL DEFAULT 0 CHECK (max_debt >= 0)  -- tokens below zero a charge may reach
 );
 COMMENT ON TABLE rate_limit.policies IS
     'rate_limit named policies: rate tokens per per, at most burst; change them with rate_limit.alter_policy';

@@ -90,8 +90,10 @@ REVOKE EXECUTE ON FUNCTION rate_limit.reset(text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.reset_ad_hoc(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.refund(text, text, bigint) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.purge() FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint)
+    FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint)
+    FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.drop_policy(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.memory_buckets() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.stats_rows() FROM PUBLIC;
@@ -133,15 +135,17 @@ COMMENT ON FUNCTION rate_limit.take_ad_hoc(text, bigint, interval, bigint, integ
 COMMENT ON FUNCTION rate_limit.peek(text, text) IS 'The bucket of key under a policy, taking nothing';
 COMMENT ON FUNCTION rate_limit.wait(text, text, integer, interval) IS
     'Sleep until cost tokens can be taken (or give up at timeout, taking nothing); returns the decision';
+COMMENT ON FUNCTION rate_limit.charge(text, text, bigint) IS
+    'Charge cost tokens to bucket key of a policy after the fact: always taken, down to its max_debt below zero';
 COMMENT ON FUNCTION rate_limit.refund(text, text, bigint) IS
     'Put tokens back into bucket key of a policy, capped at its burst; owner only';
 COMMENT ON FUNCTION rate_limit.reset(text, text) IS 'Delete bucket key of a policy, making it full; owner only';
 COMMENT ON FUNCTION rate_limit.reset_ad_hoc(text) IS 'Delete the ad-hoc bucket key, making it full; owner only';
 COMMENT ON FUNCTION rate_limit.headers(rate_limit.decision, text) IS
     'RateLimit, RateLimit-Policy and Retry-After HTTP field values for a decision, as jsonb';
-COMMENT ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text) IS
-    'Create a named policy: rate tokens per per, at most burst; algorithm and store optional; owner only';
-COMMENT ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text) IS
+COMMENT ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint) IS
+    'Create a named policy: rate tokens per per, at most burst; algorithm, store, shadow, max_debt optional; owner only';
+COMMENT ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint) IS
     'Change a policy (NULL keeps a value); buckets carry their tokens over, never gaining any; owner only';
 COMMENT ON FUNCTION rate_limit.drop_policy(text) IS 'Drop a policy and its table-store buckets; owner only';
 COMMENT ON FUNCTION rate_limit.memory_usage() IS

@@ -203,3 +203,56 @@ FROM rate_limit.bucket_state AS s
 UNION ALL
 SELECT m.kind, m.policy, m.key, m.tokens, m."limit", m.rate, m.per, m.algorithm, m.updated_at, 'memory'::text
 FROM rate_limit.memory_buckets() AS m;
+
+-- Shadow mode and charges with debt: two policy settings, the decision's shadow_denied, rate_limit.charge.
+ALTER TABLE rate_limit.policies
+    ADD COLUMN shadow   boolean NOT NULL DEFAULT false,
+    ADD COLUMN max_debt bigint  NOT NULL DEFAULT 0 CHECK (max_debt >= 0);
+ALTER TYPE rate_limit.decision ADD ATTRIBUTE shadow_denied boolean;
+COMMENT ON TYPE rate_limit.decision IS
+    'Result of rate_limit.take / take_many / take_ad_hoc / peek / wait / charge / refund: allowed, remaining, limit, retry_after, reset_after, policy, shadow_denied';
+DROP FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text);
+CREATE FUNCTION rate_limit."create_policy"(
+    "name" TEXT,
+    "rate" bigint,
+    "per" interval,
+    "burst" bigint DEFAULT NULL,
+    "algorithm" TEXT DEFAULT 'token_bucket',
+    "store" TEXT DEFAULT NULL,
+    "shadow" bool DEFAULT false,
+    "max_debt" bigint DEFAULT 0
+) RETURNS VOID
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'create_policy_wrapper';
+REVOKE EXECUTE ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint)
+    FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint) IS
+    'Create a named policy: rate tokens per per, at most burst; algorithm, store, shadow, max_debt optional; owner only';
+DROP FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text);
+CREATE FUNCTION rate_limit."alter_policy"(
+    "name" TEXT,
+    "rate" bigint DEFAULT NULL,
+    "per" interval DEFAULT NULL,
+    "burst" bigint DEFAULT NULL,
+    "algorithm" TEXT DEFAULT NULL,
+    "shadow" bool DEFAULT NULL,
+    "max_debt" bigint DEFAULT NULL
+) RETURNS VOID
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'alter_policy_wrapper';
+REVOKE EXECUTE ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint)
+    FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint) IS
+    'Change a policy (NULL keeps a value); buckets carry their tokens over, never gaining any; owner only';
+CREATE FUNCTION rate_limit."charge"(
+    "policy" TEXT,
+    "key" TEXT,
+    "cost" bigint
+) RETURNS rate_limit.decision
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'charge_wrapper';
+COMMENT ON FUNCTION rate_limit.charge(text, text, bigint) IS
+    'Charge cost tokens to bucket key of a policy after the fact: always taken, down to its max_debt below zero';

@@ -12,7 +12,7 @@ use pgrx::{AllocatedByRust, IntoDatum, PgSqlErrorCode, PgTupleDesc};
 
 use crate::error;
 
-pub use rate_limit_model::decision::Decision;
+pub use rate_limit_model::decision::{Decision, Reported};
 
 /// `rate_limit.decision` as this backend knows it.
 #[derive(Clone, Copy)]
@@ -106,8 +106,10 @@ pub fn to_sql(
         d.retry_after.and_then(interval).into_datum(),
         interval(d.reset_after).into_datum(),
         d.policy.as_deref().into_datum(),
+        d.shadow_denied.into_datum(),
     ];
-    // SAFETY: the datums match the type's columns (boolean, bigint, bigint, interval, interval, text),
+    // SAFETY: the datums match the type's columns (boolean, bigint, bigint, interval, interval, text,
+    // boolean),
     // as created by sql/bootstrap.sql.
     unsafe { PgHeapTuple::from_datums(desc, datums) }.map_err(|e| {
         ErrorReport::new(

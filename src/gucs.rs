@@ -85,6 +85,12 @@ pub static MEMORY_SNAPSHOT_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(0)
 /// (default on; superuser-only, as the statistics belong to everyone).
 pub static TRACK_STATS: GucSetting<bool> = GucSetting::<bool>::new(true);
 
+/// `rate_limit.shadow`: every limit in shadow mode (default off): no call is denied, and every would-be
+/// denial is reported (`shadow_denied`) and counted, as for a policy created with `shadow => true`. The
+/// switch for an incident. Superuser-only, set in postgresql.conf, with ALTER SYSTEM or per database or
+/// role: a role that could set it for its own session could lift every limit on itself.
+pub static SHADOW: GucSetting<bool> = GucSetting::<bool>::new(false);
+
 /// Registers the settings. Called once from `_PG_init`; `preloading` tells whether the library is being
 /// loaded through `shared_preload_libraries` (a PGC_POSTMASTER setting can only be defined then).
 pub fn init(preloading: bool) {
@@ -102,6 +108,14 @@ pub fn init(preloading: bool) {
         c"What the memory store does when full and no full bucket can be evicted: error or evict_oldest.",
         c"error raises 53200; evict_oldest drops the least recently updated bucket of the partition (lossy).",
         &ON_FULL,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"rate_limit.shadow",
+        c"Puts every rate limit in shadow mode: no call is denied; would-be denials are reported and counted.",
+        c"For incidents. Per policy, use rate_limit.alter_policy(name, shadow => true).",
+        &SHADOW,
         GucContext::Suset,
         GucFlags::default(),
     );
@@ -217,6 +231,11 @@ pub fn max_refill_time_us() -> i64 {
 /// The longest `rate_limit.wait` sleeps, in microseconds.
 pub fn max_wait_us() -> i64 {
     i64::from(MAX_WAIT.get().max(0)) * 1_000
+}
+
+/// Whether every limit is in shadow mode (`rate_limit.shadow`).
+pub fn shadow() -> bool {
+    SHADOW.get()
 }
 
 /// Whether calls are counted in the statistics.

@@ -591,4 +591,51 @@ mod tests {
             100
         );
     }
+
+    /// In a read-only transaction (a PostgREST GET, a standby), a table-store policy in shadow mode answers
+    /// a would-be denial without writing: allowed, reported, no 25006; a grant still needs a write (25006).
+    #[pg_test]
+    fn a_shadow_denial_writes_nothing_in_a_read_only_transaction() {
+        Spi::run(
+            "SELECT rate_limit.create_policy('pt_shadow_ro', 1, '1 day', shadow => true, store => 'table')",
+        )
+        .expect("policy");
+        Spi::run("SELECT rate_limit.take('pt_shadow_ro', 'k')").expect("first grant");
+        Spi::run("SET LOCAL transaction_read_only = on").expect("read only");
+        assert_eq!(
+            text(
+                "SELECT concat_ws(',', allowed, shadow_denied, policy) \
+                 FROM rate_limit.take('pt_shadow_ro', 'k')"
+            )
+            .as_deref(),
+            Some("t,t,pt_shadow_ro")
+        );
+        let e = error_of("SELECT rate_limit.take('pt_shadow_ro', 'other')");
+        assert!(e.is_some_and(|e| e.starts_with("25006")));
+    }
+
+    /// The same charges and takes give the same figures in both stores, debt included.
+    #[pg_test]
+    fn both_stores_charge_alike() {
+        Spi::run("SELECT rate_limit.create_policy('pt_charge_t', 1, '1 day', burst => 10, max_debt => 4, store => 'table')")
+            .expect("policy");
+        Spi::run("SELECT rate_limit.create_policy('pt_charge_m', 1, '1 day', burst => 10, max_debt => 4, store => 'memory')")
+            .expect("policy");
+        for p in ["pt_charge_t", "pt_charge_m"] {
+            // one statement each: a statement does not see the rows its own earlier calls wrote
+            let figures: Vec<String> = [
+                format!("SELECT remaining::text FROM rate_limit.take('{p}', 'k', 6)"),
+                format!("SELECT remaining::text FROM rate_limit.charge('{p}', 'k', 5)"),
+                format!("SELECT floor(tokens)::text FROM rate_limit.buckets WHERE policy = '{p}'"),
+                format!("SELECT allowed::text FROM rate_limit.take('{p}', 'k')"),
+                format!("SELECT remaining::text FROM rate_limit.charge('{p}', 'k', 100)"),
+                format!("SELECT floor(tokens)::text FROM rate_limit.buckets WHERE policy = '{p}'"),
+                format!("SELECT remaining::text FROM rate_limit.refund('{p}', 'k', 7)"),
+            ]
+            .iter()
+            .map(|q| text(q).unwrap_or_default())
+            .collect();
+            assert_eq!(figures, ["4", "0", "-1", "false", "0", "-4", "3"], "{p}");
+        }
+    }
 }

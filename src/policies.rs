@@ -28,7 +28,7 @@ use pgrx::pg_sys::{self};
 use pgrx::spi::Spi;
 use pgrx::PgSqlErrorCode;
 
-use crate::algorithm::{Algorithm, Policy, PolicyError};
+use crate::algorithm::{Algorithm, DebtError, Policy, PolicyError};
 use crate::error;
 use crate::gucs::Store;
 
@@ -48,6 +48,10 @@ pub struct Named {
     pub created_at: i64,
     /// When its numbers last changed (µs): buckets stored under older numbers carry over at this instant.
     pub changed_at: i64,
+    /// Shadow mode: its buckets never deny a call; would-be denials are reported and counted.
+    pub shadow: bool,
+    /// How far below zero a charge may drive a bucket, in tokens (`rate_limit.charge`).
+    pub max_debt: i64,
 }
 
 struct Cache {
@@ -153,6 +157,8 @@ type Row = (
     Option<TimestampWithTimeZone>,
     Option<TimestampWithTimeZone>,
     Option<pg_sys::Oid>,
+    Option<bool>,
+    Option<i64>,
 );
 
 /// Reads one policy from the table, with the active snapshot.
@@ -161,7 +167,7 @@ pub fn load(
     name: &str,
 ) -> Result<Option<(Named, pg_sys::Oid)>, ErrorReport> {
     const QUERY: &str =
-        "SELECT algorithm, rate, per, burst, store, created_at, changed_at, tableoid \
+        "SELECT algorithm, rate, per, burst, store, created_at, changed_at, tableoid, shadow, max_debt \
          FROM rate_limit.policies WHERE name OPERATOR(pg_catalog.=) $1";
     let row: Option<Row> = Spi::connect(|client| {
         let args: [DatumWithOid<'_>; 1] = [name.into()];
@@ -179,10 +185,12 @@ pub fn load(
             r.get(6)?,
             r.get(7)?,
             r.get(8)?,
+            r.get(9)?,
+            r.get(10)?,
         )))
     })
     .map_err(|e| error::internal(function, e))?;
-    let Some((alg, rate, per, burst, store, created, changed, oid)) = row else {
+    let Some((alg, rate, per, burst, store, created, changed, oid, shadow, max_debt)) = row else {
         return Ok(None);
     };
     let corrupt = |what: &str| error::corrupt_row(function, what);
@@ -213,6 +221,8 @@ pub fn load(
         changed_at: changed
             .ok_or_else(|| corrupt("policy changed_at is NULL"))?
             .into_inner(),
+        shadow: shadow.ok_or_else(|| corrupt("policy shadow is NULL"))?,
+        max_debt: max_debt.ok_or_else(|| corrupt("policy max_debt is NULL"))?,
     };
     Ok(Some((named, oid.unwrap_or(pg_sys::InvalidOid))))
 }
@@ -234,6 +244,18 @@ pub fn policy_error(function: &'static str, e: PolicyError) -> ErrorReport {
         function,
     )
     .set_hint(hint)
+}
+
+/// 22023 for a `max_debt` the policy's numbers cannot count.
+pub fn debt_error(function: &'static str, e: DebtError) -> ErrorReport {
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+        e.to_string(),
+        function,
+    )
+    .set_hint(
+        "max_debt is in tokens: how far below zero rate_limit.charge may drive a bucket (0: not at all).",
+    )
 }
 
 /// An interval argument as microseconds: positive, and without months (whose length varies).

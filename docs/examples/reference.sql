@@ -81,3 +81,20 @@ INSERT INTO comments (author_id, body) VALUES (1, 'third');
 SELECT rate_limiting_request(NULL);
 SELECT * FROM rate_limit.take('nope', 'k');
 SELECT * FROM rate_limit.take('api', 'k', -1);
+
+--@ block reference-shadow
+--@ hide
+SELECT rate_limit.create_policy('search_v2', 2, '1 hour', shadow => true);
+SELECT allowed, remaining, shadow_denied, policy FROM rate_limit.take('search_v2', 'frank', 2);
+SELECT allowed, remaining, shadow_denied, policy FROM rate_limit.take('search_v2', 'frank');
+SELECT policy, calls, granted, denied FROM rate_limit.stats WHERE policy = 'search_v2';
+SELECT rate_limit.alter_policy('search_v2', shadow => false);
+SELECT allowed, shadow_denied FROM rate_limit.take('search_v2', 'frank');
+
+--@ block reference-charge
+--@ hide
+SELECT rate_limit.create_policy('llm_tokens', 10000, '1 hour', max_debt => 5000);
+SELECT allowed, remaining FROM rate_limit.take('llm_tokens', 'tenant_7', 8000);
+SELECT allowed, remaining, retry_after FROM rate_limit.charge('llm_tokens', 'tenant_7', 4500);
+SELECT floor(tokens) AS tokens FROM rate_limit.buckets WHERE policy = 'llm_tokens';
+SELECT allowed, ceil(extract(epoch FROM retry_after) / 60) AS retry_minutes FROM rate_limit.take('llm_tokens', 'tenant_7');

@@ -3,11 +3,13 @@
 //! with no server). The extension's stores load, lock and save state; every number comes from here.
 //!
 //! - [`algorithm`]: the three algorithms (token bucket, fixed window, sliding window) on one state shape,
-//!   carry-over when a policy's numbers change, refunds; [`algorithm::token_bucket`] is the token
+//!   carry-over when a policy's numbers change, refunds, charges after the fact with bounded debt; [`algorithm::token_bucket`] is the token
 //!   bucket's exact arithmetic (integer fractions of a token, rebasing on a clock that went back), and the
 //!   limit given as rate per second and window;
-//! - [`target`]: the buckets a call asks for (namespace, key, numbers) and how each is evaluated;
-//! - [`decision`]: combining the outcomes of a call's buckets into one decision;
+//! - [`target`]: the buckets a call asks for (namespace, key, numbers, shadow mode), what it asks of them
+//!   (take or charge), and whether the call is granted;
+//! - [`decision`]: combining the outcomes of a call's buckets into one decision (shadow-mode denials
+//!   included);
 //! - [`http`]: the RateLimit, RateLimit-Policy and Retry-After field values;
 //! - [`summary`]: the Space-Saving summary of the keys denied most; [`denials`]: when a backend adds its
 //!   denials to it;

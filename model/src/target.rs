@@ -101,6 +101,28 @@ impl<'a> Namespace<'a> {
     }
 }
 
+/// What a call asks of its buckets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ask {
+    /// `cost` tokens from every bucket, granted only if every bucket has them (cost 0 only reports).
+    Take(i64),
+    /// `cost` tokens whatever the bucket holds, down to `max_debt` tokens below zero: always granted (see
+    /// [`Policy::charge`]).
+    Charge {
+        /// Tokens charged.
+        cost: i64,
+        /// How far below zero the bucket may go, in tokens.
+        max_debt: i64,
+    },
+}
+
+impl Ask {
+    /// Whether the call only reports (a take of 0 tokens), writing nothing.
+    pub fn only_reports(&self) -> bool {
+        matches!(self, Ask::Take(0))
+    }
+}
+
 /// Tokens asked of one bucket.
 #[derive(Clone, Copy, Debug)]
 pub struct Target<'a> {
@@ -113,6 +135,9 @@ pub struct Target<'a> {
     /// When those numbers took effect (µs); `i64::MIN` for ad-hoc and request limits, which apply from the
     /// bucket's last update.
     pub changed_at: i64,
+    /// Shadow mode: this bucket never denies the call. It is evaluated like any other, takes its tokens when
+    /// it has them, and its would-be denials are reported and counted (see [`granted`]).
+    pub shadow: bool,
 }
 
 /// A stored bucket with the numbers it was last written under.
@@ -158,10 +183,35 @@ impl Target<'_> {
         }
     }
 
+    /// Charges `cost` tokens at `now` against `stored`, down to `max_debt` tokens of debt: always allowed
+    /// (see [`Policy::charge`]).
+    pub fn charge(&self, stored: Option<Stored>, now: i64, cost: i64, max_debt: i64) -> Outcome {
+        self.policy
+            .charge(self.current(stored, now), now, cost, max_debt)
+    }
+
+    /// Answers `ask` at `now` against `stored`.
+    pub fn answer(&self, stored: Option<Stored>, now: i64, ask: Ask) -> Outcome {
+        match ask {
+            Ask::Take(cost) => self.evaluate(stored, now, cost),
+            Ask::Charge { cost, max_debt } => self.charge(stored, now, cost, max_debt),
+        }
+    }
+
     /// Whether two targets name the same bucket.
     pub fn same_bucket(&self, other: &Target<'_>) -> bool {
         self.namespace.stored_name() == other.namespace.stored_name() && self.key == other.key
     }
+}
+
+/// Whether a call with these outcomes (`outcomes[i]` is `targets[i]`'s) is granted: every bucket that is
+/// not in shadow mode allowed it. The store then writes the state of every allowed outcome and nothing
+/// else: a bucket in shadow mode that would have denied keeps its state, as a denial leaves it.
+pub fn granted(targets: &[Target<'_>], outcomes: &[Outcome]) -> bool {
+    targets
+        .iter()
+        .zip(outcomes)
+        .all(|(t, o)| o.allowed || t.shadow)
 }
 
 /// The most targets one call may name (the memory store locks one partition per target).
@@ -216,6 +266,7 @@ mod tests {
             key,
             policy: p,
             changed_at: i64::MIN,
+            shadow: key == "b",
         };
         let empty = Stored {
             state: p.take(p.full(0), 0, 2).state,
@@ -224,5 +275,8 @@ mod tests {
         let outcomes = evaluate_all(&[t("a"), t("b")], &[None, Some(empty)], 0, 1);
         assert!(outcomes[0].allowed);
         assert!(!outcomes[1].allowed);
+        // "b" is in shadow mode: its denial does not deny the call
+        assert!(granted(&[t("a"), t("b")], &outcomes));
+        assert!(!granted(&[t("b"), t("a")], &[outcomes[0], outcomes[1]]));
     }
 }

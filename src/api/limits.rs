@@ -1,5 +1,5 @@
 //! The limiter API over named policies and ad-hoc limits: `take`, `take_many`, `take_ad_hoc`, `peek`,
-//! `wait`, `refund`, `reset`, `reset_ad_hoc`, and `headers` for HTTP responses. Each name has one
+//! `wait`, `charge`, `refund`, `reset`, `reset_ad_hoc`, and `headers` for HTTP responses. Each name has one
 //! signature, so drivers that send parameters untyped can call every one of them.
 
 use pgrx::datum::{Interval, JsonB};
@@ -190,6 +190,7 @@ mod rate_limit {
             key,
             policy,
             changed_at: i64::MIN,
+            shadow: gucs::shadow(),
         };
         to_row(F, &decide(F, store_of(None), &[t], cost)?)
     }
@@ -297,8 +298,35 @@ mod rate_limit {
         }
         let t = policy_target(&named, key);
         let o = store::refund(F, store_of(Some(&named)), &t, tokens)?;
-        let d = Decision::combine(&[Some(&named.name)], &[t.policy.burst()], &[o]);
-        to_row(F, &d)
+        to_row(F, &crate::api::combine(&[t], &[o]))
+    }
+
+    /// Charges `cost` tokens to the bucket of `key` under `policy` after the fact: always taken, down to
+    /// the policy's `max_debt` tokens below zero (beyond that the cost is forgiven); while the bucket is in
+    /// debt, takes are denied. Returns the bucket afterwards (allowed; `remaining` 0 while in debt).
+    #[pg_extern(volatile, parallel_unsafe, security_definer)]
+    fn charge(
+        policy: Option<&str>,
+        key: Option<&str>,
+        cost: Option<i64>,
+    ) -> Result<pgrx::composite_type!('static, "rate_limit.decision"), ErrorReport> {
+        const F: &str = "rate_limit.charge";
+        let named = policy_arg(F, policy)?;
+        let key = key_arg(F, "key", key)?;
+        let cost = cost.ok_or_else(|| {
+            error::null_argument(
+                F,
+                "cost",
+                "Pass the tokens the work used (or what it used beyond the estimate taken before it).",
+            )
+        })?;
+        if cost < 0 {
+            return Err(error::out_of_range(F, "cost", cost, 0, i64::MAX)
+                .set_hint("To give tokens back, use rate_limit.refund."));
+        }
+        let t = policy_target(&named, key);
+        let o = store::charge(F, store_of(Some(&named)), &t, cost, named.max_debt)?;
+        to_row(F, &crate::api::combine(&[t], &[o]))
     }
 
     /// Deletes the bucket of `key` under `policy` (it is full again); true if it existed. Owner only.

@@ -28,8 +28,8 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::AllocatedByRust;
 
-use crate::algorithm::Policy;
-use crate::decision::{self, Decision};
+use crate::algorithm::{Outcome, Policy};
+use crate::decision::{self, Decision, Reported};
 use crate::error::{self, MAX_ID_BYTES};
 use crate::gucs::{self, Store};
 use crate::policies::{self as named_policies, Named};
@@ -140,6 +140,7 @@ pub fn policy_target<'a>(named: &'a Named, key: &'a str) -> Target<'a> {
         key,
         policy: named.policy,
         changed_at: named.changed_at,
+        shadow: named.shadow || gucs::shadow(),
     }
 }
 
@@ -156,9 +157,20 @@ pub fn decide(
     cost: i64,
 ) -> Result<Decision, ErrorReport> {
     let outcomes = store::take(function, store, targets, cost)?;
-    let names: Vec<Option<&str>> = targets.iter().map(|t| t.namespace.policy_name()).collect();
-    let limits: Vec<i64> = targets.iter().map(|t| t.policy.burst()).collect();
-    Ok(Decision::combine(&names, &limits, &outcomes))
+    Ok(combine(targets, &outcomes))
+}
+
+/// The decision of `outcomes` (`outcomes[i]` is `targets[i]`'s).
+pub fn combine(targets: &[Target<'_>], outcomes: &[Outcome]) -> Decision {
+    let buckets: Vec<Reported<'_>> = targets
+        .iter()
+        .map(|t| Reported {
+            name: t.namespace.policy_name(),
+            limit: t.policy.burst(),
+            shadow: t.shadow,
+        })
+        .collect();
+    Decision::combine(&buckets, outcomes)
 }
 
 /// The decision as a `rate_limit.decision` value.

@@ -41,16 +41,26 @@ fn spi_run(
         .map_err(|e| error::internal(function, e))
 }
 
-/// `algorithm, rate, per, burst` of a `rate_limit.policies` row.
-type StoredNumbers = (Option<String>, Option<i64>, Option<Interval>, Option<i64>);
+/// `algorithm, rate, per, burst, shadow, max_debt` of a `rate_limit.policies` row.
+type StoredNumbers = (
+    Option<String>,
+    Option<i64>,
+    Option<Interval>,
+    Option<i64>,
+    Option<bool>,
+    Option<i64>,
+);
 
 /// Policy management, in schema `rate_limit`.
 #[pg_schema]
 mod rate_limit {
     use super::*;
 
-    /// Creates the policy `name`: `rate` tokens per `per`, at most `burst` (default: `rate`) at once.
+    /// Creates the policy `name`: `rate` tokens per `per`, at most `burst` (default: `rate`) at once. With
+    /// `shadow`, it never denies (would-be denials are reported and counted); `max_debt` is how many
+    /// tokens below zero `rate_limit.charge` may drive a bucket.
     #[pg_extern(volatile, parallel_unsafe, security_definer)]
+    #[allow(clippy::too_many_arguments)] // SQL's named arguments, each with its default
     fn create_policy(
         name: Option<&str>,
         rate: Option<i64>,
@@ -58,6 +68,8 @@ mod rate_limit {
         burst: default!(Option<i64>, "NULL"),
         algorithm: default!(Option<&str>, "'token_bucket'"),
         store: default!(Option<&str>, "NULL"),
+        shadow: default!(Option<bool>, false),
+        max_debt: default!(Option<i64>, 0),
     ) -> Result<(), ErrorReport> {
         const F: &str = "rate_limit.create_policy";
         let name = required(F, "name", name, "Pass the policy's name, e.g. 'api'.")?;
@@ -80,10 +92,25 @@ mod rate_limit {
         if let Some(s) = store {
             parse_store(F, s)?;
         }
+        let shadow = required(
+            F,
+            "shadow",
+            shadow,
+            "Pass true or false, or omit it (false).",
+        )?;
+        let max_debt = required(
+            F,
+            "max_debt",
+            max_debt,
+            "Pass 0 or more tokens, or omit it (0).",
+        )?;
+        policy
+            .check_max_debt(max_debt)
+            .map_err(|e| policies::debt_error(F, e))?;
         // the table store's clock, on which its rows are written (see crate::clock_shift)
         let now = TimestampWithTimeZone::try_from(crate::clock::table_now_us())
             .map_err(|_| error::bug(F, "the clock is out of the timestamp range"))?;
-        let args: [DatumWithOid<'_>; 7] = [
+        let args: [DatumWithOid<'_>; 9] = [
             name.into(),
             algorithm.name().into(),
             policy.rate().into(),
@@ -91,11 +118,14 @@ mod rate_limit {
             policy.burst().into(),
             store.into(),
             now.into(),
+            shadow.into(),
+            max_debt.into(),
         ];
         let inserted = spi_run(
             F,
-            "INSERT INTO rate_limit.policies (name, algorithm, rate, per, burst, store, created_at, changed_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $7) \
+            "INSERT INTO rate_limit.policies \
+             (name, algorithm, rate, per, burst, store, created_at, changed_at, shadow, max_debt) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9) \
              ON CONFLICT (name) DO NOTHING RETURNING 1",
             &args,
         )?;
@@ -110,23 +140,26 @@ mod rate_limit {
         Ok(())
     }
 
-    /// Changes the numbers of policy `name`; NULL keeps a value. Existing buckets carry their tokens over
-    /// (rounded down, capped at the new burst; a full bucket stays full) and refill under the new numbers
-    /// from now on.
+    /// Changes policy `name`; NULL keeps a value. Existing buckets carry their tokens over (rounded down,
+    /// capped at the new burst; a full bucket stays full; a debt stays) and refill under the new numbers
+    /// from now on. `shadow` switches shadow mode on or off, live.
     #[pg_extern(volatile, parallel_unsafe, security_definer)]
+    #[allow(clippy::too_many_arguments)] // SQL's named arguments, each with its default
     fn alter_policy(
         name: Option<&str>,
         rate: default!(Option<i64>, "NULL"),
         per: default!(Option<Interval>, "NULL"),
         burst: default!(Option<i64>, "NULL"),
         algorithm: default!(Option<&str>, "NULL"),
+        shadow: default!(Option<bool>, "NULL"),
+        max_debt: default!(Option<i64>, "NULL"),
     ) -> Result<(), ErrorReport> {
         const F: &str = "rate_limit.alter_policy";
         let name = required(F, "name", name, "Pass the name of an existing policy.")?;
         let current: Option<StoredNumbers> = Spi::connect_mut(|client| {
             let args: [DatumWithOid<'_>; 1] = [name.into()];
             let t = client.update(
-                "SELECT algorithm, rate, per, burst FROM rate_limit.policies \
+                "SELECT algorithm, rate, per, burst, shadow, max_debt FROM rate_limit.policies \
                      WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE",
                 Some(1),
                 &args,
@@ -135,10 +168,17 @@ mod rate_limit {
                 return Ok(None);
             }
             let r = t.first();
-            Ok::<_, pgrx::spi::SpiError>(Some((r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+            Ok::<_, pgrx::spi::SpiError>(Some((
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+            )))
         })
         .map_err(|e| error::internal(F, e))?;
-        let (old_alg, old_rate, old_per, old_burst) =
+        let (old_alg, old_rate, old_per, old_burst, old_shadow, old_max_debt) =
             current.ok_or_else(|| policies::unknown(F, name))?;
         let corrupt = || error::corrupt_row(F, "rate_limit.policies has a NULL column");
         let algorithm = match algorithm {
@@ -154,22 +194,29 @@ mod rate_limit {
             (None, _) => None,
         };
         let policy = build_policy(F, algorithm, rate, per, burst)?;
+        let shadow = shadow.or(old_shadow).ok_or_else(corrupt)?;
+        let max_debt = max_debt.or(old_max_debt).ok_or_else(corrupt)?;
+        policy
+            .check_max_debt(max_debt)
+            .map_err(|e| policies::debt_error(F, e))?;
         // the clock is read here and passed: Citus refuses a volatile function in an UPDATE of a
         // distributed (here: reference) table
         let changed_at = TimestampWithTimeZone::try_from(crate::clock::table_now_us())
             .map_err(|_| error::bug(F, "the clock is out of the timestamp range"))?;
-        let args: [DatumWithOid<'_>; 6] = [
+        let args: [DatumWithOid<'_>; 8] = [
             name.into(),
             algorithm.name().into(),
             policy.rate().into(),
             per.into(),
             policy.burst().into(),
             changed_at.into(),
+            shadow.into(),
+            max_debt.into(),
         ];
         spi_run(
             F,
             "UPDATE rate_limit.policies SET algorithm = $2, rate = $3, per = $4, burst = $5, \
-             changed_at = $6 WHERE name OPERATOR(pg_catalog.=) $1",
+             changed_at = $6, shadow = $7, max_debt = $8 WHERE name OPERATOR(pg_catalog.=) $1",
             &args,
         )?;
         Ok(())

@@ -81,6 +81,7 @@ fn request_target(id: &str, policy: Policy) -> Target<'_> {
         key: id,
         policy,
         changed_at: i64::MIN,
+        shadow: gucs::shadow(),
     }
 }
 
@@ -105,7 +106,8 @@ fn request(
 }
 
 /// Takes one token from the bucket `id`, refilled at `refill_per_sec` tokens per second up to
-/// `refill_per_sec × window_seconds` tokens; returns the whole tokens left, or -1 when denied.
+/// `refill_per_sec × window_seconds` tokens; returns the whole tokens left, or -1 when denied. Under
+/// `rate_limit.shadow` nothing is denied: a would-be denial returns 0 (and is counted).
 #[pg_extern(volatile, parallel_unsafe, security_definer)]
 fn rate_limiting_request(
     id: Option<&str>,
@@ -119,7 +121,7 @@ fn rate_limiting_request(
         window_seconds,
         1,
     )?;
-    if outcome.allowed {
+    if outcome.allowed || gucs::shadow() {
         // remaining <= capacity - 1 <= i32::MAX, checked by request_policy
         Ok(i32::try_from(outcome.remaining).unwrap_or(i32::MAX))
     } else {

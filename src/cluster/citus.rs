@@ -42,6 +42,7 @@ pub const KEYED: &[(&str, &str)] = &[
     ("rate_limit.peek(text,text)", "key"),
     ("rate_limit.wait(text,text,integer,interval)", "key"),
     ("rate_limit.refund(text,text,bigint)", "key"),
+    ("rate_limit.charge(text,text,bigint)", "key"),
     ("rate_limit.reset(text,text)", "key"),
     (
         "rate_limit.take_ad_hoc(text,bigint,interval,bigint,integer)",

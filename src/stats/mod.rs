@@ -20,9 +20,11 @@
 //! - A reset zeroes counters and summaries in place; calls running meanwhile may land on either side.
 //!
 //! Counting. A call with cost ≥ 1 counts once per (namespace, key) it names: `calls`; `granted` and
-//! `tokens` when the whole call was granted; `denied` when this namespace's bucket refused it (in a
-//! multi-limit call, another policy may be the one that refused: then only `calls` grows here). Calls with
-//! cost 0 (`peek`, reports) are not counted; every attempt of `wait` is.
+//! `tokens` when the whole call was granted and this namespace's bucket gave its tokens; `denied` when
+//! this namespace's bucket refused it (in a multi-limit call, another policy may be the one that refused:
+//! then only `calls` grows here). A bucket in shadow mode that would have refused counts as `denied` (and
+//! in the top limited keys) although the call went through. A charge counts as granted. Calls with cost 0
+//! (`peek`, reports) are not counted; every attempt of `wait` is.
 //!
 //! Persistence. A clean shutdown saves every entry with counts to `pg_stat/rate_limit.stats`, loaded by the
 //! next start (then deleted); a crash loses them, as pg_stat_statements' do.
@@ -77,7 +79,7 @@ pub fn record(targets: &[Target<'_>], outcomes: &[Outcome], cost: i64) {
     let Some(stats) = Stats::attach() else {
         return;
     };
-    let allowed = outcomes.iter().all(|o| o.allowed);
+    let allowed = crate::store::target::granted(targets, outcomes);
     // SAFETY: MyProcPid is a plain global of the backend.
     let stripe = unsafe { pg_sys::MyProcPid } as usize % STRIPES;
     for (t, o) in targets.iter().zip(outcomes) {
@@ -88,7 +90,7 @@ pub fn record(targets: &[Target<'_>], outcomes: &[Outcome], cost: i64) {
         let e = stats.entry(i);
         let s = &e.stripes[stripe];
         s.calls.fetch_add(1, Ordering::Relaxed);
-        if allowed {
+        if allowed && o.allowed {
             s.granted.fetch_add(1, Ordering::Relaxed);
             s.tokens.fetch_add(cost as u64, Ordering::Relaxed);
         } else if !o.allowed {

@@ -35,7 +35,7 @@ use crate::clock;
 use crate::cluster;
 use crate::gucs::Store;
 use crate::stats;
-use target::{Kind, Namespace, Target};
+use target::{Ask, Kind, Namespace, Target};
 
 /// Now on the clock of `store`: the wall clock for the table store, the memory store's own clock (55000
 /// when it is not available).
@@ -47,8 +47,10 @@ fn now(function: &'static str, store: Store) -> Result<i64, ErrorReport> {
 }
 
 /// Asks every target for `cost` tokens, all or nothing (cost 0 only reports); returns one outcome per
-/// target. When a call is denied, at least one outcome is denied and nothing was taken; outcomes of buckets
-/// the call did not need to look at are reported as allowed.
+/// target. When a call is denied ([`target::granted`] is false), at least one outcome of a bucket not in
+/// shadow mode is denied and nothing was taken; outcomes of buckets the call did not need to look at are
+/// reported as allowed. When it is granted, every allowed outcome's tokens were taken, and a denied one
+/// (of a bucket in shadow mode) took nothing.
 pub fn take(
     function: &'static str,
     store: Store,
@@ -62,7 +64,8 @@ pub fn take(
     }
     if cost > 0 {
         let now = now(function, store)?;
-        for (i, t) in targets.iter().enumerate() {
+        // a bucket in shadow mode never denies a call, whatever this backend remembers of it
+        for (i, t) in targets.iter().enumerate().filter(|(_, t)| !t.shadow) {
             if let Some(denied) = short::denial(store, t, now, cost) {
                 let mut outcomes = vec![not_looked_at(); targets.len()];
                 outcomes[i] = denied;
@@ -73,7 +76,7 @@ pub fn take(
     }
     let outcomes = match store {
         Store::Table => table::take(function, targets, cost)?,
-        Store::Memory => memory::take(function, targets, cost)?,
+        Store::Memory => memory::take(function, targets, Ask::Take(cost))?,
     };
     if cost > 0 {
         for (t, o) in targets.iter().zip(&outcomes) {
@@ -95,6 +98,38 @@ fn not_looked_at() -> Outcome {
         retry_after: None,
         reset_after: 0,
     }
+}
+
+/// Charges `cost` tokens to the bucket of `target`, whatever it holds, down to `max_debt` tokens below
+/// zero ([`crate::algorithm::Policy::charge`]); creates the bucket if it is missing. Always allowed;
+/// returns the bucket afterwards. The table store locks, reads and writes or inserts the row
+/// ([`table::upsert`]); the memory store answers the charge on its take paths (lock-free for an existing
+/// bucket).
+pub fn charge(
+    function: &'static str,
+    store: Store,
+    target: &Target<'_>,
+    cost: i64,
+    max_debt: i64,
+) -> Result<Outcome, ErrorReport> {
+    let outcome = match store {
+        Store::Table => table::upsert(function, target, |stored, now| {
+            target.charge(stored, now, cost, max_debt)
+        })?,
+        Store::Memory => {
+            cluster::citus::ensure_memory_bucket_here(function, target.key)?;
+            let ask = Ask::Charge { cost, max_debt };
+            let outcomes = memory::take(function, std::slice::from_ref(target), ask)?;
+            outcomes
+                .first()
+                .copied()
+                .ok_or_else(|| crate::error::bug(function, "the store returned no outcome"))?
+        }
+    };
+    if cost > 0 {
+        stats::record(std::slice::from_ref(target), &[outcome], cost);
+    }
+    Ok(outcome)
 }
 
 /// Puts up to `tokens` back into the bucket of `target` (never above its capacity); returns the bucket. One

@@ -133,6 +133,7 @@ mod tests {
             key,
             policy: Policy::new(Algorithm::TokenBucket, rate, S, 10).unwrap(),
             changed_at: i64::MIN,
+            shadow: false,
         }
     }
 

@@ -1,5 +1,6 @@
 -- After ALTER EXTENSION rate_limit UPDATE: every policy and every table-store bucket is still there, with
--- the same numbers, and the API reports the same tokens. Fails (ON_ERROR_STOP) on the first difference.
+-- the same numbers, and the API reports the same tokens; policies get 0.4.0's settings at their defaults
+-- (enforced, no debt). Fails (ON_ERROR_STOP) on the first difference.
 DO $$
 DECLARE
     missing bigint;
@@ -7,11 +8,16 @@ DECLARE
     r record;
 BEGIN
     SELECT count(*) INTO missing FROM (SELECT * FROM public.expected_policies
-                                       EXCEPT SELECT * FROM rate_limit.policies) AS d;
-    SELECT count(*) INTO extra FROM (SELECT * FROM rate_limit.policies
+                                       EXCEPT SELECT name, algorithm, rate, per, burst, store, created_at,
+                                                     changed_at FROM rate_limit.policies) AS d;
+    SELECT count(*) INTO extra FROM (SELECT name, algorithm, rate, per, burst, store, created_at, changed_at
+                                     FROM rate_limit.policies
                                      EXCEPT SELECT * FROM public.expected_policies) AS d;
     IF missing <> 0 OR extra <> 0 THEN
         RAISE EXCEPTION 'policies changed by the upgrade: % missing, % unexpected', missing, extra;
+    END IF;
+    IF EXISTS (SELECT FROM rate_limit.policies WHERE shadow OR max_debt <> 0) THEN
+        RAISE EXCEPTION 'an upgraded policy is in shadow mode or allows debt';
     END IF;
     SELECT count(*) INTO missing FROM (SELECT * FROM public.expected_buckets
                                        EXCEPT SELECT * FROM rate_limit.bucket_state) AS d;

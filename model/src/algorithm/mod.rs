@@ -20,7 +20,10 @@
 
 use std::fmt;
 
+mod charge;
 pub mod token_bucket;
+
+pub use charge::DebtError;
 
 use token_bucket::{Bucket, Limit, LimitError, Take};
 
@@ -261,6 +264,18 @@ impl Policy {
                 .available_at(limit, now, cost)
                 .map(|at| until(i128::from(at), now))
         };
+        self.token_bucket_outcome(allowed, after, retry_after, now)
+    }
+
+    /// The outcome reporting the token bucket `after` at `now`.
+    fn token_bucket_outcome(
+        &self,
+        allowed: bool,
+        after: Bucket,
+        retry_after: Option<i64>,
+        now: i64,
+    ) -> Outcome {
+        let limit = &self.limit;
         // ceil((full − level) / rate) microseconds after the bucket's own instant
         let missing = i128::from(limit.full_level()) - i128::from(after.level);
         let rate = i128::from(limit.rate());
@@ -271,7 +286,7 @@ impl Policy {
                 level: after.level,
                 at: after.updated_at,
             },
-            remaining: after.level / limit.ticks_per_token(),
+            remaining: (after.level / limit.ticks_per_token()).max(0),
             retry_after,
             reset_after: until(full_at, now),
         }
@@ -285,16 +300,29 @@ impl Policy {
         let used = self.weighted_use(previous, current, t);
         let allowed = used + i128::from(cost) * period <= burst * period;
         let current_after = if allowed { current + cost } else { current };
-        let used_after = self.weighted_use(previous, current_after, t);
-        let remaining = ((burst * period - used_after).max(0) / period) as i64;
-        let window_start = i128::from(self.window_index(t)) * period;
-        let next_start = window_start + period;
         let retry_after = if allowed || cost > self.burst() {
             None
         } else {
             Some(until(self.window_retry(previous, current, t, cost), now))
         };
-        let full_at = if current_after > 0 {
+        self.window_outcome(allowed, previous, current_after, retry_after, t)
+    }
+
+    /// The outcome reporting window counts `(previous, current)` at `t`.
+    fn window_outcome(
+        &self,
+        allowed: bool,
+        previous: i64,
+        current: i64,
+        retry_after: Option<i64>,
+        t: i64,
+    ) -> Outcome {
+        let period = i128::from(self.period_us());
+        let burst = i128::from(self.burst());
+        let used = self.weighted_use(previous, current, t);
+        let remaining = ((burst * period - used).max(0) / period) as i64;
+        let next_start = i128::from(self.window_index(t)) * period + period;
+        let full_at = if current > 0 {
             match self.algorithm {
                 Algorithm::SlidingWindow => next_start + period,
                 _ => next_start,
@@ -305,15 +333,15 @@ impl Policy {
             i128::from(t)
         };
         let level = match self.algorithm {
-            Algorithm::SlidingWindow => pack(previous, current_after),
-            _ => current_after,
+            Algorithm::SlidingWindow => pack(previous, current),
+            _ => current,
         };
         Outcome {
             allowed,
             state: State { level, at: t },
             remaining,
             retry_after,
-            reset_after: until(full_at, now),
+            reset_after: until(full_at, t),
         }
     }
 
@@ -365,7 +393,7 @@ impl Policy {
                 let (previous, current) = self.counts_at(state, t);
                 let period = i128::from(self.period_us());
                 let used = self.weighted_use(previous, current, t);
-                ((i128::from(self.burst()) * period - used).max(0), period)
+                (i128::from(self.burst()) * period - used, period)
             }
         }
     }
@@ -373,7 +401,9 @@ impl Policy {
     /// The tokens available at `now` in millionths of a token, rounded down (for display).
     pub fn tokens_millionths(&self, state: State, now: i64) -> i64 {
         let (num, den) = self.tokens_exact(state, now);
-        (num * 1_000_000 / den.max(1)).clamp(0, i128::from(i64::MAX)) as i64
+        (num * 1_000_000)
+            .div_euclid(den.max(1))
+            .clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
     }
 
     /// Puts up to `tokens` back (a refund), never above the capacity.
@@ -433,15 +463,21 @@ impl Policy {
         let (num, den) = stored_policy.tokens_exact(stored, t);
         match self.algorithm {
             Algorithm::TokenBucket => {
-                let ticks = (num * i128::from(self.period_us()) / den)
-                    .min(i128::from(self.limit.full_level())) as i64;
+                let ticks = (num * i128::from(self.period_us()))
+                    .div_euclid(den)
+                    .clamp(i128::from(i64::MIN), i128::from(self.limit.full_level()))
+                    as i64;
                 State {
                     level: ticks,
                     at: t,
                 }
             }
             Algorithm::FixedWindow | Algorithm::SlidingWindow => {
-                let available = (num / den).min(i128::from(self.burst())) as i64;
+                // a debt (negative tokens) stays a count above the limit, within what a window holds
+                let available = num.div_euclid(den).clamp(
+                    i128::from(self.burst() - MAX_WINDOW_COUNT),
+                    i128::from(self.burst()),
+                ) as i64;
                 State {
                     level: self.burst() - available,
                     at: t,

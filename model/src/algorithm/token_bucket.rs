@@ -18,14 +18,13 @@ use std::fmt;
 /// Microseconds in one second: the period of every `rate_limiting_request` limit.
 pub const MICROS_PER_SECOND: i64 = 1_000_000;
 
-/// A non-negative level in millionths of a token as an exact decimal, e.g. `1500000` → `"1.500000"`.
+/// A level in millionths of a token as an exact decimal, e.g. `1500000` → `"1.500000"`, `-250000` →
+/// `"-0.250000"` (a bucket in debt).
 pub fn millionths_to_decimal(level: i64) -> String {
-    let level = level.max(0);
-    format!(
-        "{}.{:06}",
-        level / MICROS_PER_SECOND,
-        level % MICROS_PER_SECOND
-    )
+    let sign = if level < 0 { "-" } else { "" };
+    let magnitude = level.unsigned_abs();
+    let per = MICROS_PER_SECOND as u64;
+    format!("{sign}{}.{:06}", magnitude / per, magnitude % per)
 }
 
 /// Why a limit cannot be represented exactly.
@@ -153,10 +152,11 @@ impl Bucket {
     }
 
     /// The level in ticks at `now`: the stored level plus `rate` ticks per elapsed microsecond, never more
-    /// than full. A `now` before `updated_at` (a clock step backwards) adds nothing.
+    /// than full. A `now` before `updated_at` (a clock step backwards) adds nothing. A negative level is a
+    /// debt (left by a charge, see [`super::Policy::charge`]), refilled like any other shortfall.
     pub fn level_at(&self, limit: &Limit, now: i64) -> i64 {
         let full = i128::from(limit.full);
-        let level = i128::from(self.level.max(0)).min(full);
+        let level = i128::from(self.level).min(full);
         let elapsed = (i128::from(now) - i128::from(self.updated_at)).max(0);
         let refilled = level + i128::from(limit.rate) * elapsed;
         // `refilled` cannot overflow i128 (i64 × i64 fits), and the result is at most `full`, an i64.
@@ -328,11 +328,13 @@ mod tests {
             updated_at: 0,
         };
         assert_eq!(corrupt.level_at(&limit, 0), limit.full_level());
+        // a negative level is a debt: kept as it is, refilled over time, never overflowing
         let negative = Bucket {
             level: i64::MIN,
             updated_at: 0,
         };
-        assert_eq!(negative.level_at(&limit, 0), 0);
+        assert_eq!(negative.level_at(&limit, 0), i64::MIN);
+        assert_eq!(negative.level_at(&limit, i64::MAX), limit.full_level());
     }
 
     #[test]
@@ -374,6 +376,9 @@ mod tests {
             millionths_to_decimal(2_147_483_648_000_000),
             "2147483648.000000"
         );
+        assert_eq!(millionths_to_decimal(-250_000), "-0.250000");
+        assert_eq!(millionths_to_decimal(-3_000_001), "-3.000001");
+        assert_eq!(millionths_to_decimal(i64::MIN), "-9223372036854.775808");
     }
 
     #[test]
@@ -538,14 +543,15 @@ mod tests {
             }
         }
 
-        /// Level is always within [0, full] and the state is rebased on `now`, for any stored state and now.
+        /// Level is always within [min(stored, 0), full] and the state is rebased on `now`, for any stored
+        /// state and now: refill never lowers a level, nor raises it above full.
         #[test]
         fn level_stays_in_range(level in any::<i64>(), at in any::<i64>(), now in any::<i64>(),
                                 rate in 1i64..=i64::from(i32::MAX), window in 1i64..=1_000) {
             if let Ok(limit) = Limit::per_second(rate, window) {
                 let b = Bucket { level, updated_at: at };
                 let r = b.refilled(&limit, now);
-                prop_assert!(r.level >= 0 && r.level <= limit.full_level());
+                prop_assert!(r.level >= level.min(0) && r.level <= limit.full_level());
                 prop_assert_eq!(r.updated_at, now);
             }
         }

@@ -12,7 +12,7 @@ use portable_atomic::AtomicU128;
 use super::segment::Table;
 use super::slots::{slot_policy, Probe};
 use crate::algorithm::{Outcome, Policy, State};
-use crate::store::target::{Stored, Target};
+use crate::store::target::{Ask, Stored, Target};
 
 /// A bucket's state (level and instant) as one 128-bit word, so that it can be swapped atomically.
 #[repr(transparent)]
@@ -64,7 +64,7 @@ impl AtomicState {
     }
 }
 
-/// Takes `cost` tokens from one existing bucket under its partition's SHARED lock, by compare-and-swap
+/// Answers `ask` for one existing bucket under its partition's SHARED lock, by compare-and-swap
 /// ([`swap_take`]). `None` when the bucket must be written under the exclusive lock: it does not exist
 /// yet (insert), or it was written under other numbers (they are converted and rewritten with the state).
 pub(super) fn take_shared(
@@ -72,7 +72,7 @@ pub(super) fn take_shared(
     target: &Target<'_>,
     hash: &[u64; 2],
     partition: u32,
-    cost: i64,
+    ask: Ask,
 ) -> Option<Outcome> {
     let part = table.lock_shared(partition);
     let Probe::Found(idx) = part.probe(hash) else {
@@ -80,7 +80,7 @@ pub(super) fn take_shared(
     };
     let slot = &part.slots[idx];
     let stored = slot_policy(slot).filter(|p| *p == target.policy)?;
-    Some(swap_take(&slot.state, stored, target, cost, || table.now()).outcome)
+    Some(swap_take(&slot.state, stored, target, ask, || table.now()).outcome)
 }
 
 /// What [`swap_take`] decided: the outcome, the state it was decided on (the one replaced on a grant) and
@@ -93,8 +93,8 @@ struct Swap {
     now: i64,
 }
 
-/// Takes `cost` tokens from the bucket whose state is `state` (written under the numbers `stored`, those of
-/// `target`): evaluates the state it loads at `clock()` and swaps in the result if the state is still the
+/// Answers `ask` (takes or charges tokens) for the bucket whose state is `state` (written under the numbers
+/// `stored`, those of `target`): evaluates the state it loads at `clock()` and swaps in the result if the state is still the
 /// one evaluated, else starts again from the newer state. A denial writes nothing. Each grant is thus
 /// decided on the state it replaces, exactly as if the calls had run one after another in the order of
 /// their swaps; an instant never moves back (a call that read the clock just before another one's swap
@@ -104,19 +104,19 @@ fn swap_take(
     state: &AtomicState,
     stored: Policy,
     target: &Target<'_>,
-    cost: i64,
+    ask: Ask,
     clock: impl Fn() -> i64,
 ) -> Swap {
     loop {
         let current = state.load();
         let now = clock().max(current.at);
-        let outcome = target.evaluate(
+        let outcome = target.answer(
             Some(Stored {
                 state: current,
                 policy: stored,
             }),
             now,
-            cost,
+            ask,
         );
         if !outcome.allowed || state.swap_if(current, outcome.state) {
             return Swap {
@@ -144,6 +144,7 @@ mod tests {
             key: "k",
             policy,
             changed_at: i64::MIN,
+            shadow: false,
         }
     }
 
@@ -163,7 +164,10 @@ mod tests {
             for _ in 0..8 {
                 scope.spawn(|| {
                     for _ in 0..500 {
-                        if swap_take(&state, policy, &t, 1, || 0).outcome.allowed {
+                        if swap_take(&state, policy, &t, Ask::Take(1), || 0)
+                            .outcome
+                            .allowed
+                        {
                             granted.fetch_add(1, Ordering::Relaxed);
                         }
                     }
@@ -199,7 +203,7 @@ mod tests {
                 for _ in 0..8 {
                     scope.spawn(|| {
                         for _ in 0..2000 {
-                            let swap = swap_take(&state, policy, &t, 1, || {
+                            let swap = swap_take(&state, policy, &t, Ask::Take(1), || {
                                 clock.fetch_add(1, Ordering::Relaxed)
                             });
                             if swap.outcome.allowed {

@@ -57,7 +57,7 @@ use pgrx::pg_sys::panic::ErrorReport;
 
 use crate::algorithm::{Outcome, Policy, State};
 use crate::gucs;
-use crate::store::target::{evaluate_all, Kind, Namespace, Stored, Target, MAX_TARGETS};
+use crate::store::target::{evaluate_all, Ask, Kind, Namespace, Stored, Target, MAX_TARGETS};
 use cas::{take_shared, AtomicState};
 use segment::{current_database, Table};
 use slots::{
@@ -79,13 +79,13 @@ pub fn now(function: &'static str) -> Result<i64, ErrorReport> {
     Ok(Table::attach(function)?.now())
 }
 
-/// Takes `cost` tokens from every target (policy and ad-hoc buckets), all or nothing (cost 0 only reports,
-/// under shared locks, writing nothing). One existing bucket takes the lock-free path; everything else the
-/// exclusive one.
+/// Answers `ask` for every target (policy and ad-hoc buckets): takes tokens all or nothing (cost 0 only
+/// reports, under shared locks, writing nothing), or charges them. One existing bucket takes the lock-free
+/// path; everything else the exclusive one.
 pub fn take(
     function: &'static str,
     targets: &[Target<'_>],
-    cost: i64,
+    ask: Ask,
 ) -> Result<Vec<Outcome>, ErrorReport> {
     let table = Table::attach(function)?;
     let n = targets.len();
@@ -99,7 +99,7 @@ pub fn take(
         parts[i] = table.partition_of(&hashes[i]);
         table.prefetch(&hashes[i]);
     }
-    if cost == 0 {
+    if ask.only_reports() {
         let mut stored: [Option<Stored>; MAX_TARGETS] = [None; MAX_TARGETS];
         let mut now = 0;
         for (i, s) in stored.iter_mut().enumerate().take(n) {
@@ -112,11 +112,11 @@ pub fn take(
         return Ok(evaluate_all(targets, &stored[..n], now, 0));
     }
     if let ([target], true) = (targets, AtomicState::swaps_are_lock_free()) {
-        if let Some(outcome) = take_shared(&table, target, &hashes[0], parts[0], cost) {
+        if let Some(outcome) = take_shared(&table, target, &hashes[0], parts[0], ask) {
             return Ok(vec![outcome]);
         }
     }
-    multi::take_exclusive(function, &table, targets, &hashes[..n], &parts[..n], cost)
+    multi::take_exclusive(function, &table, targets, &hashes[..n], &parts[..n], ask)
 }
 
 /// The memory store's lock-read-write step on one bucket: under its partition's exclusive lock, reads the

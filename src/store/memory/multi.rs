@@ -14,18 +14,20 @@ use super::segment::{current_database, Table};
 use super::slots::{new_slot, stored_of, write_policy, Evict, Probe};
 use crate::algorithm::Outcome;
 use crate::gucs::{self, OnFull};
-use crate::store::target::{Target, MAX_TARGETS};
+use crate::store::target::{granted, Ask, Target, MAX_TARGETS};
 use rate_limit_model::shares::{self, NoRoom, Room};
 
-/// Takes `cost` tokens from every target under the exclusive locks of their partitions, all or nothing.
-/// `hashes` and `parts` are the targets' keyed hashes and partitions.
+/// Answers `ask` for every target under the exclusive locks of their partitions, all or nothing: nothing
+/// is written unless the call is granted ([`granted`]), and then every allowed outcome is written (a
+/// bucket in shadow mode that would have denied keeps its state). `hashes` and `parts` are the targets'
+/// keyed hashes and partitions.
 pub(super) fn take_exclusive(
     function: &'static str,
     table: &Table,
     targets: &[Target<'_>],
     hashes: &[[u64; 2]],
     parts: &[u32],
-    cost: i64,
+    ask: Ask,
 ) -> Result<Vec<Outcome>, ErrorReport> {
     let n = targets.len();
     let on_full = gucs::on_full();
@@ -41,16 +43,20 @@ pub(super) fn take_exclusive(
             Probe::Found(idx) => stored_of(&g.slots[idx]),
             Probe::Empty(_) => None,
         };
-        outcomes.push(t.evaluate(stored, now, cost));
+        outcomes.push(t.answer(stored, now, ask));
     }
-    if !outcomes.iter().all(|o| o.allowed) {
+    if !granted(targets, &outcomes) {
         return Ok(outcomes);
     }
     // Room for the new buckets first, so that nothing is written unless everything can be.
     for i in 0..n {
         let g = locked.guard(parts[i]);
         let missing = (0..n)
-            .filter(|&j| parts[j] == parts[i] && matches!(g.probe(&hashes[j]), Probe::Empty(_)))
+            .filter(|&j| {
+                parts[j] == parts[i]
+                    && outcomes[j].allowed
+                    && matches!(g.probe(&hashes[j]), Probe::Empty(_))
+            })
             .count() as u32;
         loop {
             let evict = match Room::needed(
@@ -79,7 +85,11 @@ pub(super) fn take_exclusive(
             }
         }
     }
-    for (i, t) in targets.iter().enumerate() {
+    for (i, t) in targets
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| outcomes[*i].allowed)
+    {
         let g = locked.guard(parts[i]);
         match g.probe(&hashes[i]) {
             Probe::Found(idx) => {

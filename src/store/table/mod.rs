@@ -46,7 +46,7 @@ use pgrx::PgSqlErrorCode;
 use crate::algorithm::{Algorithm, Outcome, Policy, State};
 use crate::clock;
 use crate::error;
-use crate::store::target::{evaluate_all, Namespace, Stored, Target};
+use crate::store::target::{evaluate_all, granted, Namespace, Stored, Target};
 
 /// How often a call starts again (its row changed, vanished or appeared under it) before it gives up with
 /// 40001.
@@ -300,7 +300,8 @@ pub fn take(
             }
             let now = clock::table_now_us();
             let outcomes = evaluate_all(targets, &stored, now, cost);
-            if cost > 0 && outcomes.iter().all(|o| o.allowed) {
+            // a grant would write (unless only buckets in shadow mode denying it were asked)
+            if cost > 0 && granted(targets, &outcomes) && outcomes.iter().any(|o| o.allowed) {
                 return Err(error::read_only(function));
             }
             return Ok(outcomes);
@@ -392,7 +393,7 @@ fn take_many(
     }
     let now = clock::table_now_us();
     let mut outcomes = evaluate_all(targets, &stored, now, cost);
-    if !outcomes.iter().all(|o| o.allowed) {
+    if !granted(targets, &outcomes) {
         for ((t, s), o) in targets.iter().zip(&stored).zip(&outcomes) {
             if !o.allowed {
                 rebase_if_behind(client, plans, function, t, *s, o, now)?;
@@ -409,8 +410,14 @@ fn take_many(
     });
     let mut taken: Vec<usize> = Vec::with_capacity(targets.len());
     for &i in &order {
+        if !outcomes[i].allowed {
+            continue; // a bucket in shadow mode that would deny: it keeps its state
+        }
         let outcome = take_one(client, plans, function, &targets[i], cost)?;
         outcomes[i] = outcome;
+        if !outcome.allowed && targets[i].shadow {
+            continue; // short after all, in shadow mode: it takes nothing, the call goes on
+        }
         if !outcome.allowed {
             // 3. short after all: give back what this call took (rows locked by it), exactly
             for &j in &taken {
@@ -445,6 +452,36 @@ pub fn update<R>(
             write(client, plans, function, target, state)?;
         }
         Ok(result)
+    })
+}
+
+/// The table store's lock-read-write-or-insert step on one bucket (a charge): reads and locks its row,
+/// asks `step` for the outcome given the stored bucket and the clock, and writes the outcome's state over
+/// the row, or inserts it when the row is missing (a concurrent creator makes the insert a no-op: the call
+/// starts again and locks that row). 25006 in a read-only transaction.
+pub fn upsert(
+    function: &'static str,
+    target: &Target<'_>,
+    step: impl Fn(Option<Stored>, i64) -> Outcome,
+) -> Result<Outcome, ErrorReport> {
+    if read_only() {
+        return Err(error::read_only(function));
+    }
+    Spi::connect_mut(|client| {
+        let plans = plans(function, client)?;
+        for _ in 0..MAX_ATTEMPTS {
+            let stored = read(client, &plans.lock, function, target)?;
+            let outcome = step(stored, clock::table_now_us());
+            if stored.is_some() {
+                write(client, plans, function, target, outcome.state)?;
+                return Ok(outcome);
+            }
+            let args = row_args(function, target, outcome.state)?;
+            if spi(function, client.select(&plans.insert, None, &args))?.len() == 1 {
+                return Ok(outcome);
+            }
+        }
+        Err(gave_up(function))
     })
 }
 

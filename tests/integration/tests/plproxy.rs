@@ -96,8 +96,8 @@ fn set_mode(router: &mut Client, servers: &[String], mode: &str) {
         .expect("create_router");
     assert_eq!(
         steps.len(),
-        19,
-        "the cluster, 17 calls and the merged views"
+        20,
+        "the cluster, 18 calls and the merged views"
     );
 }
 

@@ -1,0 +1,21 @@
+-- The examples of docs/semantics.md, run in order on a fresh database with the extension (as its owner,
+-- library preloaded, default settings); scripts/doc-examples.py --write regenerates the blocks.
+--@ block semantics-shadow
+--@ hide
+SELECT rate_limit.create_policy('per_user', 100, '1 minute');
+--@ hide
+SELECT rate_limit.create_policy('per_user_strict', 3, '1 minute', shadow => true);
+SELECT allowed, remaining, shadow_denied, policy
+FROM rate_limit.take_many(ARRAY['per_user', 'per_user_strict'], ARRAY['u1'], 2);
+SELECT allowed, remaining, shadow_denied, policy
+FROM rate_limit.take_many(ARRAY['per_user', 'per_user_strict'], ARRAY['u1'], 2);
+SELECT policy, floor(tokens) AS tokens FROM rate_limit.buckets ORDER BY policy;
+
+--@ block semantics-charges
+--@ hide
+SELECT rate_limit.create_policy('bytes_out', 100, '1 minute', burst => 10000, max_debt => 20000);
+SELECT allowed, remaining FROM rate_limit.charge('bytes_out', 'client_9', 25000);
+SELECT floor(tokens) AS tokens FROM rate_limit.buckets WHERE policy = 'bytes_out';
+SELECT allowed, ceil(extract(epoch FROM retry_after) / 60) AS retry_minutes FROM rate_limit.take('bytes_out', 'client_9');
+SELECT allowed, remaining FROM rate_limit.charge('bytes_out', 'client_9', 50000);
+SELECT floor(tokens) AS tokens FROM rate_limit.buckets WHERE policy = 'bytes_out';
