@@ -68,11 +68,7 @@ impl Policy {
         let max_debt = max_debt.clamp(0, self.most_debt().max(0));
         match self.algorithm {
             Algorithm::TokenBucket => {
-                let current = Bucket {
-                    level: state.level,
-                    updated_at: state.at,
-                }
-                .refilled(&self.limit, now);
+                let current = bucket_of(state).refilled(&self.limit, now);
                 let period = i128::from(self.period_us());
                 let level = i128::from(current.level);
                 let floor = (-i128::from(max_debt) * period).min(level);

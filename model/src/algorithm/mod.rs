@@ -138,6 +138,14 @@ pub struct Outcome {
     pub reset_after: i64,
 }
 
+/// A token bucket's state as the token-bucket arithmetic holds it.
+fn bucket_of(state: State) -> Bucket {
+    Bucket {
+        level: state.level,
+        updated_at: state.at,
+    }
+}
+
 fn pack(previous: i64, current: i64) -> i64 {
     (previous << 32) | current
 }
@@ -244,10 +252,7 @@ impl Policy {
 
     fn take_token_bucket(&self, state: State, now: i64, cost: i64) -> Outcome {
         let limit = &self.limit;
-        let bucket = Bucket {
-            level: state.level,
-            updated_at: state.at,
-        };
+        let bucket = bucket_of(state);
         let current = bucket.refilled(limit, now);
         let (allowed, after) = if cost == 0 {
             (true, current)
@@ -381,11 +386,7 @@ impl Policy {
     pub fn tokens_exact(&self, state: State, now: i64) -> (i128, i128) {
         match self.algorithm {
             Algorithm::TokenBucket => {
-                let level = Bucket {
-                    level: state.level,
-                    updated_at: state.at,
-                }
-                .level_at(&self.limit, now);
+                let level = bucket_of(state).level_at(&self.limit, now);
                 (i128::from(level), i128::from(self.period_us()))
             }
             Algorithm::FixedWindow | Algorithm::SlidingWindow => {
@@ -411,11 +412,7 @@ impl Policy {
         let tokens = tokens.max(0);
         match self.algorithm {
             Algorithm::TokenBucket => {
-                let current = Bucket {
-                    level: state.level,
-                    updated_at: state.at,
-                }
-                .refilled(&self.limit, now);
+                let current = bucket_of(state).refilled(&self.limit, now);
                 let level = (i128::from(current.level)
                     + i128::from(tokens) * i128::from(self.period_us()))
                 .min(i128::from(self.limit.full_level())) as i64;
