@@ -601,6 +601,7 @@ mod tests {
         )
         .expect("policy");
         Spi::run("SELECT rate_limit.take('pt_shadow_ro', 'k')").expect("first grant");
+        assert_eq!(error_of("SELECT 1"), None); // creates the helper while writes are allowed
         Spi::run("SET LOCAL transaction_read_only = on").expect("read only");
         assert_eq!(
             text(
@@ -610,7 +611,8 @@ mod tests {
             .as_deref(),
             Some("t,t,pt_shadow_ro")
         );
-        let e = error_of("SELECT rate_limit.take('pt_shadow_ro', 'other')");
+        let e =
+            text("SELECT pg_temp.error_of('SELECT rate_limit.take(''pt_shadow_ro'', ''other'')')");
         assert!(e.is_some_and(|e| e.starts_with("25006")));
     }
 

@@ -234,7 +234,7 @@ mod tests {
                 if o.allowed {
                     state = o.state;
                 }
-                prop_assert_eq!(i128::from(p.tokens_exact(state, now).0), exact.num);
+                prop_assert_eq!(p.tokens_exact(state, now).0, exact.num);
                 prop_assert!(exact.num >= -i128::from(max_debt) * i128::from(period));
                 prop_assert_eq!(o.remaining, (exact.num / i128::from(period)).max(0) as i64);
             }
