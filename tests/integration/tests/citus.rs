@@ -87,7 +87,7 @@ fn cluster() -> Option<&'static [String]> {
             let steps = coordinator
                 .query("SELECT object, action FROM rate_limit.distribute()", &[])
                 .expect("distribute");
-            assert_eq!(steps.len(), 13, "two tables and eleven keyed functions");
+            assert_eq!(steps.len(), 14, "two tables and twelve keyed functions");
             Some(nodes)
         })
         .as_deref()
