@@ -189,7 +189,7 @@ fn distribute_is_idempotent_refused_on_a_worker_and_delegates_every_keyed_call()
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(again.len(), 13);
+    assert_eq!(again.len(), 14);
     assert!(again.iter().all(|a| a.starts_with("already")), "{again:?}");
     let delegated: i64 = coordinator
         .query_one(
@@ -199,7 +199,7 @@ fn distribute_is_idempotent_refused_on_a_worker_and_delegates_every_keyed_call()
         )
         .expect("count")
         .get(0);
-    assert_eq!(delegated, 11);
+    assert_eq!(delegated, 12);
     let mut worker = connect(&nodes[1]);
     let e = worker
         .query("SELECT * FROM rate_limit.distribute()", &[])
