@@ -112,13 +112,13 @@ pub fn charge(
     cost: i64,
     max_debt: i64,
 ) -> Result<Outcome, ErrorReport> {
+    let ask = Ask::Charge { cost, max_debt };
     let outcome = match store {
         Store::Table => table::upsert(function, target, |stored, now| {
-            target.charge(stored, now, cost, max_debt)
+            target.answer(stored, now, ask)
         })?,
         Store::Memory => {
             cluster::citus::ensure_memory_bucket_here(function, target.key)?;
-            let ask = Ask::Charge { cost, max_debt };
             let outcomes = memory::take(function, std::slice::from_ref(target), ask)?;
             outcomes
                 .first()
