@@ -138,6 +138,23 @@ SELECT CASE name
 END
 $$;
 
+-- Drops every function called schema.name, whatever its arguments: a router set up for an older version has
+-- the older signatures (create_policy of 0.3.0 took six arguments), which would forward to partitions that
+-- no longer have them and, beside the new ones, make calls by position ambiguous.
+CREATE OR REPLACE FUNCTION rate_limit_router.drop_every_overload(schema text, name text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid::pg_catalog.regprocedure FROM pg_catalog.pg_proc AS p
+             WHERE p.pronamespace OPERATOR(pg_catalog.=) schema::pg_catalog.regnamespace
+               AND p.proname OPERATOR(pg_catalog.=) name LOOP
+        EXECUTE format('DROP FUNCTION %s', f);
+    END LOOP;
+END
+$$;
+REVOKE ALL ON FUNCTION rate_limit_router.drop_every_overload(text, text) FROM PUBLIC;
+
 -- Sets the router up, or replaces its set-up: the PL/Proxy cluster `cluster` (a SQL/MED server with one
 -- connection string per partition, a power of two of them, and a user mapping for PUBLIC: each caller
 -- reaches the partitions as itself, so they check its rights), and the forwarding functions. on_partition_down
@@ -186,7 +203,8 @@ BEGIN
         remote_result := CASE WHEN c.route = 'ALL' AND c.result = 'void' THEN 'SETOF integer'
                               WHEN c.route = 'ALL' THEN 'SETOF ' || c.result
                               ELSE c.result END;
-        EXECUTE format('DROP FUNCTION IF EXISTS rate_limit_router.%I CASCADE', c.name || '_remote');
+        -- every earlier signature goes too: a router set up for an older version keeps no stale overload
+        PERFORM rate_limit_router.drop_every_overload('rate_limit_router', c.name || '_remote');
         EXECUTE format(
             'CREATE FUNCTION rate_limit_router.%I(%s) RETURNS %s LANGUAGE plproxy AS %L',
             c.name || '_remote', regexp_replace(c.parameters, ' DEFAULT [^,]*', '', 'g'), remote_result,
@@ -214,8 +232,7 @@ BEGIN
                 'take them one by one, or route by one key for all (keys => ARRAY[one key]).''; '
                 'END IF; ', n - 1) || body;
         END IF;
-        EXECUTE format('DROP FUNCTION IF EXISTS %I.%I(%s)', c.schema, c.name,
-                       regexp_replace(c.parameters, ' DEFAULT [^,]*', '', 'g'));
+        PERFORM rate_limit_router.drop_every_overload(c.schema, c.name);
         EXECUTE format(
             'CREATE FUNCTION %I.%I(%s) RETURNS %s LANGUAGE plpgsql AS %L',
             c.schema, c.name, c.parameters, c.result,

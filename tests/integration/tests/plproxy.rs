@@ -2,7 +2,8 @@
 //! two partitions, each its own server with the extension (`scripts/test.sh` starts them for PostgreSQL 15,
 //! with Debian's PL/Proxy).
 //!
-//! - `create_router` checks its arguments (22004, 22023) and is repeatable;
+//! - `create_router` checks its arguments (22004, 22023) and is repeatable; set up again over a router of
+//!   an older version, it leaves none of the older signatures;
 //! - a key hammered through the router by many connections is exact, and its bucket lives on the one
 //!   partition its hash names;
 //! - policies made, changed and dropped through the router are so on every partition;
@@ -149,6 +150,56 @@ fn create_router_checks_its_arguments() {
     // still routing as before
     r.query("SELECT rate_limiting_request($1)", &[&fresh_name("still")])
         .expect("the router still works");
+}
+
+#[test]
+fn setting_up_again_leaves_no_signature_of_an_older_router() {
+    let Some((_one, servers)) = router() else {
+        return;
+    };
+    let mut r = connect(&servers[0], ROUTER);
+    // what a router set up for 0.3.0 had: create_policy and alter_policy without shadow and max_debt
+    r.batch_execute(
+        "CREATE FUNCTION rate_limit.create_policy(name text, rate bigint, per interval, burst bigint, \
+           algorithm text, store text) RETURNS void LANGUAGE sql AS 'SELECT'; \
+         CREATE FUNCTION rate_limit.alter_policy(name text, rate bigint, per interval, burst bigint, \
+           algorithm text) RETURNS void LANGUAGE sql AS 'SELECT'; \
+         CREATE FUNCTION rate_limit_router.create_policy_remote(name text, rate bigint, per interval, \
+           burst bigint, algorithm text, store text) RETURNS SETOF integer LANGUAGE sql AS 'SELECT 1'",
+    )
+    .expect("the old signatures");
+    set_mode(&mut r, servers, "fail_closed");
+    let overloads: Vec<(String, i64)> = r
+        .query(
+            "SELECT proname::text, count(*) FROM pg_proc \
+             WHERE proname IN ('create_policy', 'alter_policy', 'create_policy_remote', 'alter_policy_remote') \
+             GROUP BY proname ORDER BY proname",
+            &[],
+        )
+        .expect("overloads")
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    let one = |name: &str| (name.to_string(), 1_i64);
+    assert_eq!(
+        overloads,
+        [
+            one("alter_policy"),
+            one("alter_policy_remote"),
+            one("create_policy"),
+            one("create_policy_remote")
+        ],
+        "one signature of each, the current one"
+    );
+    // and a call by name with only the first arguments still resolves
+    let name = fresh_name("after_old");
+    r.execute(
+        "SELECT rate_limit.create_policy($1, 5, '1 minute')",
+        &[&name],
+    )
+    .expect("create_policy resolves to one function");
+    r.execute("SELECT rate_limit.drop_policy($1)", &[&name])
+        .expect("drop_policy");
 }
 
 #[test]
