@@ -43,7 +43,9 @@ impl Policy {
     pub fn most_debt(&self) -> i64 {
         match self.algorithm {
             Algorithm::TokenBucket => i64::MAX / self.period_us(),
-            Algorithm::FixedWindow | Algorithm::SlidingWindow => MAX_WINDOW_COUNT - self.burst(),
+            Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::CalendarWindow => {
+                MAX_WINDOW_COUNT - self.burst()
+            }
         }
     }
 
@@ -92,6 +94,7 @@ impl Policy {
                 let after = current.saturating_add(cost).min(most).max(current);
                 self.window_outcome(true, previous, after, None, t)
             }
+            Algorithm::CalendarWindow => self.charge_calendar(state, now, cost, max_debt),
         }
     }
 }

@@ -8,9 +8,11 @@
 //! | `token_bucket`   | tokens in ticks (one token = `period_us` ticks)      | instant of that level          |
 //! | `fixed_window`   | tokens used in the window containing `at`            | last instant the bucket moved  |
 //! | `sliding_window` | `previous << 32 \| current`: tokens used in the window before `at`'s and in `at`'s | same |
+//! | `calendar_window`| tokens used in the open window                        | the instant that window ends   |
 //!
-//! Windows are aligned on multiples of `period_us` since PostgreSQL's epoch (2000-01-01 UTC), so every
-//! server and every store agree on where a window starts. A missing bucket is a full one for every
+//! Fixed and sliding windows are aligned on multiples of `period_us` since PostgreSQL's epoch (2000-01-01
+//! UTC), so every server and every store agree on where a window starts. Calendar windows start at dates
+//! on a time zone's clocks (see [`calendar`]); their `period_us` is nominal (the HTTP window `w`). A missing bucket is a full one for every
 //! algorithm, and [`Policy::take`] with cost 0 reports without consuming.
 //!
 //! Every instant is in microseconds on the store's clock. A clock that moves backwards (`now < at`) counts as
@@ -20,9 +22,11 @@
 
 use std::fmt;
 
+pub mod calendar;
 mod charge;
 pub mod token_bucket;
 
+pub use calendar::{Calendar, Step, Zone};
 pub use charge::DebtError;
 
 use token_bucket::{Bucket, Limit, LimitError, Take};
@@ -40,22 +44,26 @@ pub enum Algorithm {
     FixedWindow,
     /// The previous window's count weighted by its overlap with the last period, plus the current count.
     SlidingWindow,
+    /// `rate` tokens per window of a calendar (days, weeks, months, years in a time zone).
+    CalendarWindow,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order the documentation lists them.
-    pub const ALL: [Algorithm; 3] = [
+    pub const ALL: [Algorithm; 4] = [
         Algorithm::TokenBucket,
         Algorithm::FixedWindow,
         Algorithm::SlidingWindow,
+        Algorithm::CalendarWindow,
     ];
 
-    /// The SQL name: `token_bucket`, `fixed_window` or `sliding_window`.
+    /// The SQL name: `token_bucket`, `fixed_window`, `sliding_window` or `calendar_window`.
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::TokenBucket => "token_bucket",
             Algorithm::FixedWindow => "fixed_window",
             Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::CalendarWindow => "calendar_window",
         }
     }
 
@@ -70,6 +78,7 @@ impl Algorithm {
             Algorithm::TokenBucket => 0,
             Algorithm::FixedWindow => 1,
             Algorithm::SlidingWindow => 2,
+            Algorithm::CalendarWindow => 3,
         }
     }
 
@@ -105,12 +114,25 @@ impl fmt::Display for PolicyError {
     }
 }
 
-/// A validated limit with its algorithm.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A validated limit with its algorithm, and the calendar of a calendar window.
+///
+/// Two policies are equal when their numbers are (algorithm, rate, period, burst): those are what a bucket
+/// stores with its state and carries over from when they change. A calendar is not stored with a bucket,
+/// and need not be: its state records its window's end (see [`calendar`]).
+#[derive(Clone, Copy, Debug)]
 pub struct Policy {
     algorithm: Algorithm,
     limit: Limit,
+    calendar: Option<Calendar>,
 }
+
+impl PartialEq for Policy {
+    fn eq(&self, other: &Policy) -> bool {
+        self.algorithm == other.algorithm && self.limit == other.limit
+    }
+}
+
+impl Eq for Policy {}
 
 /// The stored state of one bucket (see the module comment for what the fields mean per algorithm).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -178,7 +200,29 @@ impl Policy {
                 return Err(PolicyError::WindowTooLarge);
             }
         }
-        Ok(Policy { algorithm, limit })
+        Ok(Policy {
+            algorithm,
+            limit,
+            calendar: None,
+        })
+    }
+
+    /// A calendar-window policy of `rate` tokens per window of `calendar`: its period is the calendar's
+    /// nominal step.
+    pub fn calendar(rate: i64, calendar: Calendar) -> Result<Policy, PolicyError> {
+        let mut policy = Policy::new(
+            Algorithm::CalendarWindow,
+            rate,
+            calendar.step().nominal_us(),
+            rate,
+        )?;
+        policy.calendar = Some(calendar);
+        Ok(policy)
+    }
+
+    /// The calendar of a calendar-window policy built with [`Policy::calendar`].
+    pub fn calendar_of(&self) -> Option<&Calendar> {
+        self.calendar.as_ref()
     }
 
     /// The algorithm.
@@ -208,7 +252,9 @@ impl Policy {
                 level: self.limit.full_level(),
                 at: now,
             },
-            Algorithm::FixedWindow | Algorithm::SlidingWindow => State { level: 0, at: now },
+            Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::CalendarWindow => {
+                State { level: 0, at: now }
+            }
         }
     }
 
@@ -230,7 +276,7 @@ impl Policy {
                     _ => (0, 0),
                 }
             }
-            Algorithm::TokenBucket => (0, 0),
+            Algorithm::TokenBucket | Algorithm::CalendarWindow => (0, 0),
         }
     }
 
@@ -247,6 +293,7 @@ impl Policy {
         match self.algorithm {
             Algorithm::TokenBucket => self.take_token_bucket(state, now, cost),
             Algorithm::FixedWindow | Algorithm::SlidingWindow => self.take_window(state, now, cost),
+            Algorithm::CalendarWindow => self.take_calendar(state, now, cost),
         }
     }
 
@@ -396,6 +443,7 @@ impl Policy {
                 let used = self.weighted_use(previous, current, t);
                 (i128::from(self.burst()) * period - used, period)
             }
+            Algorithm::CalendarWindow => (i128::from(self.calendar_tokens(state, now)), 1),
         }
     }
 
@@ -433,6 +481,7 @@ impl Policy {
                 };
                 State { level, at: t }
             }
+            Algorithm::CalendarWindow => self.refund_calendar(state, now, tokens),
         }
     }
 
@@ -479,6 +528,13 @@ impl Policy {
                     level: self.burst() - available,
                     at: t,
                 }
+            }
+            Algorithm::CalendarWindow => {
+                let available = num.div_euclid(den).clamp(
+                    i128::from(self.burst() - MAX_WINDOW_COUNT),
+                    i128::from(self.burst()),
+                ) as i64;
+                self.calendar_state_with(available, t)
             }
         }
     }

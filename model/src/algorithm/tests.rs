@@ -153,7 +153,11 @@ fn refund_is_capped_at_the_capacity() {
 
 #[test]
 fn backward_clock_grants_nothing() {
-    for a in Algorithm::ALL {
+    // a calendar window ends when the wall clock reads its boundary: see the calendar tests
+    for a in Algorithm::ALL
+        .into_iter()
+        .filter(|&a| a != Algorithm::CalendarWindow)
+    {
         let p = policy(a, 2, 10 * S, 2);
         let t0 = 100 * S;
         let o = run(&p, &[(t0, 2), (t0 - 50 * S, 1)]);
