@@ -46,7 +46,8 @@ COMMENT ON TYPE rate_limit.decision IS
 -- drop_policy (owner only). An extension configuration table: pg_dump dumps its rows.
 CREATE TABLE rate_limit.policies (
     name       text COLLATE "C" PRIMARY KEY,
-    algorithm  text        NOT NULL CHECK (algorithm IN ('token_bucket', 'fixed_window', 'sliding_window')),
+    algorithm  text        NOT NULL
+               CHECK (algorithm IN ('token_bucket', 'fixed_window', 'sliding_window', 'calendar_window')),
     rate       bigint      NOT NULL CHECK (rate >= 1),
     per        interval    NOT NULL CHECK (per > interval '0'),
     burst      bigint      NOT NULL CHECK (burst >= 1),
@@ -54,7 +55,11 @@ CREATE TABLE rate_limit.policies (
     created_at timestamptz NOT NULL,
     changed_at timestamptz NOT NULL,  -- when the numbers last changed: buckets carry over from this instant
     shadow     boolean     NOT NULL DEFAULT false,             -- never denies; would-be denials counted
-    max_debt   bigint      NOT NULL DEFAULT 0 CHECK (max_debt >= 0)  -- tokens below zero a charge may reach
+    max_debt   bigint      NOT NULL DEFAULT 0 CHECK (max_debt >= 0), -- tokens below zero a charge may reach
+    time_zone  text,         -- a calendar window's zone (canonical name); NULL for every other algorithm
+    anchor     timestamp,    -- a calendar window's first start on that zone's clocks; NULL: its unit's start
+    CONSTRAINT policies_calendar_check
+        CHECK ((algorithm = 'calendar_window') = (time_zone IS NOT NULL) AND (anchor IS NULL OR time_zone IS NOT NULL))
 );
 COMMENT ON TABLE rate_limit.policies IS
     'rate_limit named policies: rate tokens per per, at most burst; change them with rate_limit.alter_policy';

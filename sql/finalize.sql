@@ -90,9 +90,9 @@ REVOKE EXECUTE ON FUNCTION rate_limit.reset(text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.reset_ad_hoc(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.refund(text, text, bigint) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.purge() FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint)
+REVOKE EXECUTE ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint, text, timestamp)
     FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint)
+REVOKE EXECUTE ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint, text, timestamp)
     FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.drop_policy(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.memory_buckets() FROM PUBLIC;
@@ -106,7 +106,7 @@ REVOKE EXECUTE ON FUNCTION rate_limit.reset_stats() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.memory_shares() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.distribute(integer) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.state_after_take(bigint, timestamptz, text, bigint, bigint, bigint,
-    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint) FROM PUBLIC;
+    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint, timestamptz) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.state_tokens(bigint, timestamptz, text, bigint, bigint, bigint,
     timestamptz) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.state_is_full(bigint, timestamptz, text, bigint, bigint, bigint,
@@ -143,9 +143,9 @@ COMMENT ON FUNCTION rate_limit.reset(text, text) IS 'Delete bucket key of a poli
 COMMENT ON FUNCTION rate_limit.reset_ad_hoc(text) IS 'Delete the ad-hoc bucket key, making it full; owner only';
 COMMENT ON FUNCTION rate_limit.headers(rate_limit.decision, text) IS
     'RateLimit, RateLimit-Policy and Retry-After HTTP field values for a decision, as jsonb';
-COMMENT ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint) IS
-    'Create a named policy: rate tokens per per, at most burst; algorithm, store, shadow, max_debt optional; owner only';
-COMMENT ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint) IS
+COMMENT ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint, text, timestamp) IS
+    'Create a named policy: rate tokens per per, at most burst; algorithm, store, shadow, max_debt, time_zone, anchor optional; owner only';
+COMMENT ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint, text, timestamp) IS
     'Change a policy (NULL keeps a value); buckets carry their tokens over, never gaining any; owner only';
 COMMENT ON FUNCTION rate_limit.drop_policy(text) IS 'Drop a policy and its table-store buckets; owner only';
 COMMENT ON FUNCTION rate_limit.memory_usage() IS
@@ -157,7 +157,7 @@ COMMENT ON FUNCTION rate_limit.distribute(integer) IS
     'to the key''s node; idempotent; owner only';
 COMMENT ON FUNCTION rate_limit.memory_buckets() IS 'Internal: buckets of the memory store, for rate_limit.buckets';
 COMMENT ON FUNCTION rate_limit.state_after_take(bigint, timestamptz, text, bigint, bigint, bigint,
-    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint) IS
+    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint, timestamptz) IS
     'Internal: the level of a stored row after a take, or -1 if short (the table store''s UPDATE)';
 COMMENT ON FUNCTION rate_limit.state_tokens(bigint, timestamptz, text, bigint, bigint, bigint, timestamptz) IS
     'Internal: tokens of a stored row at a given time, exact to the millionth';

@@ -57,11 +57,14 @@ COMMENT ON FUNCTION rate_limit.memory_shares() IS
     'Buckets each database holds in the memory store; owner only';
 
 -- The table store's helpers are pure (the caller passes its clock reading) and IMMUTABLE, so that Citus can
--- route the table store's UPDATE to a key's shard. state_after_take keeps its arguments but gets a new C
--- symbol (0.3.0's read the clock; the library keeps that symbol, refusing with 55000 until this update).
+-- route the table store's UPDATE to a key's shard. state_after_take gets a new C symbol (0.3.0's read the
+-- clock; the library keeps that symbol, refusing with 55000 until this update) and a last argument, where
+-- a calendar window opened by the take ends.
 -- effective_now is gone: the UPDATE takes GREATEST(now, updated_at) and the caller rebases after a step.
 DROP FUNCTION rate_limit.effective_now(timestamptz, timestamptz);
-CREATE OR REPLACE FUNCTION rate_limit."state_after_take"(
+DROP FUNCTION rate_limit.state_after_take(bigint, timestamptz, text, bigint, bigint, bigint,
+    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint);
+CREATE FUNCTION rate_limit."state_after_take"(
     "level" bigint,
     "updated_at" timestamp with time zone,
     "algorithm" TEXT,
@@ -74,11 +77,17 @@ CREATE OR REPLACE FUNCTION rate_limit."state_after_take"(
     "new_burst" bigint,
     "changed_at" timestamp with time zone,
     "now" timestamp with time zone,
-    "cost" bigint
+    "cost" bigint,
+    "window_end" timestamp with time zone
 ) RETURNS bigint
 STRICT IMMUTABLE PARALLEL SAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'state_after_take_at_wrapper';
+REVOKE EXECUTE ON FUNCTION rate_limit.state_after_take(bigint, timestamptz, text, bigint, bigint, bigint,
+    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint, timestamptz) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.state_after_take(bigint, timestamptz, text, bigint, bigint, bigint,
+    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint, timestamptz) IS
+    'Internal: the level of a stored row after a take, or -1 if short (the table store''s UPDATE)';
 ALTER FUNCTION rate_limit.state_tokens(bigint, timestamptz, text, bigint, bigint, bigint, timestamptz)
     IMMUTABLE;
 ALTER FUNCTION rate_limit.state_is_full(bigint, timestamptz, text, bigint, bigint, bigint, timestamptz)
@@ -209,6 +218,15 @@ ALTER TABLE rate_limit.policies
     ADD COLUMN shadow   boolean NOT NULL DEFAULT false,
     ADD COLUMN max_debt bigint  NOT NULL DEFAULT 0 CHECK (max_debt >= 0);
 ALTER TYPE rate_limit.decision ADD ATTRIBUTE shadow_denied boolean;
+-- Calendar windows: a fourth algorithm, with its time zone and anchor.
+ALTER TABLE rate_limit.policies
+    DROP CONSTRAINT policies_algorithm_check,
+    ADD CONSTRAINT policies_algorithm_check
+        CHECK (algorithm IN ('token_bucket', 'fixed_window', 'sliding_window', 'calendar_window')),
+    ADD COLUMN time_zone text,
+    ADD COLUMN anchor    timestamp,
+    ADD CONSTRAINT policies_calendar_check
+        CHECK ((algorithm = 'calendar_window') = (time_zone IS NOT NULL) AND (anchor IS NULL OR time_zone IS NOT NULL));
 COMMENT ON TYPE rate_limit.decision IS
     'Result of rate_limit.take / take_many / take_ad_hoc / peek / wait / charge / refund: allowed, remaining, limit, retry_after, reset_after, policy, shadow_denied';
 DROP FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text);
@@ -220,15 +238,17 @@ CREATE FUNCTION rate_limit."create_policy"(
     "algorithm" TEXT DEFAULT 'token_bucket',
     "store" TEXT DEFAULT NULL,
     "shadow" bool DEFAULT false,
-    "max_debt" bigint DEFAULT 0
+    "max_debt" bigint DEFAULT 0,
+    "time_zone" TEXT DEFAULT NULL,
+    "anchor" timestamp DEFAULT NULL
 ) RETURNS VOID
 VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'create_policy_wrapper';
-REVOKE EXECUTE ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint)
+REVOKE EXECUTE ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint, text, timestamp)
     FROM PUBLIC;
-COMMENT ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint) IS
-    'Create a named policy: rate tokens per per, at most burst; algorithm, store, shadow, max_debt optional; owner only';
+COMMENT ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint, text, timestamp) IS
+    'Create a named policy: rate tokens per per, at most burst; algorithm, store, shadow, max_debt, time_zone, anchor optional; owner only';
 DROP FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text);
 CREATE FUNCTION rate_limit."alter_policy"(
     "name" TEXT,
@@ -237,14 +257,16 @@ CREATE FUNCTION rate_limit."alter_policy"(
     "burst" bigint DEFAULT NULL,
     "algorithm" TEXT DEFAULT NULL,
     "shadow" bool DEFAULT NULL,
-    "max_debt" bigint DEFAULT NULL
+    "max_debt" bigint DEFAULT NULL,
+    "time_zone" TEXT DEFAULT NULL,
+    "anchor" timestamp DEFAULT NULL
 ) RETURNS VOID
 VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'alter_policy_wrapper';
-REVOKE EXECUTE ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint)
+REVOKE EXECUTE ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint, text, timestamp)
     FROM PUBLIC;
-COMMENT ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint) IS
+COMMENT ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint, text, timestamp) IS
     'Change a policy (NULL keeps a value); buckets carry their tokens over, never gaining any; owner only';
 CREATE FUNCTION rate_limit."charge"(
     "policy" TEXT,

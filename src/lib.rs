@@ -13,6 +13,7 @@
 use pgrx::prelude::*;
 
 pub mod api;
+pub mod calendar;
 pub mod clock;
 pub mod clock_shift;
 pub mod cluster;

@@ -194,7 +194,7 @@ mod tests {
         assert_eq!(
             error_of(
                 "SELECT rate_limit.state_after_take(0, now(), 'leaky', 1, 1, 1, 'token_bucket', 1, 1, 1, \
-                 now(), now(), 1)"
+                 now(), now(), 1, now())"
             )
             .as_deref(),
             Some("22023: invalid bucket numbers: unknown algorithm 'leaky'")

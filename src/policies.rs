@@ -22,15 +22,15 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
+use pgrx::datum::{DatumWithOid, Interval, Timestamp, TimestampWithTimeZone};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::pg_sys::{self};
 use pgrx::spi::Spi;
 use pgrx::PgSqlErrorCode;
 
 use crate::algorithm::{Algorithm, DebtError, Policy, PolicyError};
-use crate::error;
 use crate::gucs::Store;
+use crate::{calendar, error};
 
 /// The longest policy name, in bytes.
 pub const MAX_NAME_BYTES: usize = 63;
@@ -159,6 +159,8 @@ type Row = (
     Option<pg_sys::Oid>,
     Option<bool>,
     Option<i64>,
+    Option<String>,
+    Option<Timestamp>,
 );
 
 /// Reads one policy from the table, with the active snapshot.
@@ -167,8 +169,8 @@ pub fn load(
     name: &str,
 ) -> Result<Option<(Named, pg_sys::Oid)>, ErrorReport> {
     const QUERY: &str =
-        "SELECT algorithm, rate, per, burst, store, created_at, changed_at, tableoid, shadow, max_debt \
-         FROM rate_limit.policies WHERE name OPERATOR(pg_catalog.=) $1";
+        "SELECT algorithm, rate, per, burst, store, created_at, changed_at, tableoid, shadow, max_debt, \
+         time_zone, anchor FROM rate_limit.policies WHERE name OPERATOR(pg_catalog.=) $1";
     let row: Option<Row> = Spi::connect(|client| {
         let args: [DatumWithOid<'_>; 1] = [name.into()];
         let table = client.select(QUERY, Some(1), &args)?;
@@ -187,10 +189,14 @@ pub fn load(
             r.get(8)?,
             r.get(9)?,
             r.get(10)?,
+            r.get(11)?,
+            r.get(12)?,
         )))
     })
     .map_err(|e| error::internal(function, e))?;
-    let Some((alg, rate, per, burst, store, created, changed, oid, shadow, max_debt)) = row else {
+    let Some((alg, rate, per, burst, store, created, changed, oid, shadow, max_debt, zone, anchor)) =
+        row
+    else {
         return Ok(None);
     };
     let corrupt = |what: &str| error::corrupt_row(function, what);
@@ -199,14 +205,15 @@ pub fn load(
         .and_then(Algorithm::parse)
         .ok_or_else(|| corrupt("policy algorithm is unknown"))?;
     let per = per.ok_or_else(|| corrupt("policy per is NULL"))?;
-    let period = period_us(function, "per", per)?;
-    let policy = Policy::new(
+    let policy = build(
+        function,
         algorithm,
         rate.ok_or_else(|| corrupt("policy rate is NULL"))?,
-        period,
-        burst.ok_or_else(|| corrupt("policy burst is NULL"))?,
-    )
-    .map_err(|e| policy_error(function, e))?;
+        per,
+        Some(burst.ok_or_else(|| corrupt("policy burst is NULL"))?),
+        zone.as_deref(),
+        anchor.map(Timestamp::into_inner),
+    )?;
     let store = match store.as_deref() {
         None => None,
         Some(s) => Some(parse_store(function, s)?),
@@ -225,6 +232,44 @@ pub fn load(
         max_debt: max_debt.ok_or_else(|| corrupt("policy max_debt is NULL"))?,
     };
     Ok(Some((named, oid.unwrap_or(pg_sys::InvalidOid))))
+}
+
+/// Validates a policy's numbers; `burst` `None` means "the same as rate". `time_zone` and `anchor` (a
+/// wall-clock time) belong to calendar windows only, whose zone defaults to [`calendar::DEFAULT_ZONE`] and
+/// anchor to the start of their step's unit.
+pub fn build(
+    function: &'static str,
+    algorithm: Algorithm,
+    rate: i64,
+    per: Interval,
+    burst: Option<i64>,
+    time_zone: Option<&str>,
+    anchor: Option<i64>,
+) -> Result<Policy, ErrorReport> {
+    if algorithm == Algorithm::CalendarWindow {
+        if burst.is_some_and(|b| b != rate) {
+            return Err(policy_error(function, PolicyError::WindowBurstNotRate));
+        }
+        let zone = time_zone.unwrap_or(calendar::DEFAULT_ZONE);
+        let calendar = calendar::calendar(function, per, zone, anchor)?;
+        return Policy::calendar(rate, calendar).map_err(|e| policy_error(function, e));
+    }
+    if time_zone.is_some() || anchor.is_some() {
+        return Err(ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            format!(
+                "time_zone and anchor belong to calendar windows, not to algorithm '{}'",
+                algorithm.name()
+            ),
+            function,
+        )
+        .set_hint(
+            "Use algorithm => 'calendar_window' for windows that turn at dates, or omit them.",
+        ));
+    }
+    let period = period_us(function, "per", per)?;
+    Policy::new(algorithm, rate, period, burst.unwrap_or(rate))
+        .map_err(|e| policy_error(function, e))
 }
 
 /// 22023 for parameters that do not make a policy.
@@ -270,7 +315,10 @@ pub fn period_us(
             format!("{argument} must not contain months or years, whose length varies"),
             function,
         )
-        .set_hint("Use days, hours, minutes or seconds, e.g. interval '30 days'."));
+        .set_hint(
+            "Use days, hours, minutes or seconds, e.g. interval '30 days'; for a quota that resets on \
+             the first of the month, create_policy(..., algorithm => 'calendar_window').",
+        ));
     }
     let micros = per.as_micros();
     if micros < 1 {
@@ -304,7 +352,7 @@ pub fn parse_store(function: &'static str, s: &str) -> Result<Store, ErrorReport
     }
 }
 
-/// `'token_bucket'`, `'fixed_window'` or `'sliding_window'`.
+/// `'token_bucket'`, `'fixed_window'`, `'sliding_window'` or `'calendar_window'`.
 pub fn parse_algorithm(function: &'static str, s: &str) -> Result<Algorithm, ErrorReport> {
     Algorithm::parse(s).ok_or_else(|| {
         ErrorReport::new(
@@ -312,7 +360,7 @@ pub fn parse_algorithm(function: &'static str, s: &str) -> Result<Algorithm, Err
             format!("unknown algorithm '{s}'"),
             function,
         )
-        .set_hint("Use 'token_bucket', 'fixed_window' or 'sliding_window'.")
+        .set_hint("Use 'token_bucket', 'fixed_window', 'sliding_window' or 'calendar_window'.")
     })
 }
 

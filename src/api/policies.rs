@@ -1,14 +1,15 @@
 //! SQL functions that manage named policies (owner only), and the trigger that keeps every backend's policy
 //! cache coherent. Every statement names its objects and operators with their schema.
 
-use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
+use pgrx::datum::{DatumWithOid, Interval, Timestamp, TimestampWithTimeZone};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::spi::Spi;
 
 use crate::algorithm::{Algorithm, Policy};
+use crate::calendar::anchor_us;
 use crate::error;
-use crate::policies::{self, check_name, parse_algorithm, parse_store, period_us, policy_error};
+use crate::policies::{self, check_name, parse_algorithm, parse_store};
 
 fn required<T>(
     function: &'static str,
@@ -19,7 +20,7 @@ fn required<T>(
     value.ok_or_else(|| error::null_argument(function, argument, hint))
 }
 
-/// Validates policy numbers; `burst` `None` means "the same as rate".
+/// Validates the numbers of a policy without a calendar; `burst` `None` means "the same as rate".
 pub fn build_policy(
     function: &'static str,
     algorithm: Algorithm,
@@ -27,9 +28,19 @@ pub fn build_policy(
     per: Interval,
     burst: Option<i64>,
 ) -> Result<Policy, ErrorReport> {
-    let period = period_us(function, "per", per)?;
-    Policy::new(algorithm, rate, period, burst.unwrap_or(rate))
-        .map_err(|e| policy_error(function, e))
+    policies::build(function, algorithm, rate, per, burst, None, None)
+}
+
+/// The `time_zone` and `anchor` columns of a policy: its calendar's zone (canonical name) and the anchor
+/// it was given (NULL: its step's default), both NULL without a calendar.
+fn calendar_columns(
+    policy: &Policy,
+    anchor: Option<Timestamp>,
+) -> (Option<String>, Option<Timestamp>) {
+    match policy.calendar_of() {
+        Some(c) => (Some(c.zone_name().to_string()), anchor),
+        None => (None, None),
+    }
 }
 
 fn spi_run(
@@ -41,7 +52,7 @@ fn spi_run(
         .map_err(|e| error::internal(function, e))
 }
 
-/// `algorithm, rate, per, burst, shadow, max_debt` of a `rate_limit.policies` row.
+/// `algorithm, rate, per, burst, shadow, max_debt, time_zone, anchor` of a `rate_limit.policies` row.
 type StoredNumbers = (
     Option<String>,
     Option<i64>,
@@ -49,6 +60,8 @@ type StoredNumbers = (
     Option<i64>,
     Option<bool>,
     Option<i64>,
+    Option<String>,
+    Option<Timestamp>,
 );
 
 /// Policy management, in schema `rate_limit`.
@@ -58,7 +71,8 @@ mod rate_limit {
 
     /// Creates the policy `name`: `rate` tokens per `per`, at most `burst` (default: `rate`) at once. With
     /// `shadow`, it never denies (would-be denials are reported and counted); `max_debt` is how many
-    /// tokens below zero `rate_limit.charge` may drive a bucket.
+    /// tokens below zero `rate_limit.charge` may drive a bucket. A `calendar_window` policy's windows start
+    /// at `anchor + k × per` (whole days or months) on `time_zone`'s clocks.
     #[pg_extern(volatile, parallel_unsafe, security_definer)]
     #[allow(clippy::too_many_arguments)] // SQL's named arguments, each with its default
     fn create_policy(
@@ -70,6 +84,8 @@ mod rate_limit {
         store: default!(Option<&str>, "NULL"),
         shadow: default!(Option<bool>, false),
         max_debt: default!(Option<i64>, 0),
+        time_zone: default!(Option<&str>, "NULL"),
+        anchor: default!(Option<Timestamp>, "NULL"),
     ) -> Result<(), ErrorReport> {
         const F: &str = "rate_limit.create_policy";
         let name = required(F, "name", name, "Pass the policy's name, e.g. 'api'.")?;
@@ -85,10 +101,12 @@ mod rate_limit {
             F,
             "algorithm",
             algorithm,
-            "Pass 'token_bucket', 'fixed_window' or 'sliding_window', or omit it.",
+            "Pass 'token_bucket', 'fixed_window', 'sliding_window' or 'calendar_window', or omit it.",
         )?;
         let algorithm = parse_algorithm(F, algorithm)?;
-        let policy = build_policy(F, algorithm, rate, per, burst)?;
+        let anchor_at = anchor.map(|a| anchor_us(F, a)).transpose()?;
+        let policy = policies::build(F, algorithm, rate, per, burst, time_zone, anchor_at)?;
+        let (time_zone, anchor) = calendar_columns(&policy, anchor);
         if let Some(s) = store {
             parse_store(F, s)?;
         }
@@ -110,7 +128,7 @@ mod rate_limit {
         // the table store's clock, on which its rows are written (see crate::clock_shift)
         let now = TimestampWithTimeZone::try_from(crate::clock::table_now_us())
             .map_err(|_| error::bug(F, "the clock is out of the timestamp range"))?;
-        let args: [DatumWithOid<'_>; 9] = [
+        let args: [DatumWithOid<'_>; 11] = [
             name.into(),
             algorithm.name().into(),
             policy.rate().into(),
@@ -120,12 +138,14 @@ mod rate_limit {
             now.into(),
             shadow.into(),
             max_debt.into(),
+            time_zone.into(),
+            anchor.into(),
         ];
         let inserted = spi_run(
             F,
-            "INSERT INTO rate_limit.policies \
-             (name, algorithm, rate, per, burst, store, created_at, changed_at, shadow, max_debt) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9) \
+            "INSERT INTO rate_limit.policies (name, algorithm, rate, per, burst, store, created_at, \
+             changed_at, shadow, max_debt, time_zone, anchor) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10, $11) \
              ON CONFLICT (name) DO NOTHING RETURNING 1",
             &args,
         )?;
@@ -142,7 +162,8 @@ mod rate_limit {
 
     /// Changes policy `name`; NULL keeps a value. Existing buckets carry their tokens over (rounded down,
     /// capped at the new burst; a full bucket stays full; a debt stays) and refill under the new numbers
-    /// from now on. `shadow` switches shadow mode on or off, live.
+    /// from now on. `shadow` switches shadow mode on or off, live. A new `time_zone` or `anchor` of a
+    /// calendar window applies from each bucket's next window.
     #[pg_extern(volatile, parallel_unsafe, security_definer)]
     #[allow(clippy::too_many_arguments)] // SQL's named arguments, each with its default
     fn alter_policy(
@@ -153,14 +174,16 @@ mod rate_limit {
         algorithm: default!(Option<&str>, "NULL"),
         shadow: default!(Option<bool>, "NULL"),
         max_debt: default!(Option<i64>, "NULL"),
+        time_zone: default!(Option<&str>, "NULL"),
+        anchor: default!(Option<Timestamp>, "NULL"),
     ) -> Result<(), ErrorReport> {
         const F: &str = "rate_limit.alter_policy";
         let name = required(F, "name", name, "Pass the name of an existing policy.")?;
         let current: Option<StoredNumbers> = Spi::connect_mut(|client| {
             let args: [DatumWithOid<'_>; 1] = [name.into()];
             let t = client.update(
-                "SELECT algorithm, rate, per, burst, shadow, max_debt FROM rate_limit.policies \
-                     WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE",
+                "SELECT algorithm, rate, per, burst, shadow, max_debt, time_zone, anchor \
+                     FROM rate_limit.policies WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE",
                 Some(1),
                 &args,
             )?;
@@ -175,10 +198,12 @@ mod rate_limit {
                 r.get(4)?,
                 r.get(5)?,
                 r.get(6)?,
+                r.get(7)?,
+                r.get(8)?,
             )))
         })
         .map_err(|e| error::internal(F, e))?;
-        let (old_alg, old_rate, old_per, old_burst, old_shadow, old_max_debt) =
+        let (old_alg, old_rate, old_per, old_burst, old_shadow, old_max_debt, old_zone, old_anchor) =
             current.ok_or_else(|| policies::unknown(F, name))?;
         let corrupt = || error::corrupt_row(F, "rate_limit.policies has a NULL column");
         let algorithm = match algorithm {
@@ -193,7 +218,17 @@ mod rate_limit {
             (None, Algorithm::TokenBucket) => old_burst,
             (None, _) => None,
         };
-        let policy = build_policy(F, algorithm, rate, per, burst)?;
+        // a calendar keeps its zone and anchor unless given; another algorithm has neither
+        let (zone, anchor) = match algorithm {
+            Algorithm::CalendarWindow => (
+                time_zone.map(str::to_string).or(old_zone),
+                anchor.or(old_anchor),
+            ),
+            _ => (time_zone.map(str::to_string), anchor),
+        };
+        let anchor_at = anchor.map(|a| anchor_us(F, a)).transpose()?;
+        let policy = policies::build(F, algorithm, rate, per, burst, zone.as_deref(), anchor_at)?;
+        let (zone, anchor) = calendar_columns(&policy, anchor);
         let shadow = shadow.or(old_shadow).ok_or_else(corrupt)?;
         let max_debt = max_debt.or(old_max_debt).ok_or_else(corrupt)?;
         policy
@@ -203,7 +238,7 @@ mod rate_limit {
         // distributed (here: reference) table
         let changed_at = TimestampWithTimeZone::try_from(crate::clock::table_now_us())
             .map_err(|_| error::bug(F, "the clock is out of the timestamp range"))?;
-        let args: [DatumWithOid<'_>; 8] = [
+        let args: [DatumWithOid<'_>; 10] = [
             name.into(),
             algorithm.name().into(),
             policy.rate().into(),
@@ -212,11 +247,14 @@ mod rate_limit {
             changed_at.into(),
             shadow.into(),
             max_debt.into(),
+            zone.into(),
+            anchor.into(),
         ];
         spi_run(
             F,
             "UPDATE rate_limit.policies SET algorithm = $2, rate = $3, per = $4, burst = $5, \
-             changed_at = $6, shadow = $7, max_debt = $8 WHERE name OPERATOR(pg_catalog.=) $1",
+             changed_at = $6, shadow = $7, max_debt = $8, time_zone = $9, anchor = $10 \
+             WHERE name OPERATOR(pg_catalog.=) $1",
             &args,
         )?;
         Ok(())

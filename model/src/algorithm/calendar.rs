@@ -10,11 +10,13 @@
 //! from the window before (so a clamped month does not drag the next ones). The zone turns wall-clock times
 //! into instants, with PostgreSQL's rules for times that a daylight-saving change skips or repeats.
 //!
-//! A bucket's state is the count used in its window and the instant that window ends (`at`). So a stored
-//! state is read without the calendar (its window is over once `now >= at`); the calendar is needed only to
-//! open a new window, and a change of zone or anchor applies from each bucket's next window. A clock that
-//! steps back mints nothing: the count stays until the clock reads its window's end again, as a calendar
-//! quota resets when the wall clock says so.
+//! A bucket's state holds the count used in its window and the instant that window ends, packed in its
+//! level (see [`pack_calendar`]); `at` is the last instant it moved, as for every algorithm. So a stored
+//! state is read without the calendar (its window is over once `now` reaches the end); the calendar is
+//! needed only to open a new window, and a change of zone or anchor applies from each bucket's next window.
+//! Window ends are kept in whole seconds (rounded up): every zone offset is whole seconds, so only an anchor
+//! with a fraction of a second would move. A clock that steps back mints nothing: the count stays until
+//! the clock reads its window's end again, as a calendar quota resets when the wall clock says so.
 
 use std::fmt;
 
@@ -226,28 +228,50 @@ impl Calendar {
     }
 }
 
+/// Bits of a calendar window's packed level that hold its count ([`MAX_WINDOW_COUNT`] fits).
+const COUNT_BITS: u32 = 31;
+
+/// The level of a calendar window: `end_seconds << 31 | count`, where `end_seconds` is the second (since
+/// 2000-01-01 UTC, rounded up, at most 2^32 − 1: the year 2136) its window ends. Both fit in a
+/// non-negative `i64`, so a state stays two integers and its `at` the last instant it moved, as the stores
+/// expect of every algorithm.
+fn pack_calendar(end_us: i64, count: i64) -> i64 {
+    let end_s = end_us.div_euclid(1_000_000) + i64::from(end_us.rem_euclid(1_000_000) != 0);
+    (end_s.clamp(0, (1 << 32) - 1) << COUNT_BITS) | count.clamp(0, MAX_WINDOW_COUNT)
+}
+
+/// `(count, end_us)` of a packed calendar level.
+fn unpack_calendar(level: i64) -> (i64, i64) {
+    let level = level.max(0);
+    (level & MAX_WINDOW_COUNT, (level >> COUNT_BITS) * 1_000_000)
+}
+
 impl Policy {
     /// The instant the calendar window containing `t` ends. A policy rebuilt from a bucket's stored numbers
-    /// has no calendar; it only reads states (whose `at` is their window's end), and would count windows
-    /// of its nominal length from `t` if it ever had to open one.
-    fn calendar_window_end(&self, t: i64) -> i64 {
-        match &self.calendar {
-            Some(c) => c.window(t).1,
-            None => t.saturating_add(self.period_us()),
+    /// has no calendar: it reads states (whose level holds their window's end), opens a window where
+    /// [`Policy::open_until`] says, and otherwise (a clock stepped back across that end) counts a window of
+    /// its nominal length from `t`.
+    pub(super) fn calendar_window_end(&self, t: i64) -> i64 {
+        match (&self.calendar, self.open_until) {
+            (Some(c), _) => c.window(t).1,
+            (None, Some(end)) if t < end => end,
+            _ => t.saturating_add(self.period_us()),
         }
     }
 
-    /// The count used in the calendar window of `state` at `t`: 0 once that window is over.
-    fn calendar_count(state: State, t: i64) -> i64 {
-        if t < state.at {
-            state.level.max(0)
+    /// The count used in the calendar window of `state` at `t` (0 once that window is over), and the
+    /// instant the window ends when one is open.
+    fn calendar_open(state: State, t: i64) -> (i64, Option<i64>) {
+        let (count, end) = unpack_calendar(state.level);
+        if t < end && count > 0 {
+            (count, Some(end))
         } else {
-            0
+            (0, None)
         }
     }
 
-    /// The outcome of a calendar window holding `count` at `t`; `end` is its window's end when a window
-    /// is open (`count > 0`), and must be then.
+    /// The state and outcome of a calendar window holding `count` at `t`, in the window ending at `end`
+    /// when one is open (`end` is opened from the calendar when a count starts a window).
     fn calendar_outcome(
         &self,
         allowed: bool,
@@ -256,19 +280,17 @@ impl Policy {
         retry_after: Option<i64>,
         t: i64,
     ) -> Outcome {
-        let (state, reset_after) = match end {
-            Some(end) if count > 0 => (
-                State {
-                    level: count,
-                    at: end,
-                },
-                until(end.into(), t),
-            ),
-            _ => (State { level: 0, at: t }, 0),
+        let (level, reset_after) = if count > 0 {
+            let end = end.unwrap_or_else(|| self.calendar_window_end(t));
+            let level = pack_calendar(end, count);
+            // the end as stored (whole seconds), so that every reading of the state agrees
+            (level, until(unpack_calendar(level).1.into(), t))
+        } else {
+            (0, 0)
         };
         Outcome {
             allowed,
-            state,
+            state: State { level, at: t },
             remaining: (self.burst() - count).max(0),
             retry_after,
             reset_after,
@@ -277,21 +299,18 @@ impl Policy {
 
     /// [`Policy::take`] for a calendar window.
     pub(super) fn take_calendar(&self, state: State, now: i64, cost: i64) -> Outcome {
-        let count = Self::calendar_count(state, now);
+        let (count, end) = Self::calendar_open(state, now);
         let allowed = i128::from(count) + i128::from(cost) <= i128::from(self.burst());
-        let open = (count > 0).then_some(state.at);
         if !allowed {
             // a count above 0 has its window's end; a cost above the limit can never be granted
             let retry_after = if cost > self.burst() {
                 None
             } else {
-                open.map(|end| until(end.into(), now))
+                end.map(|end| until(end.into(), now))
             };
-            return self.calendar_outcome(false, count, open, retry_after, now);
+            return self.calendar_outcome(false, count, end, retry_after, now);
         }
-        let after = count + cost;
-        let end = (after > 0).then(|| open.unwrap_or_else(|| self.calendar_window_end(now)));
-        self.calendar_outcome(true, after, end, None, now)
+        self.calendar_outcome(true, count + cost, end, None, now)
     }
 
     /// [`Policy::charge`] for a calendar window: the count may reach `burst + max_debt`.
@@ -302,47 +321,31 @@ impl Policy {
         cost: i64,
         max_debt: i64,
     ) -> Outcome {
-        let count = Self::calendar_count(state, now);
+        let (count, end) = Self::calendar_open(state, now);
         let ceiling = self
             .burst()
             .saturating_add(max_debt)
             .clamp(count, MAX_WINDOW_COUNT);
         let after = count.saturating_add(cost).min(ceiling).max(count);
-        let open = (count > 0).then_some(state.at);
-        let end = (after > 0).then(|| open.unwrap_or_else(|| self.calendar_window_end(now)));
         self.calendar_outcome(true, after, end, None, now)
     }
 
     /// [`Policy::refund`] for a calendar window: the count goes down, the window stays.
     pub(super) fn refund_calendar(&self, state: State, now: i64, tokens: i64) -> State {
-        let count = Self::calendar_count(state, now);
+        let (count, end) = Self::calendar_open(state, now);
         let after = count - tokens.clamp(0, count);
-        if after > 0 {
-            State {
-                level: after,
-                at: state.at,
-            }
-        } else {
-            State { level: 0, at: now }
-        }
+        self.calendar_outcome(true, after, end, None, now).state
     }
 
     /// The tokens of a calendar window at `t` (negative in debt).
     pub(super) fn calendar_tokens(&self, state: State, t: i64) -> i64 {
-        self.burst() - Self::calendar_count(state, t)
+        self.burst() - Self::calendar_open(state, t).0
     }
 
     /// The calendar-window state holding `available` tokens at `t` (a carry-over from other numbers).
     pub(super) fn calendar_state_with(&self, available: i64, t: i64) -> State {
-        let count = self.burst() - available;
-        if count > 0 {
-            State {
-                level: count,
-                at: self.calendar_window_end(t),
-            }
-        } else {
-            State { level: 0, at: t }
-        }
+        self.calendar_outcome(true, self.burst() - available, None, None, t)
+            .state
     }
 }
 

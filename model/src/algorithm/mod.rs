@@ -8,7 +8,7 @@
 //! | `token_bucket`   | tokens in ticks (one token = `period_us` ticks)      | instant of that level          |
 //! | `fixed_window`   | tokens used in the window containing `at`            | last instant the bucket moved  |
 //! | `sliding_window` | `previous << 32 \| current`: tokens used in the window before `at`'s and in `at`'s | same |
-//! | `calendar_window`| tokens used in the open window                        | the instant that window ends   |
+//! | `calendar_window`| `end_seconds << 31 \| count`: tokens used in the open window, and when it ends | same |
 //!
 //! Fixed and sliding windows are aligned on multiples of `period_us` since PostgreSQL's epoch (2000-01-01
 //! UTC), so every server and every store agree on where a window starts. Calendar windows start at dates
@@ -124,6 +124,8 @@ pub struct Policy {
     algorithm: Algorithm,
     limit: Limit,
     calendar: Option<Calendar>,
+    /// For a calendar window known only by its numbers: the end of the window open at the call.
+    open_until: Option<i64>,
 }
 
 impl PartialEq for Policy {
@@ -204,6 +206,7 @@ impl Policy {
             algorithm,
             limit,
             calendar: None,
+            open_until: None,
         })
     }
 
@@ -223,6 +226,19 @@ impl Policy {
     /// The calendar of a calendar-window policy built with [`Policy::calendar`].
     pub fn calendar_of(&self) -> Option<&Calendar> {
         self.calendar.as_ref()
+    }
+
+    /// For a calendar window: the end of its window containing `t`; `None` for other algorithms.
+    pub fn window_end(&self, t: i64) -> Option<i64> {
+        (self.algorithm == Algorithm::CalendarWindow).then(|| self.calendar_window_end(t))
+    }
+
+    /// This policy, told that the calendar window open at the call ends at `end` (what
+    /// [`Policy::window_end`] gave the caller): how a calendar window evaluated from its numbers alone (by
+    /// the table store's SQL helper) opens its window where the calendar says.
+    pub fn open_until(mut self, end: i64) -> Policy {
+        self.open_until = Some(end);
+        self
     }
 
     /// The algorithm.

@@ -57,12 +57,12 @@ const WHERE_BUCKET: &str =
 const COLUMNS: &str = "level, updated_at, algorithm, rate, per_us, burst";
 const TAKE: &str = "UPDATE rate_limit.bucket_state SET \
      level = rate_limit.state_after_take(level, updated_at, algorithm, rate, per_us, burst, \
-                                         $3, $4, $5, $6, $7, $8, $9), \
+                                         $3, $4, $5, $6, $7, $8, $9, $10), \
      updated_at = GREATEST($8, updated_at), \
      algorithm = $3, rate = $4, per_us = $5, burst = $6 \
      WHERE namespace OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2 \
        AND rate_limit.state_after_take(level, updated_at, algorithm, rate, per_us, burst, \
-                                       $3, $4, $5, $6, $7, $8, $9) OPERATOR(pg_catalog.>=) 0 \
+                                       $3, $4, $5, $6, $7, $8, $9, $10) OPERATOR(pg_catalog.>=) 0 \
      RETURNING level, updated_at";
 const INSERT: &str = "INSERT INTO rate_limit.bucket_state \
      (namespace, key, level, updated_at, algorithm, rate, per_us, burst) \
@@ -128,7 +128,7 @@ fn prepare_plans(client: &SpiClient<'_>) -> Result<Plans, SpiError> {
         take: client
             .prepare_mut(
                 TAKE,
-                &[text, text, text, int8, int8, int8, tstz, tstz, int8],
+                &[text, text, text, int8, int8, int8, tstz, tstz, int8, tstz],
             )?
             .keep(),
         insert: client.prepare_mut(INSERT, &row)?.keep(),
@@ -325,7 +325,7 @@ fn take_one(
     for _ in 0..MAX_ATTEMPTS {
         // 1. one conditional UPDATE: granted if it returns the new state
         let now = clock::table_now_us();
-        let args: [DatumWithOid<'_>; 9] = [
+        let args: [DatumWithOid<'_>; 10] = [
             target.namespace.stored_name().into(),
             target.key.into(),
             p.algorithm().name().into(),
@@ -335,6 +335,8 @@ fn take_one(
             timestamptz(function, target.changed_at.max(0))?.into(),
             timestamptz(function, now)?.into(),
             cost.into(),
+            // a calendar window's end, from the caller's calendar; ignored by the other algorithms
+            timestamptz(function, p.window_end(now).unwrap_or(now))?.into(),
         ];
         let table = spi(function, client.select(&plans.take, None, &args))?;
         if let Some(row) = table.into_iter().next() {

@@ -32,6 +32,8 @@ struct TakeArgs {
     changed_at: i64,
     now: i64,
     cost: i64,
+    /// Where the calendar window open at `now` ends (calendar windows only; the caller's calendar says).
+    window_end: i64,
 }
 
 thread_local! {
@@ -63,7 +65,9 @@ fn level_after_take(args: TakeArgs) -> i64 {
         changed_at,
         now,
         cost,
+        window_end,
     } = args;
+    let current = current.open_until(window_end);
     let instant = now.max(stored.state.at);
     let state = current.carry_over(stored.state, &stored.policy, changed_at, instant);
     let outcome = current.take(state, instant, cost);
@@ -117,7 +121,8 @@ mod rate_limit {
     /// The level after taking `cost` tokens at `now` (the caller's clock reading) from a stored
     /// `rate_limit.bucket_state` row, carried over to the numbers of the call (`new_*`, in effect since
     /// `changed_at`), or -1 if there are not enough: the arithmetic inside the table store's conditional
-    /// UPDATE. Pure, so IMMUTABLE. Its C symbol differs from 0.3.0's (which was volatile and read the clock,
+    /// UPDATE. `window_end` is where a calendar window opened by this take ends (the caller's calendar
+    /// computes it: a row's numbers do not hold the calendar); other algorithms ignore it. Pure, so IMMUTABLE. Its C symbol differs from 0.3.0's (which was volatile and read the clock,
     /// see `superseded`).
     #[allow(clippy::too_many_arguments)] // a stored row, the call's numbers and the instant, as SQL passes them
     #[pg_extern(name = "state_after_take", immutable, parallel_safe, strict)]
@@ -135,6 +140,7 @@ mod rate_limit {
         changed_at: TimestampWithTimeZone,
         now: TimestampWithTimeZone,
         cost: i64,
+        window_end: TimestampWithTimeZone,
     ) -> Result<i64, ErrorReport> {
         const F: &str = "rate_limit.state_after_take";
         let stored = stored_row(F, level, updated_at, algorithm, rate, per_us, burst)?;
@@ -148,6 +154,7 @@ mod rate_limit {
             changed_at: changed_at.into_inner(),
             now: now.into_inner(),
             cost,
+            window_end: window_end.into_inner(),
         }))
     }
 
@@ -264,6 +271,7 @@ mod tests {
             changed_at: i64::MIN,
             now: 10,
             cost: 1,
+            window_end: 10,
         };
         let before = evaluations();
         let level = level_after_take(args);
@@ -280,6 +288,39 @@ mod tests {
         assert_eq!(evaluations() - before, 2);
         level_after_take(TakeArgs { now: 11, ..newer });
         assert_eq!(evaluations() - before, 3);
+        level_after_take(TakeArgs {
+            now: 11,
+            window_end: 20,
+            ..newer
+        });
+        assert_eq!(evaluations() - before, 4);
+    }
+
+    /// A calendar window known by its numbers alone opens its window where the caller's calendar said,
+    /// and keeps it: the stored level holds that end.
+    #[pg_test]
+    fn a_calendar_window_opens_where_the_caller_says_it_ends() {
+        const S: i64 = 1_000_000;
+        let p = Policy::new(Algorithm::CalendarWindow, 3, 86_400 * S, 3).expect("valid");
+        let now = 1_000 * S;
+        let end = 5_000 * S; // not now + a nominal day: the calendar's end
+        let args = TakeArgs {
+            stored: Stored {
+                state: p.full(0),
+                policy: p,
+            },
+            current: p,
+            changed_at: i64::MIN,
+            now,
+            cost: 2,
+            window_end: end,
+        };
+        let level = level_after_take(args);
+        let state = State { level, at: now };
+        assert_eq!(p.take(state, now, 0).remaining, 1);
+        assert_eq!(p.take(state, now, 0).reset_after, end - now);
+        assert!(!p.take(state, end - 1, 2).allowed);
+        assert!(p.take(state, end, 3).allowed);
     }
 
     /// A row written after the caller read its clock is evaluated at its own instant: no time elapsed,
@@ -300,6 +341,7 @@ mod tests {
             changed_at: i64::MIN,
             now: 1_000_000,
             cost: 1,
+            window_end: 0,
         };
         assert_eq!(level_after_take(args), -1);
         assert!(
