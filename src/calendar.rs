@@ -189,3 +189,61 @@ pub fn calendar(
         zone,
     ))
 }
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pgrx::pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    use super::*;
+
+    fn micros(query: &str) -> i64 {
+        Spi::get_one::<i64>(query)
+            .expect("the query runs")
+            .expect("a value")
+    }
+
+    /// The zones the model sees read wall clocks exactly as `AT TIME ZONE` does, including the times a
+    /// daylight-saving change skips (02:30 on 29 March in Paris) or repeats (02:30 on 25 October), and the
+    /// day Samoa skipped.
+    #[pg_test]
+    fn zones_read_wall_clocks_as_at_time_zone_does() {
+        const EPOCH: &str = "timestamp '2000-01-01'";
+        for (name, local) in [
+            ("Europe/Paris", "2026-03-29 02:30"),
+            ("Europe/Paris", "2026-10-25 02:30"),
+            ("Europe/Paris", "2026-07-01 00:00"),
+            ("America/New_York", "2026-03-08 02:15"),
+            ("Australia/Lord_Howe", "2026-04-05 01:45"),
+            ("Pacific/Apia", "2011-12-30 00:00"),
+            ("Asia/Kolkata", "2026-01-01 00:00"),
+        ] {
+            let zone = zone(name).expect("a zone PostgreSQL knows");
+            let local_us = micros(&format!(
+                "SELECT (extract(epoch FROM timestamp '{local}' - {EPOCH}) * 1000000)::bigint"
+            ));
+            let utc_us = micros(&format!(
+                "SELECT (extract(epoch FROM (timestamp '{local}' AT TIME ZONE '{name}') \
+                 - timestamptz '2000-01-01 UTC') * 1000000)::bigint"
+            ));
+            assert_eq!(zone.utc(local_us), utc_us, "{name} {local}");
+            let back = micros(&format!(
+                "SELECT (extract(epoch FROM ((timestamp '{local}' AT TIME ZONE '{name}') \
+                 AT TIME ZONE '{name}') - {EPOCH}) * 1000000)::bigint"
+            ));
+            assert_eq!(zone.local(utc_us), back, "{name} {local}");
+        }
+    }
+
+    /// A zone is named as PostgreSQL names it, and an unknown one refused (22023: see pg_regress).
+    #[pg_test]
+    fn zone_names_are_canonical_and_unknown_ones_refused() {
+        assert_eq!(
+            zone("europe/paris").map(|z| z.name.as_str()),
+            Some("Europe/Paris")
+        );
+        assert!(zone("Mars/Olympus_Mons").is_none());
+        assert!(zone("").is_none());
+        assert!(known_zone("f", "Mars/Olympus_Mons").is_err());
+    }
+}

@@ -640,4 +640,51 @@ mod tests {
             assert_eq!(figures, ["4", "0", "-1", "false", "0", "-4", "3"], "{p}");
         }
     }
+
+    /// A calendar window opens at the same end in both stores: the next first of the month at 00:00 in
+    /// Paris, as PostgreSQL's own date arithmetic says, and takes its rate from the window.
+    #[pg_test]
+    fn both_stores_open_the_same_calendar_window() {
+        for store in ["table", "memory"] {
+            let p = format!("pt_month_{store}");
+            Spi::run(&format!(
+                "SELECT rate_limit.create_policy('{p}', 3, '1 month', algorithm => 'calendar_window', \
+                 time_zone => 'Europe/Paris', store => '{store}')"
+            ))
+            .expect("policy");
+            let figures: Vec<String> = [
+                format!("SELECT remaining::text FROM rate_limit.take('{p}', 'k', 2)"),
+                format!("SELECT remaining::text FROM rate_limit.take('{p}', 'k')"),
+                format!("SELECT allowed::text FROM rate_limit.take('{p}', 'k')"),
+                // the window ends at the next first of the month in Paris, to the second
+                format!(
+                    "SELECT (abs(extract(epoch FROM clock_timestamp() + d.reset_after - \
+                       (date_trunc('month', clock_timestamp() AT TIME ZONE 'Europe/Paris') + interval '1 month') \
+                       AT TIME ZONE 'Europe/Paris')) < 1)::text \
+                     FROM rate_limit.peek('{p}', 'k') AS d"
+                ),
+                format!(
+                    "SELECT (d.retry_after = d.reset_after)::text FROM rate_limit.take('{p}', 'k') AS d"
+                ),
+                format!("SELECT tokens::text FROM rate_limit.buckets WHERE policy = '{p}'"),
+                format!("SELECT algorithm FROM rate_limit.buckets WHERE policy = '{p}'"),
+            ]
+            .iter()
+            .map(|q| text(q).unwrap_or_default())
+            .collect();
+            assert_eq!(
+                figures,
+                [
+                    "1",
+                    "0",
+                    "false",
+                    "true",
+                    "true",
+                    "0.000000",
+                    "calendar_window"
+                ],
+                "{store}"
+            );
+        }
+    }
 }
