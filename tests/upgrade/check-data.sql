@@ -1,6 +1,6 @@
 -- After ALTER EXTENSION rate_limit UPDATE: every policy and every table-store bucket is still there, with
 -- the same numbers, and the API reports the same tokens; policies get 0.4.0's settings at their defaults
--- (enforced, no debt). Fails (ON_ERROR_STOP) on the first difference.
+-- (enforced, no debt, no calendar). Fails (ON_ERROR_STOP) on the first difference.
 DO $$
 DECLARE
     missing bigint;
@@ -18,6 +18,9 @@ BEGIN
     END IF;
     IF EXISTS (SELECT FROM rate_limit.policies WHERE shadow OR max_debt <> 0) THEN
         RAISE EXCEPTION 'an upgraded policy is in shadow mode or allows debt';
+    END IF;
+    IF EXISTS (SELECT FROM rate_limit.policies WHERE time_zone IS NOT NULL OR anchor IS NOT NULL) THEN
+        RAISE EXCEPTION 'an upgraded policy has a calendar';
     END IF;
     SELECT count(*) INTO missing FROM (SELECT * FROM public.expected_buckets
                                        EXCEPT SELECT * FROM rate_limit.bucket_state) AS d;
