@@ -82,6 +82,20 @@ SELECT rate_limiting_request(NULL);
 SELECT * FROM rate_limit.take('nope', 'k');
 SELECT * FROM rate_limit.take('api', 'k', -1);
 
+--@ block reference-calendar
+--@ hide
+SELECT rate_limit.create_policy('monthly', 3, '1 month', algorithm => 'calendar_window',
+                                time_zone => 'Europe/Paris', anchor => '2026-01-15 00:00');
+SELECT name, algorithm, per, time_zone, anchor FROM rate_limit.policies WHERE name = 'monthly';
+SELECT allowed, remaining FROM rate_limit.take('monthly', 'tenant_9', 3);
+-- denied until the next 15th at 00:00 in Paris
+SELECT allowed,
+       clock_timestamp() + retry_after - (
+         SELECT min(d) FROM generate_series(timestamp '2026-01-15', '2100-01-15', interval '1 month') AS d
+         WHERE (d AT TIME ZONE 'Europe/Paris') > clock_timestamp()) AT TIME ZONE 'Europe/Paris'
+         < interval '1 second' AS until_the_next_15th
+FROM rate_limit.take('monthly', 'tenant_9');
+
 --@ block reference-shadow
 --@ hide
 SELECT rate_limit.create_policy('search_v2', 2, '1 hour', shadow => true);

@@ -19,3 +19,15 @@ SELECT floor(tokens) AS tokens FROM rate_limit.buckets WHERE policy = 'bytes_out
 SELECT allowed, ceil(extract(epoch FROM retry_after) / 60) AS retry_minutes FROM rate_limit.take('bytes_out', 'client_9');
 SELECT allowed, remaining FROM rate_limit.charge('bytes_out', 'client_9', 50000);
 SELECT floor(tokens) AS tokens FROM rate_limit.buckets WHERE policy = 'bytes_out';
+
+--@ block semantics-calendar
+--@ hide
+SELECT rate_limit.create_policy('daily_tokyo', 2, '1 day', algorithm => 'calendar_window',
+                                time_zone => 'Asia/Tokyo');
+SELECT allowed, remaining FROM rate_limit.take('daily_tokyo', 'k', 2);
+-- denied until midnight in Tokyo
+SELECT allowed,
+       clock_timestamp() + retry_after
+         - (date_trunc('day', clock_timestamp() AT TIME ZONE 'Asia/Tokyo') + interval '1 day') AT TIME ZONE 'Asia/Tokyo'
+         < interval '1 second' AS until_midnight_in_tokyo
+FROM rate_limit.take('daily_tokyo', 'k');

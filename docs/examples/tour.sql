@@ -21,6 +21,11 @@ SELECT rate_limit.headers(d) FROM rate_limit.take('api', 'alice') AS d;
 --@ hide
 SELECT rate_limit.create_policy('per_org', rate => 1000, per => '1 hour');
 SELECT allowed, policy FROM rate_limit.take_many(ARRAY['api', 'per_org'], ARRAY['alice', 'acme']);
+--@ block tour-monthly
+--@ hide
+SELECT rate_limit.create_policy('monthly', rate => 10000, per => '1 month',
+                                algorithm => 'calendar_window', time_zone => 'Europe/Paris');
+SELECT allowed, remaining FROM rate_limit.take('monthly', 'acme');
 --@ block tour-ad-hoc
 --@ hide
 SELECT allowed FROM rate_limit.take_ad_hoc('ip:203.0.113.7', rate => 100, per => '1 minute');
@@ -28,7 +33,7 @@ SET rate_limit.store = 'memory';
 SELECT rate_limiting_request('user1', 2, 60);
 --@ block tour-buckets
 SELECT kind, policy, key, floor(tokens) AS tokens, "limit", store
-FROM rate_limit.buckets ORDER BY store, kind, key;
+FROM rate_limit.buckets ORDER BY store, kind, key, policy;
 
 -- deletes the buckets that are full now: a missing bucket is a full one
 SELECT rate_limit.purge();
