@@ -77,6 +77,10 @@ ROWS = [
     ("memory", "take_random", "`take(policy, key)` in `FROM`, random keys"),
     ("memory", "take_select_random", "`(take(policy, key)).allowed` in the select list, random keys"),
     ("memory", "multi3_random", "`take_many`, 3 policies, random keys"),
+    ("memory", "charge_hot", "`charge(policy, key, 1)`, hot key (in debt at its floor)"),
+    ("memory", "charge_random", "`charge(policy, key, 1)`, random keys"),
+    ("memory", "calendar_hot", "`take` of a monthly calendar quota (Europe/Paris), hot key"),
+    ("memory", "calendar_random", "`take` of a monthly calendar quota (Europe/Paris), random keys"),
     ("table", "request_hot", "`rate_limiting_request`, hot key"),
     ("table", "request_random", "`rate_limiting_request`, random keys"),
     ("table", "take_hot", "`take(policy, key)` in `FROM`, hot key"),
@@ -142,6 +146,20 @@ goal("table, grants (`rate_limiting_request`, random keys) ≥ 1.25× the PL/pgS
      ratios(32, ("request_random", "table"), ("baseline_random", "table")), 1.25)
 goal("table, 3-policy take ≥ 0.5× a single take (32 clients)", [],
      ratios(32, ("multi3_random", "table"), ("take_random", "table")), None, 0.5)
+print("\n## Goals (issue 18: the new calls, memory store)\n")
+print("| goal | 8 clients | 32 clients | met |")
+print("| --- | ---: | ---: | --- |")
+for scenario, label in (("charge", "`charge`"), ("calendar", "calendar-window `take`")):
+    for shape, keys in (("hot", "hot key"), ("random", "random keys")):
+        v8, v32 = ratios(8, (f"{scenario}_{shape}", "memory")), ratios(32, (f"{scenario}_{shape}", "memory"))
+        met = "yes" if summary(v8)[0] >= 0.85 else "no"
+        print(f"| memory, {label}, {keys} ≥ 0.85× `SELECT 1` at 8 clients | {fmt(v8)} | {fmt(v32)} | {met} |")
+        t8 = ratios(8, (f"{scenario}_{shape}", "memory"), (f"take_{shape}", "memory"))
+        t32 = ratios(32, (f"{scenario}_{shape}", "memory"), (f"take_{shape}", "memory"))
+        print(f"| the same, as a ratio to `take(policy, key)`, {keys} (no goal) | {fmt(t8)} | {fmt(t32)} | – |")
+print()
+print("| goal (issue 9) | 8 clients | 32 clients | met |")
+print("| --- | ---: | ---: | --- |")
 print(f"| memory per bucket ≤ 128 bytes | {bytes_per_bucket} bytes ({slot_bytes}-byte slots, "
       f"{total_bytes / 2**20:.0f} MiB for {max_buckets:,} buckets) | | {'yes' if bytes_per_bucket <= 128 else 'no'} |")
 
@@ -151,7 +169,7 @@ with open(os.path.join(out_dir, "chart.dat"), "w") as f:
     f.write("# label\tm8\tlo8\thi8\tm32\tlo32\thi32\n")
     for store, scenario, _ in CHART:
         short = {"request": "request", "take": "take", "take_select": "take (select list)", "multi3": "3 policies",
-                 "baseline": "PL/pgSQL"}
+                 "baseline": "PL/pgSQL", "charge": "charge", "calendar": "monthly quota"}
         name, shape = scenario.rsplit("_", 1)
         label = f"{store}: {short[name]}, {'hot' if shape == 'hot' else 'random'}"
         row = [label]

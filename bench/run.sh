@@ -4,7 +4,7 @@
 # PL/pgSQL baseline (bench/baseline.sql) for table-store grants. Writes bench/RESULTS.md and the chart
 # bench/results.svg (gnuplot), from bench/out/raw.tsv (one line per pgbench round).
 #
-#   bench/run.sh                                  (about 25 minutes: a release build, then 14 scenarios × 2
+#   bench/run.sh                                  (about 30 minutes: a release build, then 18 scenarios × 2
 #                                                  client counts × BENCH_ROUNDS rounds of BENCH_SECONDS s)
 #   BENCH_ROUNDS=5 BENCH_SECONDS=5 bench/run.sh
 #   BENCH_HUGE_PAGES=1 bench/run.sh               the server's shared memory on huge pages (as root: sets
@@ -69,6 +69,11 @@ psql_at bench "$PORT" -d bench -q -c "CREATE EXTENSION rate_limit" -f bench/base
   -c "SELECT rate_limit.create_policy('bench', 2, '1 second', 120)" \
   -c "SELECT rate_limit.create_policy('bench_b', 20, '1 second', 1200)" \
   -c "SELECT rate_limit.create_policy('bench_c', 200, '1 second', 12000)" \
+  -c "SELECT rate_limit.create_policy('bench_charge', 2, '1 second', 120, store => 'memory', max_debt => 1000)" \
+  -c "SELECT rate_limit.create_policy('bench_month', 120, '1 month', algorithm => 'calendar_window',
+        time_zone => 'Europe/Paris', store => 'memory')" \
+  -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.charge('bench_charge', 'key' || g, 1) d" \
+  -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.take('bench_month', 'key' || g) d" \
   -c "SELECT count(baseline_rate_limiting_request('key' || g, 2, 60)) FROM generate_series(1, 100000) g" \
   -c "SELECT baseline_rate_limiting_request('hot', 2, 60)"  # the baseline raises unique_violation when two
   #                                                           sessions create one key: create it beforehand
@@ -103,6 +108,10 @@ SCENARIOS=(
   "baseline_hot table baseline_hot.sql"
   "baseline_random table baseline_random.sql"
   "take_select_random memory take_select_random.sql"
+  "charge_hot memory charge_hot.sql"
+  "charge_random memory charge_random.sql"
+  "calendar_hot memory calendar_hot.sql"
+  "calendar_random memory calendar_random.sql"
 )
 PGBENCH="$(pg_bindir bench)/pgbench"
 : >"$RAW"

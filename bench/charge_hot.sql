@@ -1,0 +1,1 @@
+SELECT allowed FROM rate_limit.charge('bench_charge', 'hot', 1);
