@@ -14,7 +14,8 @@ SELECT rate_limit.create_policy('weekly', 50, '1 week', algorithm => 'calendar_w
 SELECT rate_limit.create_policy('daily', 20, '1 day', algorithm => 'calendar_window', time_zone => 'asia/tokyo');
 SELECT rate_limit.create_policy('yearly', 5, '1 year', algorithm => 'calendar_window');
 -- the zone is stored as PostgreSQL names it; a NULL anchor is the start of the unit
-SELECT name, algorithm, rate, per, time_zone, anchor FROM rate_limit.policies ORDER BY name;
+SELECT name, algorithm, rate, per, time_zone, anchor FROM rate_limit.policies
+WHERE algorithm = 'calendar_window' ORDER BY name;
 
 SELECT allowed, remaining FROM rate_limit.take('billing', 'customer_1', 2);
 SELECT allowed, remaining FROM rate_limit.take('billing', 'customer_1');
