@@ -10,9 +10,9 @@ use std::ffi::{CStr, CString};
 use pgrx::datum::Interval;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::pg_sys::{self};
-use pgrx::PgSqlErrorCode;
 
 use crate::algorithm::{Calendar, Step, Zone};
+use crate::error;
 
 /// The zone used when a calendar-window policy names none.
 pub const DEFAULT_ZONE: &str = "UTC";
@@ -124,19 +124,10 @@ fn zone(name: &str) -> Option<&'static PgZone> {
     Some(zone)
 }
 
-fn invalid(function: &'static str, message: String, hint: &str) -> ErrorReport {
-    ErrorReport::new(
-        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-        message,
-        function,
-    )
-    .set_hint(hint.to_string())
-}
-
 /// The step of a calendar window's `per`: whole months or whole days.
 pub fn step(function: &'static str, per: Interval) -> Result<Step, ErrorReport> {
     Step::of_interval(per.months(), per.days(), per.micros()).ok_or_else(|| {
-        invalid(
+        error::invalid_value(
             function,
             format!("a calendar window's per must be whole months or whole days, got {per}"),
             "Use interval '1 day', '1 week', '1 month', '3 months' or '1 year'; for shorter windows use \
@@ -148,7 +139,7 @@ pub fn step(function: &'static str, per: Interval) -> Result<Step, ErrorReport> 
 /// The zone called `name`, or 22023.
 fn known_zone(function: &'static str, name: &str) -> Result<&'static PgZone, ErrorReport> {
     zone(name).ok_or_else(|| {
-        invalid(
+        error::invalid_value(
             function,
             format!("unknown time zone \"{name}\""),
             "Use a name from pg_timezone_names, e.g. 'Europe/Paris' or 'UTC'.",
@@ -164,7 +155,7 @@ pub fn anchor_us(
 ) -> Result<i64, ErrorReport> {
     let us = anchor.into_inner();
     if us == i64::MAX || us == i64::MIN || us % 1_000_000 != 0 {
-        return Err(invalid(
+        return Err(error::invalid_value(
             function,
             "a calendar window's anchor must be a finite timestamp in whole seconds".into(),
             "Pass the wall-clock start of one window, e.g. timestamp '2026-01-15 00:00'.",

@@ -19,6 +19,16 @@ pub fn null_argument(function: &'static str, argument: &str, hint: &str) -> Erro
     .set_hint(hint.to_string())
 }
 
+/// 22023: an argument that is not valid, with what is wrong (`message`) and what to pass (`hint`).
+pub fn invalid_value(function: &'static str, message: String, hint: &str) -> ErrorReport {
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+        message,
+        function,
+    )
+    .set_hint(hint.to_string())
+}
+
 /// 22023: a number outside its valid range.
 pub fn out_of_range(
     function: &'static str,

@@ -56,15 +56,6 @@ pub(super) fn take_policy(
     )
 }
 
-fn invalid(function: &'static str, message: String, hint: &str) -> ErrorReport {
-    ErrorReport::new(
-        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-        message,
-        function,
-    )
-    .set_hint(hint.to_string())
-}
-
 /// Several (policy, key) pairs, validated: 1 to [`MAX_TARGETS`] policies, one key for all or one per
 /// policy, no NULLs, no pair twice, one store.
 fn take_pairs(
@@ -89,7 +80,7 @@ fn take_pairs(
     })?;
     let cost = cost_arg(function, cost)?;
     if names.is_empty() || names.len() > MAX_TARGETS {
-        return Err(invalid(
+        return Err(error::invalid_value(
             function,
             format!(
                 "policies must name 1 to {MAX_TARGETS} policies, got {}",
@@ -99,7 +90,7 @@ fn take_pairs(
         ));
     }
     if keys.len() != 1 && keys.len() != names.len() {
-        return Err(invalid(
+        return Err(error::invalid_value(
             function,
             format!(
                 "keys must hold one key, or one key per policy ({}), got {}",
@@ -124,7 +115,7 @@ fn take_pairs(
         .collect();
     for (i, t) in targets.iter().enumerate() {
         if targets[..i].iter().any(|o| o.same_bucket(t)) {
-            return Err(invalid(
+            return Err(error::invalid_value(
                 function,
                 format!(
                     "policy \"{}\" is named twice for key \"{}\"",
