@@ -8,6 +8,8 @@
 //! - a memory-store call that is not delegated to the key's node is refused with 0A000, and the bucket
 //!   exists in exactly one node's memory;
 //! - `take_many` over keys on both workers is all or nothing, and a ROLLBACK gives both back;
+//! - a monthly calendar quota taken from every node grants exactly its rate, in both stores, and its window
+//!   ends at the next first of the month in the policy's zone;
 //! - policies changed on the coordinator are used by the next call on every node;
 //! - `limit_writes` on a table of the coordinator limits rows by keys that live on the workers, and on a
 //!   distributed table colocated with the state table, written from every node;
@@ -408,6 +410,53 @@ fn a_worker_down_fails_its_keys_with_class_08_and_spares_the_others() {
         .expect("worker 2 back")
         .get(0);
     assert_eq!(remaining, 4);
+}
+
+/// A calendar quota taken from every node: exactly its rate is granted, in both stores, and its window ends
+/// at the next first of the month in the policy's zone, as the worker that holds the key computes it.
+#[test]
+fn a_monthly_quota_taken_from_every_node_grants_its_rate_once() {
+    let Some(nodes) = cluster() else { return };
+    let mut c = connect(&nodes[0]);
+    for store in ["table", "memory"] {
+        let policy = fresh_name(&format!("month_{store}"));
+        c.execute(
+            "SELECT rate_limit.create_policy($1, 5, '1 month', algorithm => 'calendar_window', \
+               time_zone => 'America/Sao_Paulo', store => $2)",
+            &[&policy, &store],
+        )
+        .expect("policy");
+        let key = key_on_worker(&mut c, nodes, 1, &fresh_name("tenant"));
+        let granted = (0..9)
+            .filter(|i| {
+                connect(&nodes[i % nodes.len()])
+                    .query_one(
+                        "SELECT allowed FROM rate_limit.take($1, $2)",
+                        &[&policy, &key],
+                    )
+                    .expect("take")
+                    .get::<_, bool>(0)
+            })
+            .count();
+        assert_eq!(
+            granted, 5,
+            "{store}: a quota of 5, asked 9 times from three nodes"
+        );
+        let ends_at_the_first: bool = connect(&nodes[2])
+            .query_one(
+                "SELECT abs(extract(epoch FROM clock_timestamp() + d.retry_after - \
+                   (date_trunc('month', clock_timestamp() AT TIME ZONE 'America/Sao_Paulo') + interval '1 month') \
+                   AT TIME ZONE 'America/Sao_Paulo')) < 1 \
+                 FROM rate_limit.take($1, $2) AS d",
+                &[&policy, &key],
+            )
+            .expect("take")
+            .get(0);
+        assert!(
+            ends_at_the_first,
+            "{store}: denied until the first of next month in São Paulo"
+        );
+    }
 }
 
 #[test]
