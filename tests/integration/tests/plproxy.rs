@@ -6,7 +6,8 @@
 //!   an older version, it leaves none of the older signatures;
 //! - a key hammered through the router by many connections is exact, and its bucket lives on the one
 //!   partition its hash names;
-//! - policies made, changed and dropped through the router are so on every partition;
+//! - policies made, changed and dropped through the router are so on every partition, calendar quotas with
+//!   their zone and anchor too;
 //! - the router's `stats`, `top_limited` and `buckets` merge the partitions';
 //! - a partition's own errors keep their SQLSTATE; `take_many` over keys of two partitions is 0A000;
 //! - a partition that is down: keys on the other one are served; on a `fail_closed` router its keys fail
@@ -200,6 +201,53 @@ fn setting_up_again_leaves_no_signature_of_an_older_router() {
     .expect("create_policy resolves to one function");
     r.execute("SELECT rate_limit.drop_policy($1)", &[&name])
         .expect("drop_policy");
+}
+
+/// A calendar quota made and changed through the router, with the arguments added in 0.4.0 by name: every
+/// partition has it, and a key on either partition gets exactly its quota.
+#[test]
+fn a_calendar_quota_is_made_on_every_partition_through_the_router() {
+    let Some((_one, servers)) = router() else {
+        return;
+    };
+    let mut r = connect(&servers[0], ROUTER);
+    let policy = fresh_name("monthly");
+    r.query(
+        "SELECT rate_limit.create_policy($1, 2, '1 month', algorithm => 'calendar_window', \
+           time_zone => 'europe/paris', anchor => '2026-01-15 00:00')",
+        &[&policy],
+    )
+    .expect("create");
+    r.query(
+        "SELECT rate_limit.alter_policy($1, time_zone => 'Asia/Tokyo')",
+        &[&policy],
+    )
+    .expect("alter");
+    for server in &servers[1..] {
+        let (zone, anchor): (String, String) = {
+            let row = connect(server, PARTITION)
+                .query_one(
+                    "SELECT time_zone, anchor::text FROM rate_limit.policies WHERE name = $1",
+                    &[&policy],
+                )
+                .expect("the policy is on every partition");
+            (row.get(0), row.get(1))
+        };
+        assert_eq!(
+            (zone.as_str(), anchor.as_str()),
+            ("Asia/Tokyo", "2026-01-15 00:00:00")
+        );
+    }
+    for key in [key_on(&mut r, 0, "c"), key_on(&mut r, 1, "d")] {
+        let granted: i64 = r
+            .query_one(
+                "SELECT count(*) FILTER (WHERE (rate_limit.take($1, $2)).allowed) FROM generate_series(1, 3)",
+                &[&policy, &key],
+            )
+            .expect("takes")
+            .get(0);
+        assert_eq!(granted, 2, "{key}: a quota of 2");
+    }
 }
 
 #[test]
