@@ -45,9 +45,10 @@ pub fn window_seconds(p: &Policy) -> i128 {
                     / i128::from(p.rate());
             ceil_seconds(refill_us).max(1)
         }
-        Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::CalendarWindow => {
-            ceil_seconds(i128::from(p.period_us())).max(1)
-        }
+        Algorithm::FixedWindow
+        | Algorithm::SlidingWindow
+        | Algorithm::CalendarWindow
+        | Algorithm::Concurrency => ceil_seconds(i128::from(p.period_us())).max(1),
     }
 }
 

@@ -46,6 +46,7 @@ impl Policy {
             Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::CalendarWindow => {
                 MAX_WINDOW_COUNT - self.burst()
             }
+            Algorithm::Concurrency => 0,
         }
     }
 
@@ -95,6 +96,8 @@ impl Policy {
                 self.window_outcome(true, previous, after, None, t)
             }
             Algorithm::CalendarWindow => self.charge_calendar(state, now, cost, max_debt),
+            // leases are acquired, not charged: a charge reports the slot
+            Algorithm::Concurrency => self.slot_outcome(state, now),
         }
     }
 }

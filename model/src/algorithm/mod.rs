@@ -24,10 +24,12 @@ use std::fmt;
 
 pub mod calendar;
 mod charge;
+pub mod lease;
 pub mod token_bucket;
 
 pub use calendar::{Calendar, Step, Zone};
 pub use charge::DebtError;
+pub use lease::{leases_outcome, MAX_LEASES};
 
 use token_bucket::{Bucket, Limit, LimitError, Take};
 
@@ -46,15 +48,19 @@ pub enum Algorithm {
     SlidingWindow,
     /// `rate` tokens per window of a calendar (days, weeks, months, years in a time zone).
     CalendarWindow,
+    /// At most `rate` leases held at once, each expiring `period_us` after it was acquired (see [`lease`]):
+    /// a bucket of this algorithm is one lease slot.
+    Concurrency,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order the documentation lists them.
-    pub const ALL: [Algorithm; 4] = [
+    pub const ALL: [Algorithm; 5] = [
         Algorithm::TokenBucket,
         Algorithm::FixedWindow,
         Algorithm::SlidingWindow,
         Algorithm::CalendarWindow,
+        Algorithm::Concurrency,
     ];
 
     /// The SQL name: `token_bucket`, `fixed_window`, `sliding_window` or `calendar_window`.
@@ -64,6 +70,7 @@ impl Algorithm {
             Algorithm::FixedWindow => "fixed_window",
             Algorithm::SlidingWindow => "sliding_window",
             Algorithm::CalendarWindow => "calendar_window",
+            Algorithm::Concurrency => "concurrency",
         }
     }
 
@@ -79,6 +86,7 @@ impl Algorithm {
             Algorithm::FixedWindow => 1,
             Algorithm::SlidingWindow => 2,
             Algorithm::CalendarWindow => 3,
+            Algorithm::Concurrency => 4,
         }
     }
 
@@ -97,6 +105,8 @@ pub enum PolicyError {
     WindowBurstNotRate,
     /// A window algorithm's rate is above [`MAX_WINDOW_COUNT`].
     WindowTooLarge,
+    /// A concurrency policy allows more than [`MAX_LEASES`] leases per key.
+    TooManyLeases,
 }
 
 impl fmt::Display for PolicyError {
@@ -110,6 +120,9 @@ impl fmt::Display for PolicyError {
                 f,
                 "a window algorithm counts at most {MAX_WINDOW_COUNT} tokens per window"
             ),
+            PolicyError::TooManyLeases => {
+                write!(f, "a concurrency policy allows at most {MAX_LEASES} leases per key")
+            }
         }
     }
 }
@@ -202,6 +215,9 @@ impl Policy {
                 return Err(PolicyError::WindowTooLarge);
             }
         }
+        if algorithm == Algorithm::Concurrency && rate > MAX_LEASES {
+            return Err(PolicyError::TooManyLeases);
+        }
         Ok(Policy {
             algorithm,
             limit,
@@ -268,9 +284,10 @@ impl Policy {
                 level: self.limit.full_level(),
                 at: now,
             },
-            Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::CalendarWindow => {
-                State { level: 0, at: now }
-            }
+            Algorithm::FixedWindow
+            | Algorithm::SlidingWindow
+            | Algorithm::CalendarWindow
+            | Algorithm::Concurrency => State { level: 0, at: now },
         }
     }
 
@@ -292,7 +309,7 @@ impl Policy {
                     _ => (0, 0),
                 }
             }
-            Algorithm::TokenBucket | Algorithm::CalendarWindow => (0, 0),
+            Algorithm::TokenBucket | Algorithm::CalendarWindow | Algorithm::Concurrency => (0, 0),
         }
     }
 
@@ -310,6 +327,8 @@ impl Policy {
             Algorithm::TokenBucket => self.take_token_bucket(state, now, cost),
             Algorithm::FixedWindow | Algorithm::SlidingWindow => self.take_window(state, now, cost),
             Algorithm::CalendarWindow => self.take_calendar(state, now, cost),
+            // a slot is taken only with a lease id (`acquire_slot`): any take reports it
+            Algorithm::Concurrency => self.slot_outcome(state, now),
         }
     }
 
@@ -460,6 +479,7 @@ impl Policy {
                 (i128::from(self.burst()) * period - used, period)
             }
             Algorithm::CalendarWindow => (i128::from(self.calendar_tokens(state, now)), 1),
+            Algorithm::Concurrency => (i128::from(self.slot_outcome(state, now).remaining), 1),
         }
     }
 
@@ -498,6 +518,8 @@ impl Policy {
                 State { level, at: t }
             }
             Algorithm::CalendarWindow => self.refund_calendar(state, now, tokens),
+            // a lease is given back by releasing it
+            Algorithm::Concurrency => state,
         }
     }
 
@@ -545,6 +567,9 @@ impl Policy {
                     at: t,
                 }
             }
+            // a slot keeps its lease (which expires when it was granted to) under new numbers
+            Algorithm::Concurrency if stored_policy.algorithm == Algorithm::Concurrency => stored,
+            Algorithm::Concurrency => self.full(t),
             Algorithm::CalendarWindow => {
                 let available = num.div_euclid(den).clamp(
                     i128::from(self.burst() - MAX_WINDOW_COUNT),
