@@ -27,13 +27,19 @@ DO $$
 BEGIN
     CREATE TYPE rate_limit.decision AS (
         allowed boolean, remaining bigint, "limit" bigint, retry_after interval, reset_after interval,
-        policy text, shadow_denied boolean);
+        policy text, shadow_denied boolean, lease bigint);
 EXCEPTION WHEN duplicate_object THEN
-    -- a router set up for 0.3.0: the decision of 0.4.0 reports would-be denials of shadow mode
+    -- a router set up for 0.3.0: the decision of 0.4.0 reports would-be denials of shadow mode, and the
+    -- lease an acquire got
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_attribute
                    WHERE attrelid OPERATOR(pg_catalog.=) 'rate_limit.decision'::pg_catalog.regclass
                      AND attname OPERATOR(pg_catalog.=) 'shadow_denied' AND NOT attisdropped) THEN
         ALTER TYPE rate_limit.decision ADD ATTRIBUTE shadow_denied boolean;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_attribute
+                   WHERE attrelid OPERATOR(pg_catalog.=) 'rate_limit.decision'::pg_catalog.regclass
+                     AND attname OPERATOR(pg_catalog.=) 'lease' AND NOT attisdropped) THEN
+        ALTER TYPE rate_limit.decision ADD ATTRIBUTE lease bigint;
     END IF;
 END
 $$;
@@ -97,25 +103,29 @@ VALUES
   ('reset_request', 'rate_limit', 'id text', 'id', 'boolean', 'hashtext(id)', 'owner', NULL),
   ('take', 'rate_limit', 'policy text, key text, cost integer DEFAULT 1', 'policy, key, cost',
    'rate_limit.decision', 'hashtext(key)', 'take',
-   'ROW(true, NULL, NULL, interval ''0'', NULL, policy, false)::rate_limit.decision'),
+   'ROW(true, NULL, NULL, interval ''0'', NULL, policy, false, NULL)::rate_limit.decision'),
   ('peek', 'rate_limit', 'policy text, key text', 'policy, key', 'rate_limit.decision', 'hashtext(key)',
    'read', NULL),
   ('wait', 'rate_limit', 'policy text, key text, cost integer DEFAULT 1, timeout interval DEFAULT NULL',
    'policy, key, cost, timeout', 'rate_limit.decision', 'hashtext(key)', 'take',
-   'ROW(true, NULL, NULL, interval ''0'', NULL, policy, false)::rate_limit.decision'),
+   'ROW(true, NULL, NULL, interval ''0'', NULL, policy, false, NULL)::rate_limit.decision'),
   ('charge', 'rate_limit', 'policy text, key text, cost bigint', 'policy, key, cost', 'rate_limit.decision',
-   'hashtext(key)', 'take', 'ROW(true, NULL, NULL, interval ''0'', NULL, policy, false)::rate_limit.decision'),
+   'hashtext(key)', 'take', 'ROW(true, NULL, NULL, interval ''0'', NULL, policy, false, NULL)::rate_limit.decision'),
+  ('acquire', 'rate_limit', 'policy text, key text', 'policy, key', 'rate_limit.decision', 'hashtext(key)', 'take',
+   'ROW(true, NULL, NULL, interval ''0'', NULL, policy, false, NULL)::rate_limit.decision'),
+  ('release', 'rate_limit', 'policy text, key text, lease bigint', 'policy, key, lease', 'boolean', 'hashtext(key)',
+   'read', NULL),
   ('refund', 'rate_limit', 'policy text, key text, tokens bigint', 'policy, key, tokens',
    'rate_limit.decision', 'hashtext(key)', 'owner', NULL),
   ('reset', 'rate_limit', 'policy text, key text', 'policy, key', 'boolean', 'hashtext(key)', 'owner', NULL),
   ('take_ad_hoc', 'rate_limit',
    'key text, rate bigint, per interval, burst bigint DEFAULT NULL, cost integer DEFAULT 1',
    'key, rate, per, burst, cost', 'rate_limit.decision', 'hashtext(key)', 'take',
-   'ROW(true, NULL, NULL, interval ''0'', NULL, NULL, false)::rate_limit.decision'),
+   'ROW(true, NULL, NULL, interval ''0'', NULL, NULL, false, NULL)::rate_limit.decision'),
   ('reset_ad_hoc', 'rate_limit', 'key text', 'key', 'boolean', 'hashtext(key)', 'owner', NULL),
   ('take_many', 'rate_limit', 'policies text[], keys text[], cost integer DEFAULT 1', 'policies, keys, cost',
    'rate_limit.decision', 'rate_limit_router.first_key_hash(keys)', 'take',
-   'ROW(true, NULL, NULL, interval ''0'', NULL, policies[1], false)::rate_limit.decision'),
+   'ROW(true, NULL, NULL, interval ''0'', NULL, policies[1], false, NULL)::rate_limit.decision'),
   ('headers', 'rate_limit', 'decision rate_limit.decision, policy text DEFAULT NULL', 'decision, policy',
    'jsonb', 'ANY', 'read', NULL),
   ('create_policy', 'rate_limit',

@@ -37,17 +37,19 @@ CREATE TYPE rate_limit.decision AS (
     retry_after interval,  -- when denied: time until the cost could be granted; NULL if allowed or never
     reset_after interval,  -- time until the reported bucket is full again
     policy      text,      -- the reported policy: the violated one when denied; NULL for ad-hoc limits
-    shadow_denied boolean  -- a limit in shadow mode would have denied this (allowed) call; it is reported
+    shadow_denied boolean, -- a limit in shadow mode would have denied this (allowed) call; it is reported
+    lease       bigint     -- the lease an acquire got (concurrency policies), for release; NULL otherwise
 );
 COMMENT ON TYPE rate_limit.decision IS
-    'Result of rate_limit.take / take_many / take_ad_hoc / peek / wait / charge / refund: allowed, remaining, limit, retry_after, reset_after, policy, shadow_denied';
+    'Result of rate_limit.take / take_many / take_ad_hoc / peek / wait / charge / refund / acquire: allowed, remaining, limit, retry_after, reset_after, policy, shadow_denied, lease';
 
 -- Named policies. Readable by everyone, written only through rate_limit.create_policy / alter_policy /
 -- drop_policy (owner only). An extension configuration table: pg_dump dumps its rows.
 CREATE TABLE rate_limit.policies (
     name       text COLLATE "C" PRIMARY KEY,
     algorithm  text        NOT NULL
-               CHECK (algorithm IN ('token_bucket', 'fixed_window', 'sliding_window', 'calendar_window')),
+               CHECK (algorithm IN ('token_bucket', 'fixed_window', 'sliding_window', 'calendar_window',
+                                    'concurrency')),
     rate       bigint      NOT NULL CHECK (rate >= 1),
     per        interval    NOT NULL CHECK (per > interval '0'),
     burst      bigint      NOT NULL CHECK (burst >= 1),

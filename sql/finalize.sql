@@ -36,7 +36,9 @@ CREATE TRIGGER policies_truncated
 -- 28 bytes end with an ellipsis.
 CREATE VIEW rate_limit.buckets AS
 SELECT CASE s.namespace WHEN '#request' THEN 'request' WHEN '#ad_hoc' THEN 'ad_hoc' ELSE 'policy' END AS kind,
-       CASE WHEN s.namespace IN ('#request', '#ad_hoc') THEN NULL ELSE s.namespace END AS policy,
+       -- a concurrency policy's lease slots are namespaced policy || chr(31) || slot: named by their policy
+       CASE WHEN s.namespace IN ('#request', '#ad_hoc') THEN NULL ELSE split_part(s.namespace, chr(31), 1) END
+         AS policy,
        s.key,
        rate_limit.state_tokens(s.level, s.updated_at, s.algorithm, s.rate, s.per_us, s.burst,
                                clock_timestamp() - rate_limit.clock_shift()) AS tokens,
@@ -137,6 +139,10 @@ COMMENT ON FUNCTION rate_limit.wait(text, text, integer, interval) IS
     'Sleep until cost tokens can be taken (or give up at timeout, taking nothing); returns the decision';
 COMMENT ON FUNCTION rate_limit.charge(text, text, bigint) IS
     'Charge cost tokens to bucket key of a policy after the fact: always taken, down to its max_debt below zero';
+COMMENT ON FUNCTION rate_limit.acquire(text, text) IS
+    'Acquire a lease of key under a concurrency policy: the decision, with the lease id when allowed';
+COMMENT ON FUNCTION rate_limit.release(text, text, bigint) IS
+    'Release a lease acquired with rate_limit.acquire: true if it was held and is now free';
 COMMENT ON FUNCTION rate_limit.refund(text, text, bigint) IS
     'Put tokens back into bucket key of a policy, capped at its burst; owner only';
 COMMENT ON FUNCTION rate_limit.reset(text, text) IS 'Delete bucket key of a policy, making it full; owner only';

@@ -198,7 +198,9 @@ COMMENT ON FUNCTION rate_limit.clock_shift() IS
     'How far the table store''s clock is behind clock_timestamp() (non-zero after promoting a standby whose clock was off)';
 CREATE OR REPLACE VIEW rate_limit.buckets AS
 SELECT CASE s.namespace WHEN '#request' THEN 'request' WHEN '#ad_hoc' THEN 'ad_hoc' ELSE 'policy' END AS kind,
-       CASE WHEN s.namespace IN ('#request', '#ad_hoc') THEN NULL ELSE s.namespace END AS policy,
+       -- a concurrency policy's lease slots are namespaced policy || chr(31) || slot: named by their policy
+       CASE WHEN s.namespace IN ('#request', '#ad_hoc') THEN NULL ELSE split_part(s.namespace, chr(31), 1) END
+         AS policy,
        s.key,
        rate_limit.state_tokens(s.level, s.updated_at, s.algorithm, s.rate, s.per_us, s.burst,
                                clock_timestamp() - rate_limit.clock_shift()) AS tokens,
@@ -218,17 +220,19 @@ ALTER TABLE rate_limit.policies
     ADD COLUMN shadow   boolean NOT NULL DEFAULT false,
     ADD COLUMN max_debt bigint  NOT NULL DEFAULT 0 CHECK (max_debt >= 0);
 ALTER TYPE rate_limit.decision ADD ATTRIBUTE shadow_denied boolean;
+ALTER TYPE rate_limit.decision ADD ATTRIBUTE lease bigint;
 -- Calendar windows: a fourth algorithm, with its time zone and anchor.
 ALTER TABLE rate_limit.policies
     DROP CONSTRAINT policies_algorithm_check,
     ADD CONSTRAINT policies_algorithm_check
-        CHECK (algorithm IN ('token_bucket', 'fixed_window', 'sliding_window', 'calendar_window')),
+        CHECK (algorithm IN ('token_bucket', 'fixed_window', 'sliding_window', 'calendar_window',
+                             'concurrency')),
     ADD COLUMN time_zone text,
     ADD COLUMN anchor    timestamp,
     ADD CONSTRAINT policies_calendar_check
         CHECK ((algorithm = 'calendar_window') = (time_zone IS NOT NULL) AND (anchor IS NULL OR time_zone IS NOT NULL));
 COMMENT ON TYPE rate_limit.decision IS
-    'Result of rate_limit.take / take_many / take_ad_hoc / peek / wait / charge / refund: allowed, remaining, limit, retry_after, reset_after, policy, shadow_denied';
+    'Result of rate_limit.take / take_many / take_ad_hoc / peek / wait / charge / refund / acquire: allowed, remaining, limit, retry_after, reset_after, policy, shadow_denied, lease';
 DROP FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text);
 CREATE FUNCTION rate_limit."create_policy"(
     "name" TEXT,
@@ -278,3 +282,24 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'charge_wrapper';
 COMMENT ON FUNCTION rate_limit.charge(text, text, bigint) IS
     'Charge cost tokens to bucket key of a policy after the fact: always taken, down to its max_debt below zero';
+
+-- Concurrency leases: acquire and release.
+CREATE FUNCTION rate_limit."acquire"(
+    "policy" TEXT,
+    "key" TEXT
+) RETURNS rate_limit.decision
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'acquire_wrapper';
+COMMENT ON FUNCTION rate_limit.acquire(text, text) IS
+    'Acquire a lease of key under a concurrency policy: the decision, with the lease id when allowed';
+CREATE FUNCTION rate_limit."release"(
+    "policy" TEXT,
+    "key" TEXT,
+    "lease" bigint
+) RETURNS bool
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'release_wrapper';
+COMMENT ON FUNCTION rate_limit.release(text, text, bigint) IS
+    'Release a lease acquired with rate_limit.acquire: true if it was held and is now free';

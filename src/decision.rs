@@ -107,10 +107,10 @@ pub fn to_sql(
         interval(d.reset_after).into_datum(),
         d.policy.as_deref().into_datum(),
         d.shadow_denied.into_datum(),
+        d.lease.into_datum(),
     ];
     // SAFETY: the datums match the type's columns (boolean, bigint, bigint, interval, interval, text,
-    // boolean),
-    // as created by sql/bootstrap.sql.
+    // boolean, bigint), as created by sql/bootstrap.sql.
     unsafe { PgHeapTuple::from_datums(desc, datums) }.map_err(|e| {
         ErrorReport::new(
             PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,

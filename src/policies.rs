@@ -246,15 +246,6 @@ pub fn build(
     time_zone: Option<&str>,
     anchor: Option<i64>,
 ) -> Result<Policy, ErrorReport> {
-    if algorithm == Algorithm::Concurrency {
-        // the model's lease slots are not wired to the stores yet (branch leases-model)
-        return Err(ErrorReport::new(
-            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            "concurrency policies are not available yet".to_string(),
-            function,
-        )
-        .set_hint("Use 'token_bucket', 'fixed_window', 'sliding_window' or 'calendar_window'."));
-    }
     if algorithm == Algorithm::CalendarWindow {
         if burst.is_some_and(|b| b != rate) {
             return Err(policy_error(function, PolicyError::WindowBurstNotRate));
@@ -281,6 +272,26 @@ pub fn build(
         .map_err(|e| policy_error(function, e))
 }
 
+/// 42809 for a policy of the wrong kind: a concurrency policy named by a call that takes tokens, or
+/// another policy named by `acquire` or `release`.
+pub fn wrong_kind(function: &'static str, named: &Named) -> ErrorReport {
+    let concurrency = named.policy.algorithm() == Algorithm::Concurrency;
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
+        if concurrency {
+            format!("policy \"{}\" limits leases held at once, not tokens", named.name)
+        } else {
+            format!("policy \"{}\" limits tokens, not leases held at once", named.name)
+        },
+        function,
+    )
+    .set_hint(if concurrency {
+        "Take a lease with rate_limit.acquire(policy, key) and give it back with rate_limit.release."
+    } else {
+        "rate_limit.acquire and release need a policy created with algorithm => 'concurrency'."
+    })
+}
+
 /// 22023 for parameters that do not make a policy.
 pub fn policy_error(function: &'static str, e: PolicyError) -> ErrorReport {
     let hint = match e {
@@ -289,6 +300,7 @@ pub fn policy_error(function: &'static str, e: PolicyError) -> ErrorReport {
         }
         PolicyError::WindowTooLarge => "Use a shorter window with a proportionally lower rate.",
         PolicyError::TooManyLeases => "Allow at most 1000 leases per key (rate), or split the key.",
+        PolicyError::LeasesBurstNotRate => "Omit burst: rate is the number of leases a key may hold at once.",
         PolicyError::Limit(_) => {
             "Pass rate >= 1, burst >= 1 and a positive per; burst × per (in microseconds) must fit in bigint."
         }
@@ -362,7 +374,7 @@ pub fn parse_store(function: &'static str, s: &str) -> Result<Store, ErrorReport
     }
 }
 
-/// `'token_bucket'`, `'fixed_window'`, `'sliding_window'` or `'calendar_window'`.
+/// `'token_bucket'`, `'fixed_window'`, `'sliding_window'`, `'calendar_window'` or `'concurrency'`.
 pub fn parse_algorithm(function: &'static str, s: &str) -> Result<Algorithm, ErrorReport> {
     Algorithm::parse(s).ok_or_else(|| {
         ErrorReport::new(
@@ -370,7 +382,9 @@ pub fn parse_algorithm(function: &'static str, s: &str) -> Result<Algorithm, Err
             format!("unknown algorithm '{s}'"),
             function,
         )
-        .set_hint("Use 'token_bucket', 'fixed_window', 'sliding_window' or 'calendar_window'.")
+        .set_hint(
+            "Use 'token_bucket', 'fixed_window', 'sliding_window', 'calendar_window' or 'concurrency'.",
+        )
     })
 }
 

@@ -21,6 +21,8 @@ pub struct Decision {
     /// A bucket in shadow mode would have denied this call, which was allowed: the reported bucket is that
     /// one (with `retry_after` `None`, as the call was allowed).
     pub shadow_denied: bool,
+    /// The lease an acquire got (concurrency policies); `None` for every other call.
+    pub lease: Option<i64>,
 }
 
 /// What a call's decision needs to know of one of its buckets besides its outcome.
@@ -66,6 +68,7 @@ impl Decision {
             reset_after: o.reset_after,
             policy: buckets[pick].name.map(str::to_string),
             shadow_denied,
+            lease: None,
         }
     }
 }
@@ -118,6 +121,7 @@ mod tests {
                 reset_after: 9,
                 policy: Some("org".into()),
                 shadow_denied: false,
+                lease: None,
             }
         );
     }
@@ -160,6 +164,7 @@ mod tests {
                 reset_after: 9,
                 policy: Some("trial".into()),
                 shadow_denied: true,
+                lease: None,
             }
         );
         // an enforced denial is reported before a longer one in shadow mode

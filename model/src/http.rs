@@ -7,6 +7,8 @@
 //!   rate per window; for a token bucket it is the burst, and the window the time the bucket takes to refill
 //!   from empty (`burst × per / rate`).
 //! - `Retry-After: <seconds>` only when denied and the cost can ever be granted.
+//! - A concurrency policy: `RateLimit-Policy: "<policy>";q=<leases>;qu="concurrent-requests"` (the draft's
+//!   quota unit for requests in flight), `r` the leases still free, `t` until the last held one expires.
 //!
 //! Seconds are rounded up, so a client that waits as told is never early.
 
@@ -66,10 +68,14 @@ pub fn fields(input: &Input<'_>) -> Value {
     );
     if let Some(p) = &input.policy {
         let quota = input.limit.unwrap_or(p.burst());
-        map.insert(
-            "RateLimit-Policy".into(),
-            Value::String(format!("\"{name}\";q={quota};w={}", window_seconds(p))),
-        );
+        // a concurrency policy's quota is leases held at once: the draft's concurrent-requests unit, which
+        // has no window
+        let value = if p.algorithm() == Algorithm::Concurrency {
+            format!("\"{name}\";q={quota};qu=\"concurrent-requests\"")
+        } else {
+            format!("\"{name}\";q={quota};w={}", window_seconds(p))
+        };
+        map.insert("RateLimit-Policy".into(), Value::String(value));
     }
     if !input.allowed {
         if let Some(r) = input.retry_after_us {

@@ -114,6 +114,18 @@ pub enum Ask {
         /// How far below zero the bucket may go, in tokens.
         max_debt: i64,
     },
+    /// Lease `lease` in this bucket, a slot of a concurrency policy, if it is free (see
+    /// [`Policy::acquire_slot`](crate::algorithm::Policy::acquire_slot)).
+    Acquire {
+        /// The lease's id (not 0).
+        lease: i64,
+    },
+    /// Free this slot if it still holds lease `lease` (see
+    /// [`Policy::release_slot`](crate::algorithm::Policy::release_slot)).
+    Release {
+        /// The lease's id.
+        lease: i64,
+    },
 }
 
 impl Ask {
@@ -195,6 +207,12 @@ impl Target<'_> {
         match ask {
             Ask::Take(cost) => self.evaluate(stored, now, cost),
             Ask::Charge { cost, max_debt } => self.charge(stored, now, cost, max_debt),
+            Ask::Acquire { lease } => self
+                .policy
+                .acquire_in(self.current(stored, now), now, lease),
+            Ask::Release { lease } => self
+                .policy
+                .release_in(self.current(stored, now), now, lease),
         }
     }
 

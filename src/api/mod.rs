@@ -3,6 +3,7 @@
 //! - `request`: `rate_limiting_request` and the functions over its buckets;
 //! - `limits`: the limiter API over named policies and ad-hoc limits (`take`, `take_many`,
 //!   `take_ad_hoc`, `peek`, `wait`, `refund`, `reset`, `headers`);
+//! - `leases`: `acquire` and `release` of concurrency policies;
 //! - `policies`: creating, changing and dropping policies (owner only);
 //! - `triggers`: `limit_writes`, the row trigger that limits writes per key; `trigger_call` refuses
 //!   direct calls of trigger functions with 39P01;
@@ -14,6 +15,7 @@
 //! parameters untyped (node-postgres, asyncpg) can call each of them.
 
 pub mod internal;
+pub mod leases;
 pub mod limits;
 pub mod policies;
 pub mod request;
@@ -28,7 +30,7 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::AllocatedByRust;
 
-use crate::algorithm::{Outcome, Policy};
+use crate::algorithm::{Algorithm, Outcome, Policy};
 use crate::decision::{self, Decision, Reported};
 use crate::error::{self, MAX_ID_BYTES};
 use crate::gucs::{self, Store};
@@ -118,8 +120,29 @@ fn caller_has_owner_privileges(function: &'static str) -> Result<bool, ErrorRepo
     Ok(unsafe { pg_sys::has_privs_of_role(pg_sys::GetOuterUserId(), owner) })
 }
 
-/// The policy named by an argument, from the coherent policy cache (42704 if there is none).
+/// The policy named by an argument, from the coherent policy cache (42704 if there is none), for a call
+/// that takes tokens (42809 for a concurrency policy, whose buckets are lease slots).
 pub fn policy_arg(function: &'static str, name: Option<&str>) -> Result<Rc<Named>, ErrorReport> {
+    let named = any_policy_arg(function, name)?;
+    if named.policy.algorithm() == Algorithm::Concurrency {
+        return Err(named_policies::wrong_kind(function, &named));
+    }
+    Ok(named)
+}
+
+/// The concurrency policy named by an argument (42704 if there is none, 42809 for another kind).
+pub fn lease_policy_arg(
+    function: &'static str,
+    name: Option<&str>,
+) -> Result<Rc<Named>, ErrorReport> {
+    let named = any_policy_arg(function, name)?;
+    if named.policy.algorithm() != Algorithm::Concurrency {
+        return Err(named_policies::wrong_kind(function, &named));
+    }
+    Ok(named)
+}
+
+fn any_policy_arg(function: &'static str, name: Option<&str>) -> Result<Rc<Named>, ErrorReport> {
     let name = name.ok_or_else(|| {
         error::null_argument(
             function,

@@ -273,10 +273,12 @@ mod rate_limit {
             &args,
         )?;
         if dropped > 0 {
-            // only a policy's own namespace: never the '#'-named ones of ad-hoc and request buckets
+            // only a policy's own namespace and its lease slots' (name U+001F slot): never the '#'-named
+            // ones of ad-hoc and request buckets
             spi_run(
                 F,
-                "DELETE FROM rate_limit.bucket_state WHERE namespace OPERATOR(pg_catalog.=) $1",
+                "DELETE FROM rate_limit.bucket_state WHERE namespace OPERATOR(pg_catalog.=) $1 \
+                 OR pg_catalog.split_part(namespace, pg_catalog.chr(31), 1) OPERATOR(pg_catalog.=) $1",
                 &args,
             )?;
         }

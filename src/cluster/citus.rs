@@ -43,6 +43,8 @@ pub const KEYED: &[(&str, &str)] = &[
     ("rate_limit.wait(text,text,integer,interval)", "key"),
     ("rate_limit.refund(text,text,bigint)", "key"),
     ("rate_limit.charge(text,text,bigint)", "key"),
+    ("rate_limit.acquire(text,text)", "key"),
+    ("rate_limit.release(text,text,bigint)", "key"),
     ("rate_limit.reset(text,text)", "key"),
     (
         "rate_limit.take_ad_hoc(text,bigint,interval,bigint,integer)",

@@ -132,6 +132,108 @@ pub fn charge(
     Ok(outcome)
 }
 
+/// The slot targets of a concurrency policy's key: `target` with the namespace of each slot (named in
+/// `names`, made by [`slot_names`]).
+fn slot_targets<'a>(target: &Target<'a>, names: &'a [String]) -> Vec<Target<'a>> {
+    let created_at = match target.namespace {
+        Namespace::Policy { created_at, .. } => created_at,
+        Namespace::AdHoc | Namespace::Request => 0,
+    };
+    names
+        .iter()
+        .map(|name| Target {
+            namespace: Namespace::Policy { name, created_at },
+            shadow: false,
+            ..*target
+        })
+        .collect()
+}
+
+/// The namespaces of a concurrency policy's slots.
+fn slot_names(target: &Target<'_>) -> Vec<String> {
+    let name = target.namespace.stored_name();
+    (0..target.policy.rate())
+        .map(|slot| crate::algorithm::slot_namespace(name, slot))
+        .collect()
+}
+
+/// Acquires a lease of the key of `target` (a concurrency policy's bucket, see
+/// [`crate::algorithm::lease`]): the first free slot takes lease id `lease_id(random, slot)`. Returns the
+/// decision's outcome over every slot and the lease when granted. The table store writes the slot in the
+/// caller's transaction (a ROLLBACK releases it) and never waits for another transaction's slot; the memory
+/// store swaps one slot at a time. Counted in the statistics like a take of one token.
+pub fn acquire(
+    function: &'static str,
+    store: Store,
+    target: &Target<'_>,
+    random: u64,
+) -> Result<(Outcome, Option<i64>), ErrorReport> {
+    let names = slot_names(target);
+    let slots = slot_targets(target, &names);
+    let (states, granted, now) = match store {
+        Store::Table => table::acquire(function, &slots, random)?,
+        Store::Memory => {
+            cluster::citus::ensure_memory_bucket_here(function, target.key)?;
+            let mut states = Vec::with_capacity(slots.len());
+            let mut granted = None;
+            for (slot, t) in (0_i64..).zip(&slots) {
+                let ask = match granted {
+                    None => Ask::Acquire {
+                        lease: crate::algorithm::lease_id(random, slot),
+                    },
+                    Some(_) => Ask::Take(0),
+                };
+                let o = memory::take(function, std::slice::from_ref(t), ask)?
+                    .first()
+                    .copied()
+                    .ok_or_else(|| crate::error::bug(function, "the store returned no outcome"))?;
+                if granted.is_none() && o.allowed {
+                    granted = Some(o.state);
+                }
+                states.push(o.state);
+            }
+            (states, granted, memory::now(function)?)
+        }
+    };
+    let outcome =
+        crate::algorithm::leases_outcome(&target.policy, &states, now, granted.is_some(), granted);
+    stats::record(std::slice::from_ref(target), &[outcome], 1);
+    Ok((outcome, granted.map(|s| s.level)))
+}
+
+/// Releases lease `lease` of the key of `target` (a concurrency policy's bucket): true if it was held and
+/// is now free; false if it had expired, was released already, or is not this key's. The table store
+/// writes in the caller's transaction.
+pub fn release(
+    function: &'static str,
+    store: Store,
+    target: &Target<'_>,
+    lease: i64,
+) -> Result<bool, ErrorReport> {
+    let slot = crate::algorithm::slot_of(lease);
+    if lease <= 0 || slot >= target.policy.rate() {
+        return Ok(false);
+    }
+    let name = crate::algorithm::slot_namespace(target.namespace.stored_name(), slot);
+    let names = [name];
+    let t = &slot_targets(target, &names)[0];
+    let ask = Ask::Release { lease };
+    let outcome = match store {
+        // the slot's row locked, read, and written only when released
+        Store::Table => table::update(function, t, |stored, now| {
+            let o = t.answer(stored, now, ask);
+            (o.allowed.then_some(o.state), o.allowed)
+        })?,
+        Store::Memory => {
+            cluster::citus::ensure_memory_bucket_here(function, target.key)?;
+            memory::take(function, std::slice::from_ref(t), ask)?
+                .first()
+                .is_some_and(|o| o.allowed)
+        }
+    };
+    Ok(outcome)
+}
+
 /// Puts up to `tokens` back into the bucket of `target` (never above its capacity); returns the bucket. One
 /// flow for both stores: their lock-read-write step ([`table::update`], [`memory::update`]) around the
 /// model's refund arithmetic.

@@ -2,7 +2,8 @@
 //! acquired (so a client that crashed cannot keep one), or released before that by its holder.
 //!
 //! A key's leases live in `rate` slots, each a bucket of its own whose state is one lease: `level` its id
-//! (0: the slot is free) and `at` the instant it expires. Acquiring takes a slot that is free or whose lease
+//! (0: the slot is free) and `at` the instant it was acquired (so `at` is the last instant the bucket moved,
+//! as the stores expect of every bucket); it expires `period_us` later. Acquiring takes a slot that is free or whose lease
 //! has expired ([`Policy::acquire_slot`]); releasing frees the slot that still holds that id
 //! ([`Policy::release_slot`]). A store that changes one slot's state atomically (a compare-and-swap, a row
 //! lock) therefore never lets more than `rate` leases be held: each held lease occupies a slot of its own,
@@ -17,31 +18,70 @@ use super::*;
 pub const MAX_LEASES: i64 = 1000;
 
 impl Policy {
+    /// When the lease of slot `state` expires (its acquisition plus the policy's `period_us`).
+    pub fn lease_expiry(&self, state: State) -> i64 {
+        state.at.saturating_add(self.period_us())
+    }
+
     /// Whether slot `state` holds a lease at `now`.
-    pub fn slot_held(state: State, now: i64) -> bool {
-        state.level != 0 && now < state.at
+    pub fn slot_held(&self, state: State, now: i64) -> bool {
+        state.level != 0 && now < self.lease_expiry(state)
     }
 
     /// Lease `lease` (not 0) in slot `state` at `now`, expiring `period_us` later: the slot's new state,
     /// or `None` while it holds an unexpired lease.
     pub fn acquire_slot(&self, state: State, now: i64, lease: i64) -> Option<State> {
-        (lease != 0 && !Self::slot_held(state, now)).then(|| State {
+        (lease != 0 && !self.slot_held(state, now)).then_some(State {
             level: lease,
-            at: now.saturating_add(self.period_us()),
+            at: now,
         })
     }
 
     /// Releases lease `lease` from slot `state` at `now`: the free slot, or `None` when the slot does not
     /// hold that lease any more (released, expired, or taken again since).
     pub fn release_slot(&self, state: State, now: i64, lease: i64) -> Option<State> {
-        (lease != 0 && state.level == lease && Self::slot_held(state, now))
+        (lease != 0 && state.level == lease && self.slot_held(state, now))
             .then_some(State { level: 0, at: now })
+    }
+
+    /// An acquire of lease `lease` in slot `state` at `now`, as one bucket's outcome: allowed with the
+    /// slot's new state, or denied with its current one (see [`Policy::slot_outcome`]).
+    pub fn acquire_in(&self, state: State, now: i64, lease: i64) -> Outcome {
+        match self.acquire_slot(state, now, lease) {
+            Some(held) => Outcome {
+                allowed: true,
+                state: held,
+                remaining: 0,
+                retry_after: None,
+                reset_after: until(self.lease_expiry(held).into(), now),
+            },
+            None => Outcome {
+                allowed: false,
+                ..self.slot_outcome(state, now)
+            },
+        }
+    }
+
+    /// A release of lease `lease` from slot `state` at `now`, as one bucket's outcome: allowed (released)
+    /// with the free slot, or denied with the slot as it is.
+    pub fn release_in(&self, state: State, now: i64, lease: i64) -> Outcome {
+        match self.release_slot(state, now, lease) {
+            Some(free) => Outcome {
+                allowed: true,
+                ..self.slot_outcome(free, now)
+            },
+            None => Outcome {
+                allowed: false,
+                ..self.slot_outcome(state, now)
+            },
+        }
     }
 
     /// One slot, reported as a bucket of capacity 1: a free slot is full (so a store may delete it), a
     /// held one is empty until its lease expires.
-    pub(super) fn slot_outcome(&self, state: State, now: i64) -> Outcome {
-        let held = Self::slot_held(state, now);
+    pub fn slot_outcome(&self, state: State, now: i64) -> Outcome {
+        let held = self.slot_held(state, now);
+        let expires = until(self.lease_expiry(state).into(), now);
         Outcome {
             allowed: !held,
             state: if held {
@@ -50,10 +90,33 @@ impl Policy {
                 State { level: 0, at: now }
             },
             remaining: i64::from(!held),
-            retry_after: held.then(|| until(state.at.into(), now)),
-            reset_after: if held { until(state.at.into(), now) } else { 0 },
+            retry_after: held.then_some(expires),
+            reset_after: if held { expires } else { 0 },
         }
     }
+}
+
+/// Bits of a lease id that name its slot ([`MAX_LEASES`] slots fit).
+const SLOT_BITS: u32 = 10;
+
+/// The id of a lease in slot `slot` (below [`MAX_LEASES`]), from `random` (any bits): never 0, positive,
+/// and its slot readable back ([`slot_of`]), so that a release goes straight to its slot.
+pub fn lease_id(random: u64, slot: i64) -> i64 {
+    // 52 random bits, plus 1 so that the id is never 0, then the slot: at most 2^62 + 1023
+    let high = i64::try_from(random >> 12).unwrap_or(0) + 1;
+    (high << SLOT_BITS) | slot.clamp(0, MAX_LEASES - 1)
+}
+
+/// The slot a lease id names.
+pub fn slot_of(lease: i64) -> i64 {
+    lease & ((1 << SLOT_BITS) - 1)
+}
+
+/// The namespace of slot `slot` of policy `policy`'s keys: the policy's name, U+001F and the slot number.
+/// No policy is called that (policy names are printable ASCII), and the key stays the caller's, so a key's
+/// slots live where its other buckets do (the same Citus shard).
+pub fn slot_namespace(policy: &str, slot: i64) -> String {
+    format!("{policy}\u{1f}{slot}")
 }
 
 /// The decision of an acquire (or a report) over every slot of a key as it left them at `now`: `allowed`
@@ -69,8 +132,8 @@ pub fn leases_outcome(
 ) -> Outcome {
     let held: Vec<i64> = slots
         .iter()
-        .filter(|s| Policy::slot_held(**s, now))
-        .map(|s| s.at)
+        .filter(|s| policy.slot_held(**s, now))
+        .map(|s| policy.lease_expiry(*s))
         .collect();
     let first = held.iter().min().map(|&at| until(at.into(), now));
     let last = held.iter().max().map_or(0, |&at| until(at.into(), now));
@@ -122,7 +185,7 @@ mod tests {
                 o.state,
                 State {
                     level: 10 + i as i64,
-                    at: t + i as i64 * S + 30 * S
+                    at: t + i as i64 * S
                 }
             );
         }
@@ -139,6 +202,35 @@ mod tests {
         assert!(release(&p, &mut slots, later, 11));
         assert!(!release(&p, &mut slots, later, 11), "released once");
         assert_eq!(acquire(&p, &mut slots, later, 7).remaining, 0);
+    }
+
+    #[test]
+    fn lease_ids_are_positive_never_zero_and_name_their_slot() {
+        for random in [0, 1, u64::MAX, 0x0123_4567_89ab_cdef] {
+            for slot in [0, 1, 999] {
+                let id = lease_id(random, slot);
+                assert!(id > 0, "{random} {slot}");
+                assert_eq!(slot_of(id), slot);
+            }
+        }
+        assert_ne!(lease_id(1 << 12, 3), lease_id(2 << 12, 3));
+        assert_eq!(slot_namespace("jobs", 7), "jobs\u{1f}7");
+    }
+
+    #[test]
+    fn a_held_lease_keeps_its_expiry_when_the_ttl_changes() {
+        let short = jobs(2);
+        let long = Policy::new(Algorithm::Concurrency, 2, 90 * S, 2).expect("valid");
+        let held = short.acquire_slot(short.full(0), 10 * S, 5).expect("free");
+        let carried = long.carry_over(held, &short, 20 * S, 20 * S);
+        assert_eq!(long.lease_expiry(carried), 40 * S);
+        assert!(long.slot_held(carried, 40 * S - 1));
+        assert!(!long.slot_held(carried, 40 * S));
+        // a free slot stays free
+        assert!(!long.slot_held(
+            long.carry_over(short.full(0), &short, 20 * S, 20 * S),
+            20 * S
+        ));
     }
 
     #[test]
@@ -201,7 +293,7 @@ mod tests {
                     Op::Release(_) => {}
                     Op::Wait(dt) => now += dt,
                 }
-                let held = slots.iter().filter(|s| Policy::slot_held(**s, now)).count();
+                let held = slots.iter().filter(|s| p.slot_held(**s, now)).count();
                 live.retain(|&(_, at)| now < at);
                 prop_assert_eq!(held, live.len());
                 prop_assert!(held as i64 <= n);

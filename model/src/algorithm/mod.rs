@@ -29,7 +29,7 @@ pub mod token_bucket;
 
 pub use calendar::{Calendar, Step, Zone};
 pub use charge::DebtError;
-pub use lease::{leases_outcome, MAX_LEASES};
+pub use lease::{lease_id, leases_outcome, slot_namespace, slot_of, MAX_LEASES};
 
 use token_bucket::{Bucket, Limit, LimitError, Take};
 
@@ -107,6 +107,8 @@ pub enum PolicyError {
     WindowTooLarge,
     /// A concurrency policy allows more than [`MAX_LEASES`] leases per key.
     TooManyLeases,
+    /// A concurrency policy was given a burst different from its rate (the leases held at once).
+    LeasesBurstNotRate,
 }
 
 impl fmt::Display for PolicyError {
@@ -123,6 +125,9 @@ impl fmt::Display for PolicyError {
             PolicyError::TooManyLeases => {
                 write!(f, "a concurrency policy allows at most {MAX_LEASES} leases per key")
             }
+            PolicyError::LeasesBurstNotRate => f.write_str(
+                "a concurrency policy holds at most rate leases at once: burst must be NULL or equal to rate",
+            ),
         }
     }
 }
@@ -207,6 +212,9 @@ impl Policy {
         burst: i64,
     ) -> Result<Policy, PolicyError> {
         let limit = Limit::new(rate, period_us, burst).map_err(PolicyError::Limit)?;
+        if algorithm == Algorithm::Concurrency && burst != rate {
+            return Err(PolicyError::LeasesBurstNotRate);
+        }
         if algorithm != Algorithm::TokenBucket {
             if burst != rate {
                 return Err(PolicyError::WindowBurstNotRate);
@@ -567,8 +575,13 @@ impl Policy {
                     at: t,
                 }
             }
-            // a slot keeps its lease (which expires when it was granted to) under new numbers
-            Algorithm::Concurrency if stored_policy.algorithm == Algorithm::Concurrency => stored,
+            // a slot keeps its lease, expiring when it did under the numbers it was acquired with
+            Algorithm::Concurrency if stored_policy.algorithm == Algorithm::Concurrency => State {
+                level: stored.level,
+                at: stored_policy
+                    .lease_expiry(stored)
+                    .saturating_sub(self.period_us()),
+            },
             Algorithm::Concurrency => self.full(t),
             Algorithm::CalendarWindow => {
                 let available = num.div_euclid(den).clamp(

@@ -296,7 +296,10 @@ pub(super) fn new_slot(
 ) -> Slot {
     let (prefix, prefix_len) = id_prefix(id);
     let tag = match namespace {
-        Namespace::Policy { name, created_at } => policy_tag(name, *created_at),
+        // a lease slot (name U+001F slot) is tagged as its policy: listed, and freed when it is dropped
+        Namespace::Policy { name, created_at } => {
+            policy_tag(name.split('\u{1f}').next().unwrap_or(name), *created_at)
+        }
         Namespace::AdHoc | Namespace::Request => 0,
     };
     let mut slot = Slot {

@@ -30,7 +30,10 @@
 //!   bucket never freezes: by the granting call, which holds the row; after a denial, conditionally on
 //!   nobody having changed the row. That rebase is the one write a denied call may make.
 
+mod leases;
 mod sql;
+
+pub use leases::acquire;
 
 #[cfg(any(test, feature = "pg_test"))]
 pub use sql::evaluations;

@@ -47,7 +47,7 @@ fn scenario(client: &mut Client, p: &str) -> Vec<String> {
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
         out.push(r.get::<_, String>(0));
     };
-    row("SELECT rate_limit.headers(ROW(false, 0, 1, interval '1 day', interval '1 day', 'strict', false)::rate_limit.decision, 'strict')");
+    row("SELECT rate_limit.headers(ROW(false, 0, 1, interval '1 day', interval '1 day', 'strict', false, NULL)::rate_limit.decision, 'strict')");
     row("SELECT public.rate_limiting_request('{p}r', 1, 10)");
     row("SELECT public.rate_limiting_request('{p}r', 1, 10)");
     row("SELECT rate_limit.peek_request('{p}r', 1, 10)");

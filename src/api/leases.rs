@@ -1,0 +1,71 @@
+//! Concurrency leases: `acquire` takes one of a concurrency policy's leases of a key, `release` gives it
+//! back before it expires. A policy `create_policy(name, N, ttl, algorithm => 'concurrency')` lets at most
+//! N leases of a key be held at once, each expiring `ttl` after it was acquired (see
+//! [`crate::algorithm::lease`]). Any role may call both: a release needs the lease's id, which only the
+//! acquire that got it returned.
+
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::prelude::*;
+
+use super::{combine, key_arg, lease_policy_arg, policy_target, store_of, to_row};
+use crate::error;
+use crate::store;
+
+/// 64 random bits for a lease id, from PostgreSQL's strong random source.
+fn random_bits(function: &'static str) -> Result<u64, ErrorReport> {
+    let mut bytes = [0u8; 8];
+    // SAFETY: pg_strong_random writes exactly `len` bytes into the buffer it is given, which is a valid,
+    // writable local of that size.
+    let ok = unsafe { pg_sys::pg_strong_random(bytes.as_mut_ptr().cast(), bytes.len()) };
+    if !ok {
+        return Err(error::bug(function, "no random bytes for a lease id"));
+    }
+    Ok(u64::from_ne_bytes(bytes))
+}
+
+/// Leases of concurrency policies, in schema `rate_limit`.
+#[pg_schema]
+mod rate_limit {
+    use super::*;
+
+    /// Acquires one of the leases of `key` under the concurrency policy `policy`: the decision, with the
+    /// lease's id in `lease` when allowed (pass it to `rate_limit.release`); `remaining` is the leases
+    /// still free, `retry_after` (denied) the time until the first held lease expires, `reset_after` until
+    /// the last one does. In the table store a lease acquired in a transaction that rolls back is released.
+    #[pg_extern(volatile, parallel_unsafe, security_definer)]
+    fn acquire(
+        policy: Option<&str>,
+        key: Option<&str>,
+    ) -> Result<pgrx::composite_type!('static, "rate_limit.decision"), ErrorReport> {
+        const F: &str = "rate_limit.acquire";
+        let named = lease_policy_arg(F, policy)?;
+        let key = key_arg(F, "key", key)?;
+        let t = policy_target(&named, key);
+        let (outcome, lease) = store::acquire(F, store_of(Some(&named)), &t, random_bits(F)?)?;
+        let mut d = combine(&[t], &[outcome]);
+        d.lease = lease;
+        to_row(F, &d)
+    }
+
+    /// Releases lease `lease` of `key` under the concurrency policy `policy`: true if it was held and is
+    /// now free, false if it had expired or been released already.
+    #[pg_extern(volatile, parallel_unsafe, security_definer)]
+    fn release(
+        policy: Option<&str>,
+        key: Option<&str>,
+        lease: Option<i64>,
+    ) -> Result<bool, ErrorReport> {
+        const F: &str = "rate_limit.release";
+        let named = lease_policy_arg(F, policy)?;
+        let key = key_arg(F, "key", key)?;
+        let lease = lease.ok_or_else(|| {
+            error::null_argument(
+                F,
+                "lease",
+                "Pass the lease that rate_limit.acquire returned.",
+            )
+        })?;
+        let t = policy_target(&named, key);
+        store::release(F, store_of(Some(&named)), &t, lease)
+    }
+}
