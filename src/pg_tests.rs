@@ -687,4 +687,54 @@ mod tests {
             );
         }
     }
+
+    /// The same acquires and releases give the same figures in both stores.
+    #[pg_test]
+    fn both_stores_lease_alike() {
+        for store in ["table", "memory"] {
+            let p = format!("pt_lease_{store}");
+            Spi::run(&format!(
+                "SELECT rate_limit.create_policy('{p}', 2, '1 hour', algorithm => 'concurrency', store => '{store}')"
+            ))
+            .expect("policy");
+            let first = int(&format!("SELECT lease FROM rate_limit.acquire('{p}', 'k')"));
+            let figures: Vec<String> = [
+                format!("SELECT concat_ws(',', allowed, remaining, lease IS NOT NULL) FROM rate_limit.acquire('{p}', 'k')"),
+                format!("SELECT concat_ws(',', allowed, remaining, lease IS NULL, ceil(extract(epoch FROM retry_after))) FROM rate_limit.acquire('{p}', 'k')"),
+                format!("SELECT rate_limit.release('{p}', 'k', {first})::text"),
+                format!("SELECT rate_limit.release('{p}', 'k', {first})::text"),
+                format!("SELECT concat_ws(',', allowed, remaining) FROM rate_limit.acquire('{p}', 'k')"),
+                format!("SELECT count(*)::text FROM rate_limit.buckets WHERE policy = '{p}' AND tokens = 0"),
+                format!("SELECT concat_ws(',', calls, granted, denied) FROM rate_limit.stats WHERE policy = '{p}'"),
+            ]
+            .iter()
+            .map(|q| text(q).unwrap_or_default())
+            .collect();
+            assert_eq!(
+                figures,
+                ["t,0,t", "f,0,t,3600", "true", "false", "t,0", "2", "4,3,1"],
+                "{store}"
+            );
+        }
+    }
+
+    /// In a read-only transaction the table store's acquire reads only: denied while every slot is held,
+    /// 25006 when one is free (the grant would write).
+    #[pg_test]
+    fn a_read_only_acquire_is_denied_or_refused_with_25006() {
+        Spi::run(
+            "SELECT rate_limit.create_policy('pt_lease_ro', 1, '1 hour', algorithm => 'concurrency', store => 'table')",
+        )
+        .expect("policy");
+        Spi::run("SELECT rate_limit.acquire('pt_lease_ro', 'held')").expect("a lease");
+        assert_eq!(error_of("SELECT 1"), None); // creates the helper while writes are allowed
+        Spi::run("SET LOCAL transaction_read_only = on").expect("read only");
+        assert_eq!(
+            text("SELECT allowed::text FROM rate_limit.acquire('pt_lease_ro', 'held')").as_deref(),
+            Some("false")
+        );
+        let e =
+            text("SELECT pg_temp.error_of('SELECT rate_limit.acquire(''pt_lease_ro'', ''free'')')");
+        assert!(e.is_some_and(|e| e.starts_with("25006")));
+    }
 }
