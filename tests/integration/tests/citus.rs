@@ -10,6 +10,7 @@
 //! - `take_many` over keys on both workers is all or nothing, and a ROLLBACK gives both back;
 //! - a monthly calendar quota taken from every node grants exactly its rate, in both stores, and its window
 //!   ends at the next first of the month in the policy's zone;
+//! - leases of a concurrency policy acquired from every node are exactly the policy's, in both stores;
 //! - policies changed on the coordinator are used by the next call on every node;
 //! - `limit_writes` on a table of the coordinator limits rows by keys that live on the workers, and on a
 //!   distributed table colocated with the state table, written from every node;
@@ -456,6 +457,55 @@ fn a_monthly_quota_taken_from_every_node_grants_its_rate_once() {
             ends_at_the_first,
             "{store}: denied until the first of next month in São Paulo"
         );
+    }
+}
+
+/// Leases of a concurrency policy acquired from every node: exactly its 3 leases are granted, in both
+/// stores, and a release from another node frees one.
+#[test]
+fn leases_acquired_from_every_node_are_exactly_the_policys() {
+    let Some(nodes) = cluster() else { return };
+    let mut c = connect(&nodes[0]);
+    for store in ["table", "memory"] {
+        let policy = fresh_name(&format!("jobs_{store}"));
+        c.execute(
+            "SELECT rate_limit.create_policy($1, 3, '1 hour', algorithm => 'concurrency', store => $2)",
+            &[&policy, &store],
+        )
+        .expect("policy");
+        let key = key_on_worker(&mut c, nodes, 2, &fresh_name("tenant"));
+        let leases: Vec<i64> = (0..7)
+            .filter_map(|i| {
+                connect(&nodes[i % nodes.len()])
+                    .query_one(
+                        "SELECT lease FROM rate_limit.acquire($1, $2)",
+                        &[&policy, &key],
+                    )
+                    .expect("acquire")
+                    .get::<_, Option<i64>>(0)
+            })
+            .collect();
+        assert_eq!(
+            leases.len(),
+            3,
+            "{store}: 3 leases, asked 7 times from three nodes"
+        );
+        let released: bool = connect(&nodes[1])
+            .query_one(
+                "SELECT rate_limit.release($1, $2, $3)",
+                &[&policy, &key, &leases[0]],
+            )
+            .expect("release")
+            .get(0);
+        assert!(released, "{store}");
+        let again: bool = connect(&nodes[0])
+            .query_one(
+                "SELECT allowed FROM rate_limit.acquire($1, $2)",
+                &[&policy, &key],
+            )
+            .expect("acquire")
+            .get(0);
+        assert!(again, "{store}: the released lease is free again");
     }
 }
 

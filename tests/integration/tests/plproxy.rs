@@ -7,7 +7,7 @@
 //! - a key hammered through the router by many connections is exact, and its bucket lives on the one
 //!   partition its hash names;
 //! - policies made, changed and dropped through the router are so on every partition, calendar quotas with
-//!   their zone and anchor too;
+//!   their zone and anchor too; leases are acquired and released through it;
 //! - the router's `stats`, `top_limited` and `buckets` merge the partitions';
 //! - a partition's own errors keep their SQLSTATE; `take_many` over keys of two partitions is 0A000;
 //! - a partition that is down: keys on the other one are served; on a `fail_closed` router its keys fail
@@ -247,6 +247,45 @@ fn a_calendar_quota_is_made_on_every_partition_through_the_router() {
             .expect("takes")
             .get(0);
         assert_eq!(granted, 2, "{key}: a quota of 2");
+    }
+}
+
+/// Leases acquired and released through the router, on a key of each partition.
+#[test]
+fn leases_are_acquired_and_released_through_the_router() {
+    let Some((_one, servers)) = router() else {
+        return;
+    };
+    let mut r = connect(&servers[0], ROUTER);
+    let policy = fresh_name("jobs");
+    r.query(
+        "SELECT rate_limit.create_policy($1, 2, '1 hour', algorithm => 'concurrency')",
+        &[&policy],
+    )
+    .expect("create");
+    for key in [key_on(&mut r, 0, "e"), key_on(&mut r, 1, "f")] {
+        let leases: Vec<Option<i64>> = (0..3)
+            .map(|_| {
+                r.query_one(
+                    "SELECT lease FROM rate_limit.acquire($1, $2)",
+                    &[&policy, &key],
+                )
+                .expect("acquire")
+                .get(0)
+            })
+            .collect();
+        assert!(
+            leases[0].is_some() && leases[1].is_some() && leases[2].is_none(),
+            "{key}"
+        );
+        let released: bool = r
+            .query_one(
+                "SELECT rate_limit.release($1, $2, $3)",
+                &[&policy, &key, &leases[0]],
+            )
+            .expect("release")
+            .get(0);
+        assert!(released, "{key}");
     }
 }
 
