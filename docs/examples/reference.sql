@@ -96,6 +96,17 @@ SELECT allowed,
          < interval '1 second' AS until_the_next_15th
 FROM rate_limit.take('monthly', 'tenant_9');
 
+--@ block reference-leases
+--@ hide
+SELECT rate_limit.create_policy('exports', 2, '10 minutes', algorithm => 'concurrency');
+--@ hide
+CREATE TEMP TABLE my_lease AS SELECT lease FROM rate_limit.acquire('exports', 'tenant_1');
+SELECT allowed, remaining, lease IS NOT NULL AS got_one FROM rate_limit.acquire('exports', 'tenant_1');
+SELECT allowed, remaining, lease, ceil(extract(epoch FROM retry_after) / 60) AS retry_minutes
+FROM rate_limit.acquire('exports', 'tenant_1');
+SELECT rate_limit.release('exports', 'tenant_1', lease) FROM my_lease;
+SELECT allowed, remaining FROM rate_limit.acquire('exports', 'tenant_1');
+
 --@ block reference-shadow
 --@ hide
 SELECT rate_limit.create_policy('search_v2', 2, '1 hour', shadow => true);

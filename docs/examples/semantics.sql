@@ -31,3 +31,13 @@ SELECT allowed,
          - (date_trunc('day', clock_timestamp() AT TIME ZONE 'Asia/Tokyo') + interval '1 day') AT TIME ZONE 'Asia/Tokyo'
          < interval '1 second' AS until_midnight_in_tokyo
 FROM rate_limit.take('daily_tokyo', 'k');
+
+--@ block semantics-leases
+--@ hide
+SELECT rate_limit.create_policy('renders', 1, '1 hour', algorithm => 'concurrency', store => 'table');
+-- a lease taken in a transaction that rolls back is released with it
+BEGIN;
+SELECT allowed, remaining FROM rate_limit.acquire('renders', 'user_5');
+ROLLBACK;
+SELECT allowed, remaining FROM rate_limit.acquire('renders', 'user_5');
+SELECT allowed, remaining FROM rate_limit.acquire('renders', 'user_5');

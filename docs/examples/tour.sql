@@ -26,6 +26,10 @@ SELECT allowed, policy FROM rate_limit.take_many(ARRAY['api', 'per_org'], ARRAY[
 SELECT rate_limit.create_policy('monthly', rate => 10000, per => '1 month',
                                 algorithm => 'calendar_window', time_zone => 'Europe/Paris');
 SELECT allowed, remaining FROM rate_limit.take('monthly', 'acme');
+--@ block tour-leases
+--@ hide
+SELECT rate_limit.create_policy('exports', rate => 2, per => '10 minutes', algorithm => 'concurrency');
+SELECT allowed, remaining, lease IS NOT NULL AS got_lease FROM rate_limit.acquire('exports', 'acme');
 --@ block tour-ad-hoc
 --@ hide
 SELECT allowed FROM rate_limit.take_ad_hoc('ip:203.0.113.7', rate => 100, per => '1 minute');
