@@ -89,6 +89,18 @@ pub fn take(
     Ok(outcomes)
 }
 
+/// Answers `ask` for one bucket of the memory store.
+fn memory_take_one(
+    function: &'static str,
+    target: &Target<'_>,
+    ask: Ask,
+) -> Result<Outcome, ErrorReport> {
+    memory::take(function, std::slice::from_ref(target), ask)?
+        .first()
+        .copied()
+        .ok_or_else(|| crate::error::bug(function, "the store returned no outcome"))
+}
+
 /// The outcome reported for a bucket a denied call did not look at.
 fn not_looked_at() -> Outcome {
     Outcome {
@@ -119,11 +131,7 @@ pub fn charge(
         })?,
         Store::Memory => {
             cluster::citus::ensure_memory_bucket_here(function, target.key)?;
-            let outcomes = memory::take(function, std::slice::from_ref(target), ask)?;
-            outcomes
-                .first()
-                .copied()
-                .ok_or_else(|| crate::error::bug(function, "the store returned no outcome"))?
+            memory_take_one(function, target, ask)?
         }
     };
     if cost > 0 {
@@ -183,10 +191,7 @@ pub fn acquire(
                     },
                     Some(_) => Ask::Take(0),
                 };
-                let o = memory::take(function, std::slice::from_ref(t), ask)?
-                    .first()
-                    .copied()
-                    .ok_or_else(|| crate::error::bug(function, "the store returned no outcome"))?;
+                let o = memory_take_one(function, t, ask)?;
                 if granted.is_none() && o.allowed {
                     granted = Some(o.state);
                 }
@@ -226,9 +231,7 @@ pub fn release(
         })?,
         Store::Memory => {
             cluster::citus::ensure_memory_bucket_here(function, target.key)?;
-            memory::take(function, std::slice::from_ref(t), ask)?
-                .first()
-                .is_some_and(|o| o.allowed)
+            memory_take_one(function, t, ask)?.allowed
         }
     };
     Ok(outcome)

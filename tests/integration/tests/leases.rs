@@ -11,14 +11,14 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use postgres::Client;
+use postgres::GenericClient;
 use rate_limit_integration::TestDb;
 
 const N: i64 = 5;
 const CONNECTIONS: usize = 32;
 const ROUNDS: usize = 25;
 
-fn acquire(c: &mut Client, policy: &str, key: &str) -> Option<i64> {
+fn acquire(c: &mut impl GenericClient, policy: &str, key: &str) -> Option<i64> {
     let row = c
         .query_one(
             "SELECT allowed, lease FROM rate_limit.acquire($1, $2)",
@@ -34,7 +34,7 @@ fn acquire(c: &mut Client, policy: &str, key: &str) -> Option<i64> {
     lease
 }
 
-fn release(c: &mut Client, policy: &str, key: &str, lease: i64) -> bool {
+fn release(c: &mut impl GenericClient, policy: &str, key: &str, lease: i64) -> bool {
     c.query_one(
         "SELECT rate_limit.release($1, $2, $3)",
         &[&policy, &key, &lease],
@@ -172,19 +172,11 @@ fn a_rolled_back_lease_is_released_and_an_open_one_makes_nobody_wait() {
     .expect("policy");
     // rolled back: released
     let mut tx = a.transaction().expect("begin");
-    assert!(tx
-        .query_one("SELECT lease FROM rate_limit.acquire('tx', 'k')", &[])
-        .expect("acquire")
-        .get::<_, Option<i64>>(0)
-        .is_some());
+    assert!(acquire(&mut tx, "tx", "k").is_some());
     tx.rollback().expect("rollback");
     // an open transaction holds one lease (its row stays locked until it ends) ...
     let mut tx = a.transaction().expect("begin");
-    assert!(tx
-        .query_one("SELECT lease FROM rate_limit.acquire('tx', 'k')", &[])
-        .expect("acquire")
-        .get::<_, Option<i64>>(0)
-        .is_some());
+    assert!(acquire(&mut tx, "tx", "k").is_some());
     // ... another connection gets the other one at once, then is denied at once, without waiting
     let mut b = db.connect();
     b.batch_execute("SET statement_timeout = '2s'")
