@@ -81,6 +81,9 @@ ROWS = [
     ("memory", "charge_random", "`charge(policy, key, 1)`, random keys"),
     ("memory", "calendar_hot", "`take` of a monthly calendar quota (Europe/Paris), hot key"),
     ("memory", "calendar_random", "`take` of a monthly calendar quota (Europe/Paris), random keys"),
+    ("memory", "acquire_hot", "`acquire` of a concurrency policy (4 leases of 1 s), hot key"),
+    ("memory", "acquire_random", "`acquire` of a concurrency policy (4 leases of 1 s), random keys"),
+    ("memory", "acquire_release_random", "`acquire` then `release` in one statement, random keys"),
     ("table", "request_hot", "`rate_limiting_request`, hot key"),
     ("table", "request_random", "`rate_limiting_request`, random keys"),
     ("table", "take_hot", "`take(policy, key)` in `FROM`, hot key"),
@@ -149,7 +152,7 @@ goal("table, 3-policy take ≥ 0.5× a single take (32 clients)", [],
 print("\n## Goals (issue 18: the new calls, memory store)\n")
 print("| goal | 8 clients | 32 clients | met |")
 print("| --- | ---: | ---: | --- |")
-for scenario, label in (("charge", "`charge`"), ("calendar", "calendar-window `take`")):
+for scenario, label in (("charge", "`charge`"), ("calendar", "calendar-window `take`"), ("acquire", "`acquire`")):
     for shape, keys in (("hot", "hot key"), ("random", "random keys")):
         v8, v32 = ratios(8, (f"{scenario}_{shape}", "memory")), ratios(32, (f"{scenario}_{shape}", "memory"))
         met = "yes" if summary(v8)[0] >= 0.85 else "no"
@@ -169,7 +172,8 @@ with open(os.path.join(out_dir, "chart.dat"), "w") as f:
     f.write("# label\tm8\tlo8\thi8\tm32\tlo32\thi32\n")
     for store, scenario, _ in CHART:
         short = {"request": "request", "take": "take", "take_select": "take (select list)", "multi3": "3 policies",
-                 "baseline": "PL/pgSQL", "charge": "charge", "calendar": "monthly quota"}
+                 "baseline": "PL/pgSQL", "charge": "charge", "calendar": "monthly quota", "acquire": "acquire",
+                 "acquire_release": "acquire + release"}
         name, shape = scenario.rsplit("_", 1)
         label = f"{store}: {short[name]}, {'hot' if shape == 'hot' else 'random'}"
         row = [label]

@@ -4,7 +4,7 @@
 # PL/pgSQL baseline (bench/baseline.sql) for table-store grants. Writes bench/RESULTS.md and the chart
 # bench/results.svg (gnuplot), from bench/out/raw.tsv (one line per pgbench round).
 #
-#   bench/run.sh                                  (about 30 minutes: a release build, then 18 scenarios × 2
+#   bench/run.sh                                  (about 30 minutes: a release build, then 21 scenarios × 2
 #                                                  client counts × BENCH_ROUNDS rounds of BENCH_SECONDS s)
 #   BENCH_ROUNDS=5 BENCH_SECONDS=5 bench/run.sh
 #   BENCH_HUGE_PAGES=1 bench/run.sh               the server's shared memory on huge pages (as root: sets
@@ -74,6 +74,8 @@ psql_at bench "$PORT" -d bench -q -c "CREATE EXTENSION rate_limit" -f bench/base
         time_zone => 'Europe/Paris', store => 'memory')" \
   -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.charge('bench_charge', 'key' || g, 1) d" \
   -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.take('bench_month', 'key' || g) d" \
+  -c "SELECT rate_limit.create_policy('bench_jobs', 4, '1 second', algorithm => 'concurrency', store => 'memory')" \
+  -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.acquire('bench_jobs', 'key' || g) d" \
   -c "SELECT count(baseline_rate_limiting_request('key' || g, 2, 60)) FROM generate_series(1, 100000) g" \
   -c "SELECT baseline_rate_limiting_request('hot', 2, 60)"  # the baseline raises unique_violation when two
   #                                                           sessions create one key: create it beforehand
@@ -112,6 +114,9 @@ SCENARIOS=(
   "charge_random memory charge_random.sql"
   "calendar_hot memory calendar_hot.sql"
   "calendar_random memory calendar_random.sql"
+  "acquire_hot memory acquire_hot.sql"
+  "acquire_random memory acquire_random.sql"
+  "acquire_release_random memory acquire_release_random.sql"
 )
 PGBENCH="$(pg_bindir bench)/pgbench"
 : >"$RAW"

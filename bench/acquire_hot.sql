@@ -1,0 +1,1 @@
+SELECT allowed FROM rate_limit.acquire('bench_jobs', 'hot');
