@@ -101,7 +101,7 @@ mod rate_limit {
             F,
             "algorithm",
             algorithm,
-            "Pass 'token_bucket', 'fixed_window', 'sliding_window' or 'calendar_window', or omit it.",
+            "Pass 'token_bucket', 'fixed_window', 'sliding_window', 'calendar_window' or 'concurrency', or omit it.",
         )?;
         let algorithm = parse_algorithm(F, algorithm)?;
         let anchor_at = anchor.map(|a| anchor_us(F, a)).transpose()?;
