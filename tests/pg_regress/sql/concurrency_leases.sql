@@ -34,6 +34,17 @@ SELECT rate_limit.headers(d) FROM rate_limit.acquire('exports', 'tenant_4') AS d
 SELECT policy, key, tokens, "limit", algorithm FROM rate_limit.buckets
 WHERE policy = 'exports' AND key = 'tenant_4' ORDER BY tokens;
 
+-- a role with only LOGIN may acquire and release (a release needs the lease's id), not manage policies
+CREATE ROLE leaser;
+SET LOCAL ROLE leaser;
+CREATE TEMP TABLE mine AS SELECT lease FROM rate_limit.acquire('exports', 'tenant_5');
+SELECT rate_limit.release('exports', 'tenant_5', lease) FROM mine;
+SAVEPOINT not_owner;
+SELECT rate_limit.create_policy('mine', 1, '1 minute', algorithm => 'concurrency');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK TO not_owner;
+RESET ROLE;
+
 -- the wrong kind of policy, either way: 42809
 SELECT rate_limit.create_policy('tokens', 10, '1 minute');
 SAVEPOINT bad;
