@@ -3,8 +3,9 @@
 //! shard), written in the caller's transaction: a lease acquired in a transaction that rolls back is
 //! released with it.
 //!
-//! An acquire never waits for another transaction. It locks a slot's row with `FOR UPDATE SKIP LOCKED`, so
-//! a row another transaction is changing (acquiring, releasing) is passed over and counted as held; a
+//! An acquire never waits for another transaction, and never makes a release wait. It locks only a free
+//! slot's row (released, or its lease expired), with `FOR UPDATE SKIP LOCKED`, so a row another
+//! transaction is changing (acquiring, releasing) is passed over and counted as held; a
 //! slot without a row is created under a transaction-scoped advisory lock taken with
 //! `pg_try_advisory_xact_lock` on a hash of (namespace, key), so that two transactions never insert the
 //! same slot (a plain `INSERT … ON CONFLICT` would wait for the other's uncommitted row). One advisory lock
@@ -19,7 +20,9 @@ use pgrx::pg_sys::{self, PgOid};
 use pgrx::spi::{OwnedPreparedStatement, Spi, SpiClient, SpiError};
 use std::cell::Cell;
 
-use super::{plans, read, read_only, row_args, spi, write, COLUMNS, WHERE_BUCKET};
+use super::{
+    plans, read, read_only, read_with, row_args, spi, timestamptz, write, COLUMNS, WHERE_BUCKET,
+};
 use crate::algorithm::{lease_id, State};
 use crate::clock;
 use crate::error;
@@ -27,7 +30,8 @@ use crate::store::target::{Ask, Target};
 
 /// The leases' own saved plans.
 struct LeasePlans {
-    /// Read and lock one row unless another transaction holds it.
+    /// Read and lock one row if its slot is free at `$3` (released, or its lease expired), unless another
+    /// transaction holds the row: a held lease's row is never locked, so its release never waits.
     lock_skip: OwnedPreparedStatement,
     /// Take the advisory lock of one (namespace, key) if nobody holds it.
     try_lock: OwnedPreparedStatement,
@@ -40,13 +44,16 @@ thread_local! {
 
 fn prepare(client: &SpiClient<'_>) -> Result<LeasePlans, SpiError> {
     let text = PgOid::from(pg_sys::TEXTOID);
+    let tstz = PgOid::from(pg_sys::TIMESTAMPTZOID);
     Ok(LeasePlans {
         lock_skip: client
             .prepare_mut(
                 &format!(
-                    "SELECT {COLUMNS} FROM rate_limit.bucket_state {WHERE_BUCKET} FOR UPDATE SKIP LOCKED"
+                    "SELECT {COLUMNS} FROM rate_limit.bucket_state {WHERE_BUCKET} \
+                     AND rate_limit.state_is_full(level, updated_at, algorithm, rate, per_us, burst, $3) \
+                     FOR UPDATE SKIP LOCKED"
                 ),
-                &[text, text],
+                &[text, text, tstz],
             )?
             .keep(),
         try_lock: client
@@ -124,7 +131,12 @@ pub fn acquire(
             let ask = Ask::Acquire {
                 lease: lease_id(random, slot),
             };
-            if let Some(stored) = read(client, &lease_plans.lock_skip, function, t)? {
+            let args: [DatumWithOid<'_>; 3] = [
+                t.namespace.stored_name().into(),
+                t.key.into(),
+                timestamptz(function, now)?.into(),
+            ];
+            if let Some(stored) = read_with(client, &lease_plans.lock_skip, function, &args)? {
                 let o = t.answer(Some(stored), now, ask);
                 if o.allowed {
                     write(client, plans, function, t, o.state)?;
@@ -133,10 +145,15 @@ pub fn acquire(
                 states.push(o.state);
                 continue;
             }
-            // no row this call could lock: another transaction holds it, or it does not exist yet
-            if read(client, &plans.read_fresh, function, t)?.is_some()
-                || !try_lock(client, lease_plans, function, t)?
-            {
+            // no free row this call could lock: the slot is held, another transaction is changing it,
+            // or it has no row yet
+            if let Some(stored) = read(client, &plans.read_fresh, function, t)? {
+                let o = t.answer(Some(stored), now, Ask::Take(0));
+                // free, yet not lockable: another transaction is taking or releasing it
+                states.push(if o.allowed { in_flight } else { o.state });
+                continue;
+            }
+            if !try_lock(client, lease_plans, function, t)? {
                 states.push(in_flight);
                 continue;
             }

@@ -199,7 +199,17 @@ fn read(
     target: &Target<'_>,
 ) -> Result<Option<Stored>, ErrorReport> {
     let args: [DatumWithOid<'_>; 2] = [target.namespace.stored_name().into(), target.key.into()];
-    let table = spi(function, client.select(plan, Some(1), &args))?;
+    read_with(client, plan, function, &args)
+}
+
+/// Reads one row ([`COLUMNS`]) with `plan` and its arguments.
+fn read_with(
+    client: &SpiClient<'_>,
+    plan: &OwnedPreparedStatement,
+    function: &'static str,
+    args: &[DatumWithOid<'_>],
+) -> Result<Option<Stored>, ErrorReport> {
+    let table = spi(function, client.select(plan, Some(1), args))?;
     let Some(row) = table.into_iter().next() else {
         return Ok(None);
     };

@@ -5,7 +5,7 @@
 //! - leases nobody releases (crashed clients) expire: denied while held, granted again once their TTL has
 //!   passed, and the denial's `retry_after` says when;
 //! - table store: a lease acquired in a transaction that rolls back is released, and a transaction holding a
-//!   lease open does not make another connection's acquire wait.
+//!   lease open makes neither another connection's acquire nor a release of another lease wait.
 
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
@@ -190,4 +190,28 @@ fn a_rolled_back_lease_is_released_and_an_open_one_makes_nobody_wait() {
         acquire(&mut b, "tx", "k").is_none(),
         "the committed lease is held"
     );
+}
+
+/// An open transaction that acquired a lease (and looked at the held slot before it) does not make the
+/// release of that other lease wait: only a free slot's row is ever locked by an acquire.
+#[test]
+fn a_release_never_waits_for_an_open_acquire() {
+    let db = TestDb::new("lease_release_waits");
+    let mut a = db.connect();
+    a.execute(
+        "SELECT rate_limit.create_policy('tx2', 2, '1 hour', algorithm => 'concurrency', store => 'table')",
+        &[],
+    )
+    .expect("policy");
+    let first = acquire(&mut a, "tx2", "k").expect("the first lease, committed");
+    let mut b = db.connect();
+    let mut tx = b.transaction().expect("begin");
+    assert!(
+        acquire(&mut tx, "tx2", "k").is_some(),
+        "the second lease, in an open transaction"
+    );
+    a.batch_execute("SET statement_timeout = '2s'")
+        .expect("timeout");
+    assert!(release(&mut a, "tx2", "k", first), "released at once");
+    tx.commit().expect("commit");
 }
