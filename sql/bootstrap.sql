@@ -60,8 +60,12 @@ CREATE TABLE rate_limit.policies (
     max_debt   bigint      NOT NULL DEFAULT 0 CHECK (max_debt >= 0), -- tokens below zero a charge may reach
     time_zone  text,         -- a calendar window's zone (canonical name); NULL for every other algorithm
     anchor     timestamp,    -- a calendar window's first start on that zone's clocks; NULL: its unit's start
+    -- the penalty box: block_after denials of a key within one window (per) block it for block_for
+    block_after bigint CHECK (block_after >= 1),
+    block_for  interval CHECK (block_for > interval '0'),
     CONSTRAINT policies_calendar_check
-        CHECK ((algorithm = 'calendar_window') = (time_zone IS NOT NULL) AND (anchor IS NULL OR time_zone IS NOT NULL))
+        CHECK ((algorithm = 'calendar_window') = (time_zone IS NOT NULL) AND (anchor IS NULL OR time_zone IS NOT NULL)),
+    CONSTRAINT policies_block_check CHECK ((block_after IS NULL) = (block_for IS NULL))
 );
 COMMENT ON TABLE rate_limit.policies IS
     'rate_limit named policies: rate tokens per per, at most burst; change them with rate_limit.alter_policy';

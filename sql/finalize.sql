@@ -73,7 +73,7 @@ COMMENT ON VIEW rate_limit.top_limited IS
     'The most denied keys per policy: denied between denials_min and denials times (Space-Saving summary); owner only';
 
 -- Security model: any role may take, peek and wait, and read the policies; only the extension owner (and
--- roles it grants) may change policies, refund, reset, purge, list buckets and read or reset statistics. The state table is closed
+-- roles it grants) may change policies, refund, reset, block, purge, list buckets and read or reset statistics. The state table is closed
 -- to PUBLIC; the functions that write it are SECURITY DEFINER. Internal helpers are not executable by
 -- PUBLIC: only the owner's statements call them.
 GRANT USAGE ON SCHEMA rate_limit TO PUBLIC;
@@ -92,11 +92,15 @@ REVOKE EXECUTE ON FUNCTION rate_limit.reset(text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.reset_ad_hoc(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.refund(text, text, bigint) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.purge() FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint, text, timestamp)
+REVOKE EXECUTE ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint, text, timestamp,
+    bigint, interval)
     FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint, text, timestamp)
+REVOKE EXECUTE ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint, text, timestamp,
+    bigint, interval)
     FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.drop_policy(text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.block(text, text, interval) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.unblock(text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.memory_buckets() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.stats_rows() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.top_limited_rows() FROM PUBLIC;
@@ -143,15 +147,21 @@ COMMENT ON FUNCTION rate_limit.acquire(text, text) IS
     'Acquire a lease of key under a concurrency policy: the decision, with the lease id when allowed';
 COMMENT ON FUNCTION rate_limit.release(text, text, bigint) IS
     'Release a lease acquired with rate_limit.acquire: true if it was held and is now free';
+COMMENT ON FUNCTION rate_limit.block(text, text, interval) IS
+    'Block key under a policy for duration: its calls are denied without touching its bucket; owner only';
+COMMENT ON FUNCTION rate_limit.unblock(text, text) IS
+    'Lift the block of key under a policy and forget its penalty box count; true if it was blocked; owner only';
 COMMENT ON FUNCTION rate_limit.refund(text, text, bigint) IS
     'Put tokens back into bucket key of a policy, capped at its burst; owner only';
 COMMENT ON FUNCTION rate_limit.reset(text, text) IS 'Delete bucket key of a policy, making it full; owner only';
 COMMENT ON FUNCTION rate_limit.reset_ad_hoc(text) IS 'Delete the ad-hoc bucket key, making it full; owner only';
 COMMENT ON FUNCTION rate_limit.headers(rate_limit.decision, text) IS
     'RateLimit, RateLimit-Policy and Retry-After HTTP field values for a decision, as jsonb';
-COMMENT ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint, text, timestamp) IS
-    'Create a named policy: rate tokens per per, at most burst; algorithm, store, shadow, max_debt, time_zone, anchor optional; owner only';
-COMMENT ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint, text, timestamp) IS
+COMMENT ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint, text, timestamp,
+    bigint, interval) IS
+    'Create a named policy: rate tokens per per, at most burst; algorithm, store, shadow, max_debt, time_zone, anchor, block_after, block_for optional; owner only';
+COMMENT ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint, text, timestamp,
+    bigint, interval) IS
     'Change a policy (NULL keeps a value); buckets carry their tokens over, never gaining any; owner only';
 COMMENT ON FUNCTION rate_limit.drop_policy(text) IS 'Drop a policy and its table-store buckets; owner only';
 COMMENT ON FUNCTION rate_limit.memory_usage() IS

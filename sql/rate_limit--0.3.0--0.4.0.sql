@@ -231,6 +231,11 @@ ALTER TABLE rate_limit.policies
     ADD COLUMN anchor    timestamp,
     ADD CONSTRAINT policies_calendar_check
         CHECK ((algorithm = 'calendar_window') = (time_zone IS NOT NULL) AND (anchor IS NULL OR time_zone IS NOT NULL));
+-- Blocks: the penalty box of a policy.
+ALTER TABLE rate_limit.policies
+    ADD COLUMN block_after bigint CHECK (block_after >= 1),
+    ADD COLUMN block_for   interval CHECK (block_for > interval '0'),
+    ADD CONSTRAINT policies_block_check CHECK ((block_after IS NULL) = (block_for IS NULL));
 COMMENT ON TYPE rate_limit.decision IS
     'Result of rate_limit.take / take_many / take_ad_hoc / peek / wait / charge / refund / acquire: allowed, remaining, limit, retry_after, reset_after, policy, shadow_denied, lease';
 DROP FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text);
@@ -244,15 +249,19 @@ CREATE FUNCTION rate_limit."create_policy"(
     "shadow" bool DEFAULT false,
     "max_debt" bigint DEFAULT 0,
     "time_zone" TEXT DEFAULT NULL,
-    "anchor" timestamp DEFAULT NULL
+    "anchor" timestamp DEFAULT NULL,
+    "block_after" bigint DEFAULT NULL,
+    "block_for" interval DEFAULT NULL
 ) RETURNS VOID
 VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'create_policy_wrapper';
-REVOKE EXECUTE ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint, text, timestamp)
+REVOKE EXECUTE ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint, text, timestamp,
+    bigint, interval)
     FROM PUBLIC;
-COMMENT ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint, text, timestamp) IS
-    'Create a named policy: rate tokens per per, at most burst; algorithm, store, shadow, max_debt, time_zone, anchor optional; owner only';
+COMMENT ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint, text, timestamp,
+    bigint, interval) IS
+    'Create a named policy: rate tokens per per, at most burst; algorithm, store, shadow, max_debt, time_zone, anchor, block_after, block_for optional; owner only';
 DROP FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text);
 CREATE FUNCTION rate_limit."alter_policy"(
     "name" TEXT,
@@ -263,14 +272,18 @@ CREATE FUNCTION rate_limit."alter_policy"(
     "shadow" bool DEFAULT NULL,
     "max_debt" bigint DEFAULT NULL,
     "time_zone" TEXT DEFAULT NULL,
-    "anchor" timestamp DEFAULT NULL
+    "anchor" timestamp DEFAULT NULL,
+    "block_after" bigint DEFAULT NULL,
+    "block_for" interval DEFAULT NULL
 ) RETURNS VOID
 VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'alter_policy_wrapper';
-REVOKE EXECUTE ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint, text, timestamp)
+REVOKE EXECUTE ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint, text, timestamp,
+    bigint, interval)
     FROM PUBLIC;
-COMMENT ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint, text, timestamp) IS
+COMMENT ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint, text, timestamp,
+    bigint, interval) IS
     'Change a policy (NULL keeps a value); buckets carry their tokens over, never gaining any; owner only';
 CREATE FUNCTION rate_limit."charge"(
     "policy" TEXT,
@@ -303,3 +316,26 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'release_wrapper';
 COMMENT ON FUNCTION rate_limit.release(text, text, bigint) IS
     'Release a lease acquired with rate_limit.acquire: true if it was held and is now free';
+
+-- Blocks by hand (owner only).
+CREATE FUNCTION rate_limit."block"(
+    "policy" TEXT,
+    "key" TEXT,
+    "duration" interval
+) RETURNS rate_limit.decision
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'block_wrapper';
+REVOKE EXECUTE ON FUNCTION rate_limit.block(text, text, interval) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.block(text, text, interval) IS
+    'Block key under a policy for duration: its calls are denied without touching its bucket; owner only';
+CREATE FUNCTION rate_limit."unblock"(
+    "policy" TEXT,
+    "key" TEXT
+) RETURNS bool
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'unblock_wrapper';
+REVOKE EXECUTE ON FUNCTION rate_limit.unblock(text, text) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.unblock(text, text) IS
+    'Lift the block of key under a policy and forget its penalty box count; true if it was blocked; owner only';

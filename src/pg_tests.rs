@@ -737,4 +737,87 @@ mod tests {
             text("SELECT pg_temp.error_of('SELECT rate_limit.acquire(''pt_lease_ro'', ''free'')')");
         assert!(e.is_some_and(|e| e.starts_with("25006")));
     }
+
+    /// The same denials and blocks give the same figures in both stores: the penalty box blocks at its
+    /// limit, a blocked key is denied with the block's end without its bucket being touched (peek, take,
+    /// acquire), a block by hand replaces it, and unblock lifts it once.
+    #[pg_test]
+    fn both_stores_block_alike() {
+        for store in ["table", "memory"] {
+            let p = format!("pt_block_{store}");
+            let l = format!("pt_block_lease_{store}");
+            Spi::run(&format!(
+                "SELECT rate_limit.create_policy('{p}', 2, '1 hour', block_after => 2, \
+                 block_for => '1 day', store => '{store}')"
+            ))
+            .expect("policy");
+            Spi::run(&format!(
+                "SELECT rate_limit.create_policy('{l}', 1, '1 hour', algorithm => 'concurrency', \
+                 store => '{store}')"
+            ))
+            .expect("lease policy");
+            // one statement each: a statement does not see the rows its own earlier calls wrote
+            let figures: Vec<String> = [
+                format!("SELECT remaining::text FROM rate_limit.take('{p}', 'k', 2)"),
+                format!("SELECT concat_ws(',', allowed, ceil(extract(epoch FROM retry_after))) FROM rate_limit.take('{p}', 'k')"),
+                format!("SELECT concat_ws(',', allowed, ceil(extract(epoch FROM retry_after))) FROM rate_limit.take('{p}', 'k')"),
+                format!("SELECT concat_ws(',', allowed, remaining, ceil(extract(epoch FROM retry_after)), ceil(extract(epoch FROM reset_after)), policy) FROM rate_limit.peek('{p}', 'k')"),
+                format!("SELECT string_agg(concat_ws(':', algorithm, floor(tokens)), ',' ORDER BY algorithm) FROM rate_limit.buckets WHERE policy = '{p}'"),
+                format!("SELECT rate_limit.unblock('{p}', 'k')::text"),
+                format!("SELECT rate_limit.unblock('{p}', 'k')::text"),
+                // the bucket is as the block found it: still empty, refilling
+                format!("SELECT concat_ws(',', allowed, ceil(extract(epoch FROM retry_after))) FROM rate_limit.take('{p}', 'k')"),
+                format!("SELECT concat_ws(',', allowed, remaining, ceil(extract(epoch FROM retry_after))) FROM rate_limit.block('{p}', 'other', '90 seconds')"),
+                format!("SELECT concat_ws(',', allowed, ceil(extract(epoch FROM retry_after))) FROM rate_limit.take('{p}', 'other')"),
+                format!("SELECT count(*)::text FROM rate_limit.buckets WHERE policy = '{p}' AND key = 'other' AND algorithm <> 'block'"),
+                format!("SELECT ceil(extract(epoch FROM retry_after))::text FROM rate_limit.block('{l}', 'k', '1 minute')"),
+                format!("SELECT concat_ws(',', allowed, lease IS NULL, ceil(extract(epoch FROM retry_after))) FROM rate_limit.acquire('{l}', 'k')"),
+                format!("SELECT count(*)::text FROM rate_limit.buckets WHERE policy = '{l}'"),
+            ]
+            .iter()
+            .map(|q| text(q).unwrap_or_default())
+            .collect();
+            assert_eq!(
+                figures,
+                [
+                    "0",
+                    "f,1800",
+                    "f,86400",
+                    "f,0,86400,86400,{p}".replace("{p}", &p).as_str(),
+                    "block:0,token_bucket:0",
+                    "true",
+                    "false",
+                    "f,1800",
+                    "f,0,90",
+                    "f,90",
+                    "0",
+                    "60",
+                    "f,t,60",
+                    "1",
+                ],
+                "{store}"
+            );
+        }
+    }
+
+    /// In a read-only transaction the table store denies as usual but cannot count the denial in the
+    /// penalty box (it would write): nothing is raised, and nothing is counted.
+    #[pg_test]
+    fn a_read_only_denial_is_not_counted() {
+        Spi::run(
+            "SELECT rate_limit.create_policy('pt_block_ro', 1, '1 hour', block_after => 1, \
+             block_for => '1 hour', store => 'table')",
+        )
+        .expect("policy");
+        Spi::run("SELECT rate_limit.take('pt_block_ro', 'k')").expect("first grant");
+        Spi::run("SET LOCAL transaction_read_only = on").expect("read only");
+        assert_eq!(
+            text("SELECT concat_ws(',', allowed, ceil(extract(epoch FROM retry_after))) FROM rate_limit.take('pt_block_ro', 'k')").as_deref(),
+            Some("f,3600")
+        );
+        assert_eq!(
+            int("SELECT count(*) FROM rate_limit.buckets WHERE policy = 'pt_block_ro'"),
+            1
+        );
+    }
 }

@@ -28,8 +28,9 @@ use pgrx::pg_sys::{self};
 use pgrx::spi::Spi;
 use pgrx::PgSqlErrorCode;
 
-use crate::algorithm::{Algorithm, DebtError, Policy, PolicyError};
+use crate::algorithm::{Algorithm, DebtError, Policy, PolicyError, MAX_BLOCK_US, MAX_WINDOW_COUNT};
 use crate::gucs::Store;
+use crate::store::target::Blocking;
 use crate::{calendar, error};
 
 /// The longest policy name, in bytes.
@@ -52,6 +53,8 @@ pub struct Named {
     pub shadow: bool,
     /// How far below zero a charge may drive a bucket, in tokens (`rate_limit.charge`).
     pub max_debt: i64,
+    /// How its keys are blocked: their block buckets' numbers and its penalty box, if any.
+    pub blocking: Blocking,
 }
 
 struct Cache {
@@ -161,6 +164,8 @@ type Row = (
     Option<i64>,
     Option<String>,
     Option<Timestamp>,
+    Option<i64>,
+    Option<Interval>,
 );
 
 /// Reads one policy from the table, with the active snapshot.
@@ -170,7 +175,8 @@ pub fn load(
 ) -> Result<Option<(Named, pg_sys::Oid)>, ErrorReport> {
     const QUERY: &str =
         "SELECT algorithm, rate, per, burst, store, created_at, changed_at, tableoid, shadow, max_debt, \
-         time_zone, anchor FROM rate_limit.policies WHERE name OPERATOR(pg_catalog.=) $1";
+         time_zone, anchor, block_after, block_for FROM rate_limit.policies \
+         WHERE name OPERATOR(pg_catalog.=) $1";
     let row: Option<Row> = Spi::connect(|client| {
         let args: [DatumWithOid<'_>; 1] = [name.into()];
         let table = client.select(QUERY, Some(1), &args)?;
@@ -191,11 +197,27 @@ pub fn load(
             r.get(10)?,
             r.get(11)?,
             r.get(12)?,
+            r.get(13)?,
+            r.get(14)?,
         )))
     })
     .map_err(|e| error::internal(function, e))?;
-    let Some((alg, rate, per, burst, store, created, changed, oid, shadow, max_debt, zone, anchor)) =
-        row
+    let Some((
+        alg,
+        rate,
+        per,
+        burst,
+        store,
+        created,
+        changed,
+        oid,
+        shadow,
+        max_debt,
+        zone,
+        anchor,
+        block_after,
+        block_for,
+    )) = row
     else {
         return Ok(None);
     };
@@ -230,6 +252,7 @@ pub fn load(
             .into_inner(),
         shadow: shadow.ok_or_else(|| corrupt("policy shadow is NULL"))?,
         max_debt: max_debt.ok_or_else(|| corrupt("policy max_debt is NULL"))?,
+        blocking: blocking(function, &policy, block_after, block_for)?,
     };
     Ok(Some((named, oid.unwrap_or(pg_sys::InvalidOid))))
 }
@@ -270,6 +293,65 @@ pub fn build(
     let period = period_us(function, "per", per)?;
     Policy::new(algorithm, rate, period, burst.unwrap_or(rate))
         .map_err(|e| policy_error(function, e))
+}
+
+/// How the keys of `policy` are blocked, with the penalty box `block_after` denials within one of its
+/// windows block a key for `block_for`: both NULL (no penalty box: blocks by hand only) or both given
+/// (22023 otherwise, and for values out of range).
+pub fn blocking(
+    function: &'static str,
+    policy: &Policy,
+    block_after: Option<i64>,
+    block_for: Option<Interval>,
+) -> Result<Blocking, ErrorReport> {
+    let hint = "Pass both block_after (denials within one window of the policy) and block_for (how long \
+                the key is then blocked), e.g. block_after => 10, block_for => interval '15 minutes'; \
+                or neither, for blocks by hand only.";
+    let (block_after, penalty_for) = match (block_after, block_for) {
+        (None, None) => (None, None),
+        (Some(n), Some(d)) => {
+            if !(1..=MAX_WINDOW_COUNT).contains(&n) {
+                return Err(error::out_of_range(
+                    function,
+                    "block_after",
+                    n,
+                    1,
+                    MAX_WINDOW_COUNT,
+                ));
+            }
+            (Some(n), Some(block_duration_us(function, "block_for", d)?))
+        }
+        (Some(_), None) | (None, Some(_)) => {
+            return Err(error::invalid_value(
+                function,
+                "block_after and block_for go together".to_string(),
+                hint,
+            ))
+        }
+    };
+    let bucket = Policy::block_bucket(block_after, policy.period_us())
+        .map_err(|e| policy_error(function, e))?;
+    Ok(Blocking {
+        bucket,
+        penalty_for,
+    })
+}
+
+/// A block's length as microseconds: positive, without months, at most 100 years (22023 otherwise).
+pub fn block_duration_us(
+    function: &'static str,
+    argument: &str,
+    duration: Interval,
+) -> Result<i64, ErrorReport> {
+    let us = period_us(function, argument, duration)?;
+    if us > MAX_BLOCK_US {
+        return Err(error::invalid_value(
+            function,
+            format!("{argument} must be at most 100 years"),
+            "Pass a shorter interval; a key blocked for good is better refused by the application.",
+        ));
+    }
+    Ok(us)
 }
 
 /// 42809 for a policy of the wrong kind: a concurrency policy named by a call that takes tokens, or
@@ -376,7 +458,7 @@ pub fn parse_store(function: &'static str, s: &str) -> Result<Store, ErrorReport
 
 /// `'token_bucket'`, `'fixed_window'`, `'sliding_window'`, `'calendar_window'` or `'concurrency'`.
 pub fn parse_algorithm(function: &'static str, s: &str) -> Result<Algorithm, ErrorReport> {
-    Algorithm::parse(s).ok_or_else(|| {
+    Algorithm::parse(s).filter(|a| a.makes_policies()).ok_or_else(|| {
         ErrorReport::new(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             format!("unknown algorithm '{s}'"),

@@ -107,6 +107,17 @@ FROM rate_limit.acquire('exports', 'tenant_1');
 SELECT rate_limit.release('exports', 'tenant_1', lease) FROM my_lease;
 SELECT allowed, remaining FROM rate_limit.acquire('exports', 'tenant_1');
 
+--@ block reference-blocks
+--@ hide
+SELECT rate_limit.create_policy('login', 5, '1 minute', block_after => 3, block_for => '1 hour');
+--@ hide
+SELECT count(rate_limit.take('login', 'mallory')) FROM generate_series(1, 7);
+SELECT allowed, remaining, ceil(extract(epoch FROM retry_after) / 60) AS retry_minutes
+FROM rate_limit.take('login', 'mallory');
+SELECT rate_limit.unblock('login', 'mallory');
+SELECT allowed, ceil(extract(epoch FROM retry_after)) AS retry_s FROM rate_limit.block('login', 'bob', '15 minutes');
+SELECT allowed, ceil(extract(epoch FROM retry_after)) AS retry_s FROM rate_limit.take('login', 'bob');
+
 --@ block reference-shadow
 --@ hide
 SELECT rate_limit.create_policy('search_v2', 2, '1 hour', shadow => true);

@@ -41,3 +41,17 @@ SELECT allowed, remaining FROM rate_limit.acquire('renders', 'user_5');
 ROLLBACK;
 SELECT allowed, remaining FROM rate_limit.acquire('renders', 'user_5');
 SELECT allowed, remaining FROM rate_limit.acquire('renders', 'user_5');
+
+--@ block semantics-blocks
+--@ hide
+SELECT rate_limit.create_policy('signup', 2, '1 hour', block_after => 2, block_for => '1 day', store => 'table');
+--@ hide
+SELECT count(rate_limit.take('signup', '203.0.113.9')) FROM generate_series(1, 2);
+-- in the table store, a denial counted in a transaction that rolls back is forgotten
+BEGIN;
+SELECT allowed, ceil(extract(epoch FROM retry_after) / 60) AS retry_minutes FROM rate_limit.take('signup', '203.0.113.9');
+ROLLBACK;
+SELECT allowed, ceil(extract(epoch FROM retry_after) / 60) AS retry_minutes FROM rate_limit.take('signup', '203.0.113.9');
+-- the second denial within the hour blocks the address for a day, and says so
+SELECT allowed, ceil(extract(epoch FROM retry_after) / 3600) AS retry_hours FROM rate_limit.take('signup', '203.0.113.9');
+SELECT algorithm, floor(tokens) AS tokens FROM rate_limit.buckets WHERE policy = 'signup' ORDER BY algorithm;

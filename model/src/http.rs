@@ -50,7 +50,8 @@ pub fn window_seconds(p: &Policy) -> i128 {
         Algorithm::FixedWindow
         | Algorithm::SlidingWindow
         | Algorithm::CalendarWindow
-        | Algorithm::Concurrency => ceil_seconds(i128::from(p.period_us())).max(1),
+        | Algorithm::Concurrency
+        | Algorithm::Block => ceil_seconds(i128::from(p.period_us())).max(1),
     }
 }
 

@@ -126,6 +126,18 @@ pub enum Ask {
         /// The lease's id.
         lease: i64,
     },
+    /// Count one denial of the key in this bucket, a block bucket, blocking the key for `block_for` µs at
+    /// the penalty box's limit (see [`Policy::count_denial`](crate::algorithm::Policy::count_denial)).
+    CountDenial {
+        /// How long the block that the limit starts lasts, in µs.
+        block_for: i64,
+    },
+    /// Block the key for `duration` µs, in this bucket, a block bucket (see
+    /// [`Policy::block_for`](crate::algorithm::Policy::block_for)).
+    Block {
+        /// How long, in µs.
+        duration: i64,
+    },
 }
 
 impl Ask {
@@ -133,6 +145,16 @@ impl Ask {
     pub fn only_reports(&self) -> bool {
         matches!(self, Ask::Take(0))
     }
+}
+
+/// How a named policy's keys are blocked (see [`crate::algorithm::block`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Blocking {
+    /// The numbers of a key's block bucket ([`Policy::block_bucket`]).
+    pub bucket: Policy,
+    /// The penalty box: how long (µs) the block lasts that `bucket.rate()` denials within one window
+    /// start; `None` when the policy has no penalty box (its keys are blocked only by hand).
+    pub penalty_for: Option<i64>,
 }
 
 /// Tokens asked of one bucket.
@@ -150,6 +172,9 @@ pub struct Target<'a> {
     /// Shadow mode: this bucket never denies the call. It is evaluated like any other, takes its tokens when
     /// it has them, and its would-be denials are reported and counted (see [`granted`]).
     pub shadow: bool,
+    /// How the key may be blocked: a named policy's bucket; `None` for buckets that are never blocked
+    /// (ad-hoc and request buckets, lease slots, block buckets themselves).
+    pub blocking: Option<Blocking>,
 }
 
 /// A stored bucket with the numbers it was last written under.
@@ -213,6 +238,11 @@ impl Target<'_> {
             Ask::Release { lease } => self
                 .policy
                 .release_in(self.current(stored, now), now, lease),
+            Ask::CountDenial { block_for } => {
+                self.policy
+                    .count_denial(self.current(stored, now), now, block_for)
+            }
+            Ask::Block { duration } => self.policy.block_for(now, duration),
         }
     }
 
@@ -285,6 +315,7 @@ mod tests {
             policy: p,
             changed_at: i64::MIN,
             shadow: key == "b",
+            blocking: None,
         };
         let empty = Stored {
             state: p.take(p.full(0), 0, 2).state,

@@ -182,6 +182,7 @@ mod rate_limit {
             policy,
             changed_at: i64::MIN,
             shadow: gucs::shadow(),
+            blocking: None,
         };
         to_row(F, &decide(F, store_of(None), &[t], cost)?)
     }

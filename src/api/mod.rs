@@ -4,6 +4,7 @@
 //! - `limits`: the limiter API over named policies and ad-hoc limits (`take`, `take_many`,
 //!   `take_ad_hoc`, `peek`, `wait`, `refund`, `reset`, `headers`);
 //! - `leases`: `acquire` and `release` of concurrency policies;
+//! - `blocks`: `block` and `unblock`, blocks by hand (owner only);
 //! - `policies`: creating, changing and dropping policies (owner only);
 //! - `triggers`: `limit_writes`, the row trigger that limits writes per key; `trigger_call` refuses
 //!   direct calls of trigger functions with 39P01;
@@ -14,6 +15,7 @@
 //! schema. No two public functions of one name accept the same number of arguments, so drivers that send
 //! parameters untyped (node-postgres, asyncpg) can call each of them.
 
+pub mod blocks;
 pub mod internal;
 pub mod leases;
 pub mod limits;
@@ -142,7 +144,11 @@ pub fn lease_policy_arg(
     Ok(named)
 }
 
-fn any_policy_arg(function: &'static str, name: Option<&str>) -> Result<Rc<Named>, ErrorReport> {
+/// The policy named by an argument, of any kind (42704 if there is none).
+pub fn any_policy_arg(
+    function: &'static str,
+    name: Option<&str>,
+) -> Result<Rc<Named>, ErrorReport> {
     let name = name.ok_or_else(|| {
         error::null_argument(
             function,
@@ -164,6 +170,7 @@ pub fn policy_target<'a>(named: &'a Named, key: &'a str) -> Target<'a> {
         policy: named.policy,
         changed_at: named.changed_at,
         shadow: named.shadow || gucs::shadow(),
+        blocking: Some(named.blocking),
     }
 }
 

@@ -52,7 +52,8 @@ fn spi_run(
         .map_err(|e| error::internal(function, e))
 }
 
-/// `algorithm, rate, per, burst, shadow, max_debt, time_zone, anchor` of a `rate_limit.policies` row.
+/// `algorithm, rate, per, burst, shadow, max_debt, time_zone, anchor, block_after, block_for` of a
+/// `rate_limit.policies` row.
 type StoredNumbers = (
     Option<String>,
     Option<i64>,
@@ -62,6 +63,8 @@ type StoredNumbers = (
     Option<i64>,
     Option<String>,
     Option<Timestamp>,
+    Option<i64>,
+    Option<Interval>,
 );
 
 /// Policy management, in schema `rate_limit`.
@@ -72,7 +75,8 @@ mod rate_limit {
     /// Creates the policy `name`: `rate` tokens per `per`, at most `burst` (default: `rate`) at once. With
     /// `shadow`, it never denies (would-be denials are reported and counted); `max_debt` is how many
     /// tokens below zero `rate_limit.charge` may drive a bucket. A `calendar_window` policy's windows start
-    /// at `anchor + k × per` (whole days or months) on `time_zone`'s clocks.
+    /// at `anchor + k × per` (whole days or months) on `time_zone`'s clocks. The penalty box: `block_after`
+    /// denials of a key within one window (`per`) block it for `block_for` (both, or neither).
     #[pg_extern(volatile, parallel_unsafe, security_definer)]
     #[allow(clippy::too_many_arguments)] // SQL's named arguments, each with its default
     fn create_policy(
@@ -86,6 +90,8 @@ mod rate_limit {
         max_debt: default!(Option<i64>, 0),
         time_zone: default!(Option<&str>, "NULL"),
         anchor: default!(Option<Timestamp>, "NULL"),
+        block_after: default!(Option<i64>, "NULL"),
+        block_for: default!(Option<Interval>, "NULL"),
     ) -> Result<(), ErrorReport> {
         const F: &str = "rate_limit.create_policy";
         let name = required(F, "name", name, "Pass the policy's name, e.g. 'api'.")?;
@@ -125,10 +131,11 @@ mod rate_limit {
         policy
             .check_max_debt(max_debt)
             .map_err(|e| policies::debt_error(F, e))?;
+        policies::blocking(F, &policy, block_after, block_for)?;
         // the table store's clock, on which its rows are written (see crate::clock_shift)
         let now = TimestampWithTimeZone::try_from(crate::clock::table_now_us())
             .map_err(|_| error::bug(F, "the clock is out of the timestamp range"))?;
-        let args: [DatumWithOid<'_>; 11] = [
+        let args: [DatumWithOid<'_>; 13] = [
             name.into(),
             algorithm.name().into(),
             policy.rate().into(),
@@ -140,12 +147,14 @@ mod rate_limit {
             max_debt.into(),
             time_zone.into(),
             anchor.into(),
+            block_after.into(),
+            block_for.into(),
         ];
         let inserted = spi_run(
             F,
             "INSERT INTO rate_limit.policies (name, algorithm, rate, per, burst, store, created_at, \
-             changed_at, shadow, max_debt, time_zone, anchor) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10, $11) \
+             changed_at, shadow, max_debt, time_zone, anchor, block_after, block_for) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10, $11, $12, $13) \
              ON CONFLICT (name) DO NOTHING RETURNING 1",
             &args,
         )?;
@@ -163,7 +172,8 @@ mod rate_limit {
     /// Changes policy `name`; NULL keeps a value. Existing buckets carry their tokens over (rounded down,
     /// capped at the new burst; a full bucket stays full; a debt stays) and refill under the new numbers
     /// from now on. `shadow` switches shadow mode on or off, live. A new `time_zone` or `anchor` of a
-    /// calendar window applies from each bucket's next window.
+    /// calendar window applies from each bucket's next window. `block_after => 0` removes the penalty box;
+    /// blocks already started keep their end.
     #[pg_extern(volatile, parallel_unsafe, security_definer)]
     #[allow(clippy::too_many_arguments)] // SQL's named arguments, each with its default
     fn alter_policy(
@@ -176,14 +186,16 @@ mod rate_limit {
         max_debt: default!(Option<i64>, "NULL"),
         time_zone: default!(Option<&str>, "NULL"),
         anchor: default!(Option<Timestamp>, "NULL"),
+        block_after: default!(Option<i64>, "NULL"),
+        block_for: default!(Option<Interval>, "NULL"),
     ) -> Result<(), ErrorReport> {
         const F: &str = "rate_limit.alter_policy";
         let name = required(F, "name", name, "Pass the name of an existing policy.")?;
         let current: Option<StoredNumbers> = Spi::connect_mut(|client| {
             let args: [DatumWithOid<'_>; 1] = [name.into()];
             let t = client.update(
-                "SELECT algorithm, rate, per, burst, shadow, max_debt, time_zone, anchor \
-                     FROM rate_limit.policies WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE",
+                "SELECT algorithm, rate, per, burst, shadow, max_debt, time_zone, anchor, block_after, \
+                     block_for FROM rate_limit.policies WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE",
                 Some(1),
                 &args,
             )?;
@@ -200,11 +212,23 @@ mod rate_limit {
                 r.get(6)?,
                 r.get(7)?,
                 r.get(8)?,
+                r.get(9)?,
+                r.get(10)?,
             )))
         })
         .map_err(|e| error::internal(F, e))?;
-        let (old_alg, old_rate, old_per, old_burst, old_shadow, old_max_debt, old_zone, old_anchor) =
-            current.ok_or_else(|| policies::unknown(F, name))?;
+        let (
+            old_alg,
+            old_rate,
+            old_per,
+            old_burst,
+            old_shadow,
+            old_max_debt,
+            old_zone,
+            old_anchor,
+            old_block_after,
+            old_block_for,
+        ) = current.ok_or_else(|| policies::unknown(F, name))?;
         let corrupt = || error::corrupt_row(F, "rate_limit.policies has a NULL column");
         let algorithm = match algorithm {
             Some(a) => parse_algorithm(F, a)?,
@@ -234,11 +258,17 @@ mod rate_limit {
         policy
             .check_max_debt(max_debt)
             .map_err(|e| policies::debt_error(F, e))?;
+        // the penalty box: 0 removes it; otherwise each of its settings is kept unless given
+        let (block_after, block_for) = match block_after {
+            Some(0) => (None, None),
+            given => (given.or(old_block_after), block_for.or(old_block_for)),
+        };
+        policies::blocking(F, &policy, block_after, block_for)?;
         // the clock is read here and passed: Citus refuses a volatile function in an UPDATE of a
         // distributed (here: reference) table
         let changed_at = TimestampWithTimeZone::try_from(crate::clock::table_now_us())
             .map_err(|_| error::bug(F, "the clock is out of the timestamp range"))?;
-        let args: [DatumWithOid<'_>; 10] = [
+        let args: [DatumWithOid<'_>; 12] = [
             name.into(),
             algorithm.name().into(),
             policy.rate().into(),
@@ -249,11 +279,14 @@ mod rate_limit {
             max_debt.into(),
             zone.into(),
             anchor.into(),
+            block_after.into(),
+            block_for.into(),
         ];
         spi_run(
             F,
             "UPDATE rate_limit.policies SET algorithm = $2, rate = $3, per = $4, burst = $5, \
-             changed_at = $6, shadow = $7, max_debt = $8, time_zone = $9, anchor = $10 \
+             changed_at = $6, shadow = $7, max_debt = $8, time_zone = $9, anchor = $10, \
+             block_after = $11, block_for = $12 \
              WHERE name OPERATOR(pg_catalog.=) $1",
             &args,
         )?;

@@ -82,6 +82,7 @@ fn request_target(id: &str, policy: Policy) -> Target<'_> {
         policy,
         changed_at: i64::MIN,
         shadow: gucs::shadow(),
+        blocking: None,
     }
 }
 

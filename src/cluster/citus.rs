@@ -46,6 +46,8 @@ pub const KEYED: &[(&str, &str)] = &[
     ("rate_limit.acquire(text,text)", "key"),
     ("rate_limit.release(text,text,bigint)", "key"),
     ("rate_limit.reset(text,text)", "key"),
+    ("rate_limit.block(text,text,interval)", "key"),
+    ("rate_limit.unblock(text,text)", "key"),
     (
         "rate_limit.take_ad_hoc(text,bigint,interval,bigint,integer)",
         "key",

@@ -14,6 +14,7 @@
 //! saw short is denied from the backend's own memory ([`short`]), with exact figures computed from the
 //! remembered state.
 
+mod blocks;
 mod dropped;
 mod memory;
 pub mod short;
@@ -51,6 +52,11 @@ fn now(function: &'static str, store: Store) -> Result<i64, ErrorReport> {
 /// shadow mode is denied and nothing was taken; outcomes of buckets the call did not need to look at are
 /// reported as allowed. When it is granted, every allowed outcome's tokens were taken, and a denied one
 /// (of a bucket in shadow mode) took nothing.
+///
+/// In order: a bucket this backend knows to be short denies the call from its memory ([`short`]); else a
+/// key blocked under a policy ([`blocks`]) denies it before any bucket is touched (under shadow mode its
+/// block is reported as a would-be denial and its bucket is left alone); else the store decides. The
+/// denials of a call are then counted in the penalty boxes of their policies.
 pub fn take(
     function: &'static str,
     store: Store,
@@ -62,17 +68,90 @@ pub fn take(
             cluster::citus::ensure_memory_bucket_here(function, t.key)?;
         }
     }
-    if cost > 0 {
-        let now = now(function, store)?;
-        // a bucket in shadow mode never denies a call, whatever this backend remembers of it
-        for (i, t) in targets.iter().enumerate().filter(|(_, t)| !t.shadow) {
-            if let Some(denied) = short::denial(store, t, now, cost) {
-                let mut outcomes = vec![not_looked_at(); targets.len()];
-                outcomes[i] = denied;
-                stats::record(targets, &outcomes, cost);
-                return Ok(outcomes);
-            }
+    let no_block = vec![None; targets.len()];
+    let (mut outcomes, blocked) = match known_short(function, store, targets, cost)? {
+        Some(outcomes) => (outcomes, no_block),
+        None => {
+            let blocked = blocks::blocked(function, store, targets)?;
+            (
+                take_unless_blocked(function, store, targets, cost, &blocked)?,
+                blocked,
+            )
         }
+    };
+    if cost > 0 {
+        blocks::count_denials(function, store, targets, &mut outcomes, &blocked)?;
+        stats::record(targets, &outcomes, cost);
+    }
+    Ok(outcomes)
+}
+
+/// The outcomes of a call that a bucket this backend remembers short denies (a bucket in shadow mode never
+/// denies a call, whatever this backend remembers of it); `None` when it knows of none.
+fn known_short(
+    function: &'static str,
+    store: Store,
+    targets: &[Target<'_>],
+    cost: i64,
+) -> Result<Option<Vec<Outcome>>, ErrorReport> {
+    if cost == 0 {
+        return Ok(None);
+    }
+    let now = now(function, store)?;
+    for (i, t) in targets.iter().enumerate().filter(|(_, t)| !t.shadow) {
+        if let Some(denied) = short::denial(store, t, now, cost) {
+            let mut outcomes = vec![not_looked_at(); targets.len()];
+            outcomes[i] = denied;
+            return Ok(Some(outcomes));
+        }
+    }
+    Ok(None)
+}
+
+/// [`take`] from the store, given the blocks of the targets (`blocked[i]` is `targets[i]`'s).
+fn take_unless_blocked(
+    function: &'static str,
+    store: Store,
+    targets: &[Target<'_>],
+    cost: i64,
+    blocked: &[Option<Outcome>],
+) -> Result<Vec<Outcome>, ErrorReport> {
+    let enforced_block = targets
+        .iter()
+        .zip(blocked)
+        .position(|(t, b)| b.is_some() && !t.shadow);
+    if let Some(i) = enforced_block {
+        // a blocked key denies the call: no bucket is touched
+        let mut outcomes = vec![not_looked_at(); targets.len()];
+        outcomes[i] = blocked[i].unwrap_or_else(not_looked_at);
+        return Ok(outcomes);
+    }
+    if blocked.iter().all(Option::is_none) {
+        return take_from_store(function, store, targets, cost);
+    }
+    // only keys in shadow mode are blocked: their buckets are left alone, the others are asked
+    let open: Vec<Target<'_>> = targets
+        .iter()
+        .zip(blocked)
+        .filter(|(_, b)| b.is_none())
+        .map(|(t, _)| *t)
+        .collect();
+    let mut asked = take_from_store(function, store, &open, cost)?.into_iter();
+    Ok(blocked
+        .iter()
+        .map(|b| b.or_else(|| asked.next()).unwrap_or_else(not_looked_at))
+        .collect())
+}
+
+/// Asks the store, and remembers the buckets it found short.
+fn take_from_store(
+    function: &'static str,
+    store: Store,
+    targets: &[Target<'_>],
+    cost: i64,
+) -> Result<Vec<Outcome>, ErrorReport> {
+    if targets.is_empty() {
+        return Ok(Vec::new());
     }
     let outcomes = match store {
         Store::Table => table::take(function, targets, cost)?,
@@ -84,7 +163,6 @@ pub fn take(
                 short::remember(store, t, o.state);
             }
         }
-        stats::record(targets, &outcomes, cost);
     }
     Ok(outcomes)
 }
@@ -152,6 +230,7 @@ fn slot_targets<'a>(target: &Target<'a>, names: &'a [String]) -> Vec<Target<'a>>
         .map(|name| Target {
             namespace: Namespace::Policy { name, created_at },
             shadow: false,
+            blocking: None,
             ..*target
         })
         .collect()
@@ -176,6 +255,17 @@ pub fn acquire(
     target: &Target<'_>,
     random: u64,
 ) -> Result<(Outcome, Option<i64>), ErrorReport> {
+    let one = std::slice::from_ref(target);
+    // a blocked key gets no lease (under shadow mode, acquires ignore blocks: they never deny)
+    let blocked = if target.shadow {
+        vec![None]
+    } else {
+        blocks::blocked(function, store, one)?
+    };
+    if let Some(o) = blocked.first().copied().flatten() {
+        stats::record(one, &[o], 1);
+        return Ok((o, None));
+    }
     let names = slot_names(target);
     let slots = slot_targets(target, &names);
     let (states, granted, now) = match store {
@@ -200,9 +290,16 @@ pub fn acquire(
             (states, granted, memory::now(function)?)
         }
     };
-    let outcome =
+    let mut outcome =
         crate::algorithm::leases_outcome(&target.policy, &states, now, granted.is_some(), granted);
-    stats::record(std::slice::from_ref(target), &[outcome], 1);
+    blocks::count_denials(
+        function,
+        store,
+        one,
+        std::slice::from_mut(&mut outcome),
+        &blocked,
+    )?;
+    stats::record(one, &[outcome], 1);
     Ok((outcome, granted.map(|s| s.level)))
 }
 
@@ -235,6 +332,35 @@ pub fn release(
         }
     };
     Ok(outcome)
+}
+
+/// Blocks the key of `target` (a named policy's bucket) for `duration` µs from now, replacing any block it
+/// had (see [`blocks`]); returns its block bucket afterwards. The table store writes in the caller's
+/// transaction (25006 in a read-only one).
+pub fn block(
+    function: &'static str,
+    store: Store,
+    target: &Target<'_>,
+    duration: i64,
+) -> Result<Outcome, ErrorReport> {
+    if store == Store::Memory {
+        cluster::citus::ensure_memory_bucket_here(function, target.key)?;
+    }
+    // this backend's memory of the key's bucket would answer before the block is read
+    short::forget(&target.namespace, target.key);
+    blocks::block(function, store, target, duration)
+}
+
+/// Lifts the block of the key of `target` and forgets its penalty box's count; true if it was blocked.
+pub fn unblock(
+    function: &'static str,
+    store: Store,
+    target: &Target<'_>,
+) -> Result<bool, ErrorReport> {
+    if store == Store::Memory {
+        cluster::citus::ensure_memory_bucket_here(function, target.key)?;
+    }
+    blocks::unblock(function, store, target)
 }
 
 /// Puts up to `tokens` back into the bucket of `target` (never above its capacity); returns the bucket. One

@@ -134,6 +134,7 @@ mod tests {
             policy: Policy::new(Algorithm::TokenBucket, rate, S, 10).unwrap(),
             changed_at: i64::MIN,
             shadow: false,
+            blocking: None,
         }
     }
 

@@ -46,7 +46,7 @@ impl Policy {
             Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::CalendarWindow => {
                 MAX_WINDOW_COUNT - self.burst()
             }
-            Algorithm::Concurrency => 0,
+            Algorithm::Concurrency | Algorithm::Block => 0,
         }
     }
 
@@ -98,6 +98,7 @@ impl Policy {
             Algorithm::CalendarWindow => self.charge_calendar(state, now, cost, max_debt),
             // leases are acquired, not charged: a charge reports the slot
             Algorithm::Concurrency => self.slot_outcome(state, now),
+            Algorithm::Block => self.block_outcome(state, now),
         }
     }
 }

@@ -22,11 +22,13 @@
 
 use std::fmt;
 
+pub mod block;
 pub mod calendar;
 mod charge;
 pub mod lease;
 pub mod token_bucket;
 
+pub use block::{block_namespace, MAX_BLOCK_US};
 pub use calendar::{Calendar, Step, Zone};
 pub use charge::DebtError;
 pub use lease::{lease_id, leases_outcome, slot_namespace, slot_of, MAX_LEASES};
@@ -51,19 +53,30 @@ pub enum Algorithm {
     /// At most `rate` leases held at once, each expiring `period_us` after it was acquired (see [`lease`]):
     /// a bucket of this algorithm is one lease slot.
     Concurrency,
+    /// A key's block, or the denials its policy's penalty box counted (see [`block`]): never a policy's own
+    /// algorithm, only that of the block bucket beside a key's bucket.
+    Block,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order the documentation lists them.
-    pub const ALL: [Algorithm; 5] = [
+    pub const ALL: [Algorithm; 6] = [
         Algorithm::TokenBucket,
         Algorithm::FixedWindow,
         Algorithm::SlidingWindow,
         Algorithm::CalendarWindow,
         Algorithm::Concurrency,
+        Algorithm::Block,
     ];
 
-    /// The SQL name: `token_bucket`, `fixed_window`, `sliding_window` or `calendar_window`.
+    /// Whether a policy may be made with this algorithm (every one but [`Algorithm::Block`], which only
+    /// block buckets have).
+    pub fn makes_policies(self) -> bool {
+        self != Algorithm::Block
+    }
+
+    /// The SQL name: `token_bucket`, `fixed_window`, `sliding_window`, `calendar_window`, `concurrency` or
+    /// `block`.
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::TokenBucket => "token_bucket",
@@ -71,6 +84,7 @@ impl Algorithm {
             Algorithm::SlidingWindow => "sliding_window",
             Algorithm::CalendarWindow => "calendar_window",
             Algorithm::Concurrency => "concurrency",
+            Algorithm::Block => "block",
         }
     }
 
@@ -87,6 +101,7 @@ impl Algorithm {
             Algorithm::SlidingWindow => 2,
             Algorithm::CalendarWindow => 3,
             Algorithm::Concurrency => 4,
+            Algorithm::Block => 5,
         }
     }
 
@@ -295,7 +310,8 @@ impl Policy {
             Algorithm::FixedWindow
             | Algorithm::SlidingWindow
             | Algorithm::CalendarWindow
-            | Algorithm::Concurrency => State { level: 0, at: now },
+            | Algorithm::Concurrency
+            | Algorithm::Block => State { level: 0, at: now },
         }
     }
 
@@ -317,7 +333,10 @@ impl Policy {
                     _ => (0, 0),
                 }
             }
-            Algorithm::TokenBucket | Algorithm::CalendarWindow | Algorithm::Concurrency => (0, 0),
+            Algorithm::TokenBucket
+            | Algorithm::CalendarWindow
+            | Algorithm::Concurrency
+            | Algorithm::Block => (0, 0),
         }
     }
 
@@ -337,6 +356,8 @@ impl Policy {
             Algorithm::CalendarWindow => self.take_calendar(state, now, cost),
             // a slot is taken only with a lease id (`acquire_slot`): any take reports it
             Algorithm::Concurrency => self.slot_outcome(state, now),
+            // a block bucket only reports; denials are counted with `count_denial`
+            Algorithm::Block => self.block_outcome(state, now),
         }
     }
 
@@ -488,6 +509,7 @@ impl Policy {
             }
             Algorithm::CalendarWindow => (i128::from(self.calendar_tokens(state, now)), 1),
             Algorithm::Concurrency => (i128::from(self.slot_outcome(state, now).remaining), 1),
+            Algorithm::Block => (i128::from(self.block_tokens(state, now)), 1),
         }
     }
 
@@ -526,8 +548,8 @@ impl Policy {
                 State { level, at: t }
             }
             Algorithm::CalendarWindow => self.refund_calendar(state, now, tokens),
-            // a lease is given back by releasing it
-            Algorithm::Concurrency => state,
+            // a lease is given back by releasing it; a block is lifted by deleting it
+            Algorithm::Concurrency | Algorithm::Block => state,
         }
     }
 
@@ -583,6 +605,9 @@ impl Policy {
                     .saturating_sub(self.period_us()),
             },
             Algorithm::Concurrency => self.full(t),
+            // a block keeps its end, and a count its window, whatever the policy's numbers became
+            Algorithm::Block if stored_policy.algorithm == Algorithm::Block => stored,
+            Algorithm::Block => self.full(t),
             Algorithm::CalendarWindow => {
                 let available = num.div_euclid(den).clamp(
                     i128::from(self.burst() - MAX_WINDOW_COUNT),

@@ -140,10 +140,11 @@ fn carry_over_never_grants_more() {
 
 #[test]
 fn refund_is_capped_at_the_capacity() {
-    // a lease slot is given back by releasing its lease, not by a refund: see the lease tests
+    // a lease slot is given back by releasing its lease, not by a refund: see the lease tests; a block is
+    // lifted by deleting it: see the block tests
     for a in Algorithm::ALL
         .into_iter()
-        .filter(|&a| a != Algorithm::Concurrency)
+        .filter(|&a| a != Algorithm::Concurrency && a != Algorithm::Block)
     {
         let p = policy(a, 5, 10 * S, 5);
         let t0 = 3 * S;
@@ -158,11 +159,10 @@ fn refund_is_capped_at_the_capacity() {
 #[test]
 fn backward_clock_grants_nothing() {
     // a calendar window ends when the wall clock reads its boundary: see the calendar tests; a lease slot
-    // holds no tokens: see the lease tests
-    for a in Algorithm::ALL
-        .into_iter()
-        .filter(|&a| a != Algorithm::CalendarWindow && a != Algorithm::Concurrency)
-    {
+    // and a block bucket hold no tokens: see the lease and block tests
+    for a in Algorithm::ALL.into_iter().filter(|&a| {
+        a != Algorithm::CalendarWindow && a != Algorithm::Concurrency && a != Algorithm::Block
+    }) {
         let p = policy(a, 2, 10 * S, 2);
         let t0 = 100 * S;
         let o = run(&p, &[(t0, 2), (t0 - 50 * S, 1)]);

@@ -145,6 +145,7 @@ mod tests {
             policy,
             changed_at: i64::MIN,
             shadow: false,
+            blocking: None,
         }
     }
 

@@ -167,7 +167,7 @@ fn timestamptz(function: &'static str, us: i64) -> Result<TimestampWithTimeZone,
 }
 
 /// Whether the current transaction is read-only (the table store can then only read).
-fn read_only() -> bool {
+pub fn read_only() -> bool {
     // SAFETY: XactReadOnly is a plain global of the backend, read on the backend's only thread.
     unsafe { pg_sys::XactReadOnly }
 }
@@ -323,6 +323,22 @@ pub fn take(
             return take_one(client, plans, function, target, cost).map(|o| vec![o]);
         }
         take_many(client, plans, function, targets, cost)
+    })
+}
+
+/// Reports every target's bucket as it is now, in a fresh snapshot (so a change committed since the
+/// caller's transaction began is seen, as [`take`] sees it), writing nothing.
+pub fn peek_fresh(
+    function: &'static str,
+    targets: &[Target<'_>],
+) -> Result<Vec<Outcome>, ErrorReport> {
+    Spi::connect_mut(|client| {
+        let plans = plans(function, client)?;
+        let mut stored = Vec::with_capacity(targets.len());
+        for t in targets {
+            stored.push(read(client, &plans.read_fresh, function, t)?);
+        }
+        Ok(evaluate_all(targets, &stored, clock::table_now_us(), 0))
     })
 }
 

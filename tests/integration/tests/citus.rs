@@ -90,7 +90,7 @@ fn cluster() -> Option<&'static [String]> {
             let steps = coordinator
                 .query("SELECT object, action FROM rate_limit.distribute()", &[])
                 .expect("distribute");
-            assert_eq!(steps.len(), 16, "two tables and fourteen keyed functions");
+            assert_eq!(steps.len(), 18, "two tables and sixteen keyed functions");
             Some(nodes)
         })
         .as_deref()
@@ -192,7 +192,7 @@ fn distribute_is_idempotent_refused_on_a_worker_and_delegates_every_keyed_call()
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(again.len(), 16);
+    assert_eq!(again.len(), 18);
     assert!(again.iter().all(|a| a.starts_with("already")), "{again:?}");
     let delegated: i64 = coordinator
         .query_one(
@@ -202,7 +202,7 @@ fn distribute_is_idempotent_refused_on_a_worker_and_delegates_every_keyed_call()
         )
         .expect("count")
         .get(0);
-    assert_eq!(delegated, 14);
+    assert_eq!(delegated, 16);
     let mut worker = connect(&nodes[1]);
     let e = worker
         .query("SELECT * FROM rate_limit.distribute()", &[])

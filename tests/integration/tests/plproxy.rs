@@ -98,8 +98,8 @@ fn set_mode(router: &mut Client, servers: &[String], mode: &str) {
         .expect("create_router");
     assert_eq!(
         steps.len(),
-        22,
-        "the cluster, 20 calls and the merged views"
+        24,
+        "the cluster, 22 calls and the merged views"
     );
 }
 

@@ -1,0 +1,60 @@
+//! Blocks by hand: `block` denies a key of a policy outright for a while, `unblock` lifts it (owner only:
+//! a block denies a key that may belong to anyone). Blocks by the penalty box (`create_policy(...,
+//! block_after, block_for)`) need no call. See [`crate::algorithm::block`] and [`crate::store::block`].
+
+use pgrx::datum::Interval;
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::prelude::*;
+
+use super::{any_policy_arg, combine, key_arg, policy_target, store_of, to_row};
+use crate::algorithm::Outcome;
+use crate::error;
+use crate::policies;
+use crate::store;
+
+/// Blocks by hand, in schema `rate_limit`.
+#[pg_schema]
+mod rate_limit {
+    use super::*;
+
+    /// Blocks `key` under `policy` for `duration` from now, replacing any block it had: until then every
+    /// call on that key and policy is denied without touching its bucket, with `retry_after` the time left.
+    /// Returns the decision such a call gets now.
+    #[pg_extern(volatile, parallel_unsafe, security_definer)]
+    fn block(
+        policy: Option<&str>,
+        key: Option<&str>,
+        duration: Option<Interval>,
+    ) -> Result<pgrx::composite_type!('static, "rate_limit.decision"), ErrorReport> {
+        const F: &str = "rate_limit.block";
+        let named = any_policy_arg(F, policy)?;
+        let key = key_arg(F, "key", key)?;
+        let duration = duration.ok_or_else(|| {
+            error::null_argument(
+                F,
+                "duration",
+                "Pass how long to block the key, e.g. interval '1 hour'; rate_limit.unblock lifts it.",
+            )
+        })?;
+        let duration = policies::block_duration_us(F, "duration", duration)?;
+        let t = policy_target(&named, key);
+        let blocked = store::block(F, store_of(Some(&named)), &t, duration)?;
+        // what a call on the key is told from now on
+        let reported = Outcome {
+            allowed: false,
+            ..blocked
+        };
+        to_row(F, &combine(&[t], &[reported]))
+    }
+
+    /// Lifts the block of `key` under `policy` and forgets the denials its penalty box counted: true if the
+    /// key was blocked.
+    #[pg_extern(volatile, parallel_unsafe, security_definer)]
+    fn unblock(policy: Option<&str>, key: Option<&str>) -> Result<bool, ErrorReport> {
+        const F: &str = "rate_limit.unblock";
+        let named = any_policy_arg(F, policy)?;
+        let key = key_arg(F, "key", key)?;
+        let t = policy_target(&named, key);
+        store::unblock(F, store_of(Some(&named)), &t)
+    }
+}

@@ -1,0 +1,169 @@
+//! Blocks at the seam, the same for both stores (the arithmetic is the model's, see
+//! [`crate::algorithm::block`]). A key of a named policy has a block bucket beside its bucket:
+//!
+//! - before a call touches a policy's bucket, the key's block bucket is read (in a fresh snapshot in the
+//!   table store; nothing is written): a blocked key is denied there, without its bucket being looked at.
+//!   Only a bucket this backend remembers short ([`super::short`]) answers first: the call is denied
+//!   either way, and the penalty box (whose count reports a block) or the bucket's refill ends that;
+//!   a block started by this backend makes it forget the bucket;
+//! - after a denial by a bucket whose policy has a penalty box, the denial is counted in the block bucket (a
+//!   write that is always granted, like a charge), which blocks the key at the penalty box's limit. The
+//!   table store counts in the caller's transaction (a ROLLBACK forgets the count) and not at all in a
+//!   read-only transaction, which cannot write; the memory store counts at once, whatever the caller does
+//!   next;
+//! - a block by hand writes the block bucket; lifting it writes a clear one (which the purge deletes).
+//!
+//! A block bucket is an ordinary bucket of its store: it takes room in the database's share of the memory
+//! store like any other, is listed in `rate_limit.buckets` under its policy (algorithm `block`), deleted
+//! with its policy, and purged once clear.
+
+use pgrx::pg_sys::panic::ErrorReport;
+
+use super::target::{Ask, Blocking, Namespace, Target};
+use super::{memory, memory_take_one, table, Store};
+use crate::algorithm::{block_namespace, Outcome};
+
+/// The namespace of the block bucket of `target` and how it is blocked; `None` when it cannot be.
+fn block_of(target: &Target<'_>) -> Option<(String, Blocking)> {
+    match (target.blocking, target.namespace) {
+        (Some(blocking), Namespace::Policy { name, .. }) => Some((block_namespace(name), blocking)),
+        _ => None,
+    }
+}
+
+/// The block bucket of `target`, named `name`.
+fn block_target<'a>(target: &Target<'a>, name: &'a str, blocking: &Blocking) -> Target<'a> {
+    Target {
+        namespace: Namespace::Policy {
+            name,
+            created_at: target.namespace.created_at(),
+        },
+        key: target.key,
+        policy: blocking.bucket,
+        // a block keeps its end whatever the policy's numbers become (the model's carry-over)
+        changed_at: i64::MIN,
+        shadow: false,
+        blocking: None,
+    }
+}
+
+/// Reads the block buckets of `targets` (nothing is written): for each target, the outcome of its block
+/// when its key is blocked (denied, `retry_after` the block's end), `None` otherwise.
+pub(super) fn blocked(
+    function: &'static str,
+    store: Store,
+    targets: &[Target<'_>],
+) -> Result<Vec<Option<Outcome>>, ErrorReport> {
+    let blocks: Vec<Option<(String, Blocking)>> = targets.iter().map(block_of).collect();
+    let mut index = Vec::with_capacity(targets.len());
+    let mut buckets = Vec::with_capacity(targets.len());
+    for (i, (t, block)) in targets.iter().zip(&blocks).enumerate() {
+        if let Some((name, blocking)) = block {
+            index.push(i);
+            buckets.push(block_target(t, name, blocking));
+        }
+    }
+    let mut found = vec![None; targets.len()];
+    if buckets.is_empty() {
+        return Ok(found);
+    }
+    let outcomes = match store {
+        // fresh: a block committed since the caller's transaction began applies at once
+        Store::Table => table::peek_fresh(function, &buckets)?,
+        Store::Memory => memory::take(function, &buckets, Ask::Take(0))?,
+    };
+    for (i, o) in index.into_iter().zip(outcomes) {
+        if !o.allowed {
+            found[i] = Some(o);
+        }
+    }
+    Ok(found)
+}
+
+/// Counts, in its penalty box, each denial of a call (`outcomes[i]` is `targets[i]`'s) by a bucket whose
+/// policy has one; `blocked[i]` marks the targets denied by their block, whose denials are not counted
+/// again. A denial that starts a block is reported as the block (its `retry_after` the block's end).
+/// Nothing in a read-only transaction of the table store (see the module comment).
+pub(super) fn count_denials(
+    function: &'static str,
+    store: Store,
+    targets: &[Target<'_>],
+    outcomes: &mut [Outcome],
+    blocked: &[Option<Outcome>],
+) -> Result<(), ErrorReport> {
+    for ((t, o), b) in targets.iter().zip(outcomes.iter_mut()).zip(blocked) {
+        let Some(block_for) = t.blocking.and_then(|b| b.penalty_for) else {
+            continue;
+        };
+        if o.allowed || b.is_some() || (store == Store::Table && table::read_only()) {
+            continue;
+        }
+        let Some((name, blocking)) = block_of(t) else {
+            continue;
+        };
+        let bucket = block_target(t, &name, &blocking);
+        let counted = write(function, store, &bucket, Ask::CountDenial { block_for })?;
+        // the count reports its bucket: a retry_after means the key is blocked now; this backend's
+        // memory of its short bucket must not answer for it any more
+        if counted.retry_after.is_some() {
+            super::short::forget(&t.namespace, t.key);
+            *o = Outcome {
+                allowed: false,
+                ..counted
+            };
+        }
+    }
+    Ok(())
+}
+
+/// Answers `ask` (a count or a block) in a block bucket, creating it when missing: the bucket afterwards.
+fn write(
+    function: &'static str,
+    store: Store,
+    bucket: &Target<'_>,
+    ask: Ask,
+) -> Result<Outcome, ErrorReport> {
+    match store {
+        Store::Table => table::upsert(function, bucket, |stored, now| {
+            bucket.answer(stored, now, ask)
+        }),
+        Store::Memory => memory_take_one(function, bucket, ask),
+    }
+}
+
+/// Blocks the key of `target` (a named policy's bucket) for `duration` µs from now, replacing any block or
+/// count it had; returns its block bucket afterwards.
+pub(super) fn block(
+    function: &'static str,
+    store: Store,
+    target: &Target<'_>,
+    duration: i64,
+) -> Result<Outcome, ErrorReport> {
+    let Some((name, blocking)) = block_of(target) else {
+        return Err(crate::error::bug(function, "this bucket cannot be blocked"));
+    };
+    let bucket = block_target(target, &name, &blocking);
+    write(function, store, &bucket, Ask::Block { duration })
+}
+
+/// Lifts the block of the key of `target` and forgets the denials its penalty box counted: true if the key
+/// was blocked.
+pub(super) fn unblock(
+    function: &'static str,
+    store: Store,
+    target: &Target<'_>,
+) -> Result<bool, ErrorReport> {
+    let Some((name, blocking)) = block_of(target) else {
+        return Ok(false);
+    };
+    let bucket = block_target(target, &name, &blocking);
+    // a clear state written over the bucket (a missing one is clear already)
+    let step = |stored, now| {
+        let was_blocked = !bucket.evaluate(stored, now, 0).allowed;
+        (stored.map(|_| bucket.policy.full(now)), was_blocked)
+    };
+    match store {
+        Store::Table => table::update(function, &bucket, step),
+        Store::Memory => memory::update(function, &bucket, step),
+    }
+}
