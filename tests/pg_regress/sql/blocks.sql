@@ -26,12 +26,12 @@ SELECT rate_limit.unblock('login', 'mallory');
 SELECT allowed, retry_after < interval '1 minute' AS waits_for_a_token FROM rate_limit.take('login', 'mallory');
 
 -- blocks by hand work on every policy, with or without a penalty box, and replace an earlier block
-SELECT rate_limit.create_policy('api', 100, '1 second');
-SELECT allowed, remaining, extract(epoch FROM retry_after) AS retry_s FROM rate_limit.block('api', 'bob', '15 minutes');
-SELECT allowed, extract(epoch FROM retry_after) <= 900 AS within_15_minutes FROM rate_limit.take('api', 'bob');
-SELECT extract(epoch FROM retry_after) AS retry_s FROM rate_limit.block('api', 'bob', '2 minutes');
+SELECT rate_limit.create_policy('svc', 100, '1 second');
+SELECT allowed, remaining, extract(epoch FROM retry_after)::int AS retry_s FROM rate_limit.block('svc', 'bob', '15 minutes');
+SELECT allowed, extract(epoch FROM retry_after) <= 900 AS within_15_minutes FROM rate_limit.take('svc', 'bob');
+SELECT extract(epoch FROM retry_after)::int AS retry_s FROM rate_limit.block('svc', 'bob', '2 minutes');
 -- a multi-limit call on a blocked key is denied by the block, taking nothing from the other bucket
-SELECT allowed, policy FROM rate_limit.take_many(ARRAY['login', 'api'], ARRAY['bob']);
+SELECT allowed, policy FROM rate_limit.take_many(ARRAY['login', 'svc'], ARRAY['bob']);
 SELECT remaining FROM rate_limit.peek('login', 'bob');
 -- removing the penalty box keeps the blocks already started
 SELECT rate_limit.alter_policy('login', block_after => 0);
@@ -48,13 +48,13 @@ ROLLBACK TO bad;
 SELECT rate_limit.create_policy('bad', 1, '1 minute', block_after => 1, block_for => '-1 hour');
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK TO bad;
-SELECT rate_limit.block('api', 'bob', NULL);
+SELECT rate_limit.block('svc', 'bob', NULL);
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK TO bad;
-SELECT rate_limit.block('api', 'bob', '1 month');
+SELECT rate_limit.block('svc', 'bob', '1 month');
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK TO bad;
-SELECT rate_limit.block('api', 'bob', '40000 days');
+SELECT rate_limit.block('svc', 'bob', '40000 days');
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK TO bad;
 SELECT rate_limit.block('no_such_policy', 'bob', '1 hour');
@@ -67,12 +67,12 @@ ROLLBACK TO bad;
 -- a role with only LOGIN may take (and so be blocked), but neither block nor unblock anyone
 CREATE ROLE visitor LOGIN;
 SET LOCAL ROLE visitor;
-SELECT allowed FROM rate_limit.take('api', 'visitor');
+SELECT allowed FROM rate_limit.take('svc', 'visitor');
 SAVEPOINT refused;
-SELECT rate_limit.block('api', 'alice', '1 hour');
+SELECT rate_limit.block('svc', 'alice', '1 hour');
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK TO refused;
-SELECT rate_limit.unblock('api', 'bob');
+SELECT rate_limit.unblock('svc', 'bob');
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK TO refused;
 ROLLBACK;
