@@ -84,6 +84,10 @@ ROWS = [
     ("memory", "acquire_hot", "`acquire` of a concurrency policy (4 leases of 1 s), hot key"),
     ("memory", "acquire_random", "`acquire` of a concurrency policy (4 leases of 1 s), random keys"),
     ("memory", "acquire_release_random", "`acquire` then `release` in one statement, random keys"),
+    ("memory", "penalty_hot", "`take` under a penalty box, hot key (every denial counted)"),
+    ("memory", "penalty_random", "`take` under a penalty box, random keys (mostly granted)"),
+    ("memory", "blocked_hot", "`take` of a key blocked by hand, hot key"),
+    ("memory", "blocked_random", "`take` of keys blocked by hand, 10 000 random keys"),
     ("table", "request_hot", "`rate_limiting_request`, hot key"),
     ("table", "request_random", "`rate_limiting_request`, random keys"),
     ("table", "take_hot", "`take(policy, key)` in `FROM`, hot key"),
@@ -152,7 +156,8 @@ goal("table, 3-policy take ≥ 0.5× a single take (32 clients)", [],
 print("\n## Goals (issue 18: the new calls, memory store)\n")
 print("| goal | 8 clients | 32 clients | met |")
 print("| --- | ---: | ---: | --- |")
-for scenario, label in (("charge", "`charge`"), ("calendar", "calendar-window `take`"), ("acquire", "`acquire`")):
+for scenario, label in (("charge", "`charge`"), ("calendar", "calendar-window `take`"), ("acquire", "`acquire`"),
+                        ("penalty", "penalty-box `take`"), ("blocked", "`take` of a blocked key")):
     for shape, keys in (("hot", "hot key"), ("random", "random keys")):
         v8, v32 = ratios(8, (f"{scenario}_{shape}", "memory")), ratios(32, (f"{scenario}_{shape}", "memory"))
         met = "yes" if summary(v8)[0] >= 0.85 else "no"
@@ -173,7 +178,8 @@ with open(os.path.join(out_dir, "chart.dat"), "w") as f:
     for store, scenario, _ in CHART:
         short = {"request": "request", "take": "take", "take_select": "take (select list)", "multi3": "3 policies",
                  "baseline": "PL/pgSQL", "charge": "charge", "calendar": "monthly quota", "acquire": "acquire",
-                 "acquire_release": "acquire + release"}
+                 "acquire_release": "acquire + release", "penalty": "penalty box",
+                 "blocked": "blocked key"}
         name, shape = scenario.rsplit("_", 1)
         label = f"{store}: {short[name]}, {'hot' if shape == 'hot' else 'random'}"
         row = [label]

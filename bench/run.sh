@@ -4,7 +4,7 @@
 # PL/pgSQL baseline (bench/baseline.sql) for table-store grants. Writes bench/RESULTS.md and the chart
 # bench/results.svg (gnuplot), from bench/out/raw.tsv (one line per pgbench round).
 #
-#   bench/run.sh                                  (about 30 minutes: a release build, then 21 scenarios × 2
+#   bench/run.sh                                  (about 30 minutes: a release build, then 25 scenarios × 2
 #                                                  client counts × BENCH_ROUNDS rounds of BENCH_SECONDS s)
 #   BENCH_ROUNDS=5 BENCH_SECONDS=5 bench/run.sh
 #   BENCH_HUGE_PAGES=1 bench/run.sh               the server's shared memory on huge pages (as root: sets
@@ -76,6 +76,13 @@ psql_at bench "$PORT" -d bench -q -c "CREATE EXTENSION rate_limit" -f bench/base
   -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.take('bench_month', 'key' || g) d" \
   -c "SELECT rate_limit.create_policy('bench_jobs', 4, '1 second', algorithm => 'concurrency', store => 'memory')" \
   -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.acquire('bench_jobs', 'key' || g) d" \
+  -c "SELECT rate_limit.create_policy('bench_box', 2, '1 second', 120, store => 'memory',
+        block_after => 2147483647, block_for => '1 second')" \
+  -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.take('bench_box', 'key' || g) d" \
+  -c "SELECT rate_limit.create_policy('bench_blocked', 2, '1 second', 120, store => 'memory')" \
+  -c "SELECT count(*) FROM generate_series(1, 10000) g,
+        LATERAL rate_limit.block('bench_blocked', 'key' || g, '36500 days') d" \
+  -c "SELECT rate_limit.block('bench_blocked', 'hot', '36500 days')" \
   -c "SELECT count(baseline_rate_limiting_request('key' || g, 2, 60)) FROM generate_series(1, 100000) g" \
   -c "SELECT baseline_rate_limiting_request('hot', 2, 60)"  # the baseline raises unique_violation when two
   #                                                           sessions create one key: create it beforehand
@@ -117,6 +124,10 @@ SCENARIOS=(
   "acquire_hot memory acquire_hot.sql"
   "acquire_random memory acquire_random.sql"
   "acquire_release_random memory acquire_release_random.sql"
+  "penalty_hot memory penalty_hot.sql"
+  "penalty_random memory penalty_random.sql"
+  "blocked_hot memory blocked_hot.sql"
+  "blocked_random memory blocked_random.sql"
 )
 PGBENCH="$(pg_bindir bench)/pgbench"
 : >"$RAW"

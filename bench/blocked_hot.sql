@@ -1,0 +1,1 @@
+SELECT allowed FROM rate_limit.take('bench_blocked', 'hot');
