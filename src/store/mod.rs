@@ -12,7 +12,8 @@
 //!
 //! The fast path that needs no store at all lives here, so that every call gets it: a bucket this backend
 //! saw short is denied from the backend's own memory ([`short`]), with exact figures computed from the
-//! remembered state.
+//! remembered state. Blocks live here too, the same for both stores ([`blocks`]): a key's block bucket is
+//! read before its policy's bucket, and a policy's penalty box counts the denials after.
 
 mod blocks;
 mod dropped;
@@ -68,9 +69,8 @@ pub fn take(
             cluster::citus::ensure_memory_bucket_here(function, t.key)?;
         }
     }
-    let no_block = vec![None; targets.len()];
     let (mut outcomes, blocked) = match known_short(function, store, targets, cost)? {
-        Some(outcomes) => (outcomes, no_block),
+        Some(outcomes) => (outcomes, vec![None; targets.len()]),
         None => {
             let blocked = blocks::blocked(function, store, targets)?;
             (
