@@ -30,6 +30,20 @@ SELECT rate_limit.create_policy('svc', 100, '1 second');
 SELECT allowed, remaining, extract(epoch FROM retry_after)::int AS retry_s FROM rate_limit.block('svc', 'bob', '15 minutes');
 SELECT allowed, extract(epoch FROM retry_after) <= 900 AS within_15_minutes FROM rate_limit.take('svc', 'bob');
 SELECT extract(epoch FROM retry_after)::int AS retry_s FROM rate_limit.block('svc', 'bob', '2 minutes');
+-- the HTTP fields of a blocked key's decision: Retry-After is the block's end
+SELECT rate_limit.headers(d) ->> 'Retry-After' AS retry_after FROM rate_limit.take('svc', 'bob') AS d;
+-- limit_writes refuses a blocked key's writes (53400), and lets the others through
+CREATE TEMP TABLE posts (author text, body text);
+CREATE TRIGGER posts_limited BEFORE INSERT ON posts
+    FOR EACH ROW EXECUTE FUNCTION rate_limit.limit_writes('svc', 'author');
+SAVEPOINT write;
+\set VERBOSITY terse
+INSERT INTO posts VALUES ('bob', 'hello');
+\echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
+ROLLBACK TO write;
+INSERT INTO posts VALUES ('alice', 'hello');
+SELECT author FROM posts;
 -- a multi-limit call on a blocked key is denied by the block, taking nothing from the other bucket
 SELECT allowed, policy FROM rate_limit.take_many(ARRAY['login', 'svc'], ARRAY['bob']);
 SELECT remaining FROM rate_limit.peek('login', 'bob');
