@@ -820,4 +820,34 @@ mod tests {
             1
         );
     }
+
+    /// Under shadow mode a blocked key's calls are allowed and reported as would-be denials with the
+    /// block's end, without touching its bucket; the penalty box counts would-be denials, so a key that
+    /// enforcing the policy would block shows as blocked.
+    #[pg_test]
+    fn shadow_mode_reports_blocks_without_enforcing_them() {
+        Spi::run(
+            "SELECT rate_limit.create_policy('pt_block_shadow', 1, '1 hour', block_after => 1, \
+             block_for => '1 day', shadow => true, store => 'memory')",
+        )
+        .expect("policy");
+        let figures: Vec<String> = [
+            "SELECT concat_ws(',', allowed, shadow_denied) FROM rate_limit.take('pt_block_shadow', 'k')",
+            // a would-be denial, counted: the key would now be blocked for a day
+            "SELECT concat_ws(',', allowed, shadow_denied, ceil(extract(epoch FROM reset_after))) FROM rate_limit.take('pt_block_shadow', 'k')",
+            "SELECT concat_ws(',', allowed, shadow_denied, ceil(extract(epoch FROM reset_after))) FROM rate_limit.take('pt_block_shadow', 'k')",
+            // block() returns what a call on the key gets now: under shadow mode, allowed with the block
+            // reported as a would-be denial
+            "SELECT concat_ws(',', allowed, remaining, shadow_denied, ceil(extract(epoch FROM reset_after))) FROM rate_limit.block('pt_block_shadow', 'other', '1 minute')",
+            "SELECT concat_ws(',', allowed, shadow_denied, ceil(extract(epoch FROM reset_after))) FROM rate_limit.take('pt_block_shadow', 'other')",
+            "SELECT count(*)::text FROM rate_limit.buckets WHERE policy = 'pt_block_shadow' AND key = 'other'",
+        ]
+        .iter()
+        .map(|q| text(q).unwrap_or_default())
+        .collect();
+        assert_eq!(
+            figures,
+            ["t,f", "t,t,86400", "t,t,86400", "t,0,t,60", "t,t,60", "1"]
+        );
+    }
 }
