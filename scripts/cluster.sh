@@ -2,7 +2,8 @@
 # Throwaway PostgreSQL clusters for the demo, the tests and the benchmarks. Source it, then:
 #   pg_bindir 15                    -> the bin directory of the tests' own PostgreSQL 13/15/17/18 (built)
 #   system_pg_bindir                -> Debian's PostgreSQL 15, which only the demo uses
-#   cluster_start 15 DIR PORT [conf lines...]   initdb if needed (as the postgres user), start, wait
+#   cluster_start 15 DIR PORT [conf lines...]   initdb if needed (as the postgres user), start, wait; the
+#                                   server runs with $RATE_LIMIT_SERVER_ENVIRONMENT (e.g. RUST_BACKTRACE=1)
 #   cluster_stop 15 DIR
 # Clusters listen only on a Unix socket in $RATE_LIMIT_SOCKET_DIR (default /var/tmp/rate_limit-sock), a
 # directory only its owner (postgres when run as root, else the user) and root may enter, with trust
@@ -40,7 +41,7 @@ cluster_start() {
     } | as_pg "cat >> '$dir/postgresql.conf'"
   fi
   if ! as_pg "'$bindir/pg_ctl' -D '$dir' status" >/dev/null 2>&1; then
-    as_pg "'$bindir/pg_ctl' -D '$dir' -l '$dir/server.log' -w -t 60 start" >/dev/null
+    as_pg "${RATE_LIMIT_SERVER_ENVIRONMENT:-} '$bindir/pg_ctl' -D '$dir' -l '$dir/server.log' -w -t 60 start" >/dev/null
   fi
 }
 

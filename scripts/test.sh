@@ -39,6 +39,9 @@ if [ "${VERSIONS[*]}" = 15 ]; then scripts/install-deps.sh; else scripts/install
 export PATH="$HOME/.cargo/bin:$PATH"
 # shellcheck source=cluster.sh
 source scripts/cluster.sh
+# Every test server runs as a careless operator's might, with Rust backtraces on: none may reach a client
+# (tests/integration/tests/misuse.rs checks both).
+export RATE_LIMIT_SERVER_ENVIRONMENT="RUST_BACKTRACE=1"
 
 TEST_ROOT=${RATE_LIMIT_TEST_DIR:-/var/tmp/rate_limit-test}
 mkdir -p "$TEST_ROOT"
@@ -178,7 +181,7 @@ faketime_cluster_start() { # a preloaded cluster whose wall clock follows $(fake
 conninfo() { echo "host=$RATE_LIMIT_SOCKET_DIR port=$1 user=postgres"; }
 
 pg_ctl_command() { # pg_ctl_command VERSION DIR ACTION [ENVIRONMENT]: the shell command that runs `pg_ctl ACTION`
-  local cmd="${4:-} '$(pg_bindir "$1")/pg_ctl' -D '$2' -l '$2/server.log' -w -t 60 -m fast $3"
+  local cmd="${4:-} ${RATE_LIMIT_SERVER_ENVIRONMENT:-} '$(pg_bindir "$1")/pg_ctl' -D '$2' -l '$2/server.log' -w -t 60 -m fast $3"
   if [ "$(id -u)" = 0 ]; then echo "su postgres -s /bin/bash -c \"$cmd\" >/dev/null"; else echo "$cmd >/dev/null"; fi
 }
 

@@ -124,8 +124,15 @@ fn zone(name: &str) -> Option<&'static PgZone> {
     Some(zone)
 }
 
-/// The step of a calendar window's `per`: whole months or whole days.
+/// The step of a calendar window's `per`: whole months or whole days, at most 100 years.
 pub fn step(function: &'static str, per: Interval) -> Result<Step, ErrorReport> {
+    if Step::too_long(per.months(), per.days()) {
+        return Err(error::invalid_value(
+            function,
+            format!("a calendar window's per must be at most 100 years, got {per}"),
+            "Use a shorter window, e.g. interval '1 year' with a proportionally lower rate.",
+        ));
+    }
     Step::of_interval(per.months(), per.days(), per.micros()).ok_or_else(|| {
         error::invalid_value(
             function,

@@ -5,6 +5,23 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::spi::SpiError;
 use pgrx::PgSqlErrorCode;
 
+/// Turns off the capture of Rust backtraces in this library, whatever the server's environment says.
+///
+/// pgrx puts a captured backtrace into the DETAIL of the error it reports (a PostgreSQL error raised
+/// inside one of our queries, a cancelled wait, a panic), and `std` captures one whenever the server
+/// runs with `RUST_BACKTRACE` set: a client would then read our stack. `RUST_LIB_BACKTRACE` takes
+/// precedence over `RUST_BACKTRACE` for captures (not for panic messages, which pgrx does not print on
+/// a backend's thread), and `std` reads it once, at the first capture; each Rust library linked into a
+/// server has its own copy of `std`, so only this library is affected. Called first in `_PG_init`,
+/// before any capture: in the postmaster when preloaded (its children inherit the setting), else in the
+/// backend that loads the library. Tested by `misuse.rs` against a server started with
+/// `RUST_BACKTRACE=1`.
+pub fn never_capture_backtraces() {
+    // A PostgreSQL process runs our code on one thread only (pgrx checks it), and no other thread of this
+    // process reads the environment while `_PG_init` runs, so changing it here races with nothing.
+    std::env::set_var("RUST_LIB_BACKTRACE", "0");
+}
+
 /// The longest id accepted, in bytes. Ids are the primary key of `rate_limit.bucket_state`, and a btree entry
 /// must fit in a third of a page (about 2.7 kB), so the limit leaves room for the index tuple header.
 pub const MAX_ID_BYTES: usize = 2048;
@@ -70,11 +87,11 @@ pub fn key_too_long(function: &'static str, argument: &str, len: usize) -> Error
     .set_hint("Use a shorter key, or a digest of a long one, e.g. md5(key).")
 }
 
-/// 25006: the table store cannot record a granted call in a read-only transaction.
+/// 25006: the table store cannot record what `function` does in a read-only transaction.
 pub fn read_only(function: &'static str) -> ErrorReport {
     ErrorReport::new(
         PgSqlErrorCode::ERRCODE_READ_ONLY_SQL_TRANSACTION,
-        "cannot take a token in a read-only transaction",
+        format!("cannot {} in a read-only transaction", read_only_action(function)),
         function,
     )
     .set_detail("The table store records every granted call in a table of schema rate_limit.")
@@ -83,6 +100,22 @@ pub fn read_only(function: &'static str) -> ErrorReport {
          read-only transactions and on standbys: SET rate_limit.store = 'memory' (needs \
          shared_preload_libraries = 'rate_limit').",
     )
+}
+
+/// What a call of `function` would have written, for its 25006 message.
+fn read_only_action(function: &str) -> &'static str {
+    match function {
+        "rate_limit.acquire" => "acquire a lease",
+        "rate_limit.release" => "release a lease",
+        "rate_limit.charge" => "charge a bucket",
+        "rate_limit.block" => "block a key",
+        "rate_limit.unblock" => "unblock a key",
+        "rate_limit.refund" => "refund tokens",
+        "rate_limit.reset" | "rate_limit.reset_ad_hoc" | "rate_limit.reset_request" => {
+            "reset a bucket"
+        }
+        _ => "take a token",
+    }
 }
 
 /// XX000: an SPI failure, which only a bug or a damaged installation can cause.

@@ -50,6 +50,15 @@ pub const DEFAULT_MAX_REFILL_TIME: i32 = 86_400;
 /// made by the owner, are not bounded). A bucket that never refills could never be purged.
 pub static MAX_REFILL_TIME: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_REFILL_TIME);
 
+/// Default of `rate_limit.max_policy_refill_time`: 400 days (a yearly calendar quota fits).
+pub const DEFAULT_MAX_POLICY_REFILL_TIME: i32 = 400 * 1_440;
+
+/// `rate_limit.max_policy_refill_time` (minutes, so that it reaches past a century): the longest a named policy's bucket may stay short of full
+/// after any role's last call (emptied and charged to `max_debt`, or blocked by its penalty box), checked
+/// when the owner creates or changes the policy (see [`crate::bounds::policy`]). Superuser-only.
+pub static MAX_POLICY_REFILL_TIME: GucSetting<i32> =
+    GucSetting::<i32>::new(DEFAULT_MAX_POLICY_REFILL_TIME);
+
 /// Default of `rate_limit.max_wait`: 30 seconds.
 pub const DEFAULT_MAX_WAIT_MS: i32 = 30_000;
 
@@ -142,6 +151,17 @@ pub fn init(preloading: bool) {
         GucFlags::UNIT_S,
     );
     GucRegistry::define_int_guc(
+        c"rate_limit.max_policy_refill_time",
+        c"Longest a named policy's bucket may stay short of full after any role's last call.",
+        c"Checked when a policy is created or changed: emptied and charged to max_debt, or blocked by its \
+          penalty box, its buckets must be full again within this, so the purge can delete them.",
+        &MAX_POLICY_REFILL_TIME,
+        1,
+        i32::MAX,
+        GucContext::Suset,
+        GucFlags::UNIT_MIN,
+    );
+    GucRegistry::define_int_guc(
         c"rate_limit.max_wait",
         c"Longest time rate_limit.wait sleeps, and its timeout when none is given.",
         c"A waiting call holds its statement's snapshot (and, with the table store, its lock on the state \
@@ -226,6 +246,11 @@ pub fn database_share() -> u32 {
 /// The longest refill time of a bucket made by a role without the owner's privileges, in microseconds.
 pub fn max_refill_time_us() -> i64 {
     i64::from(MAX_REFILL_TIME.get().max(1)) * 1_000_000
+}
+
+/// The longest a named policy's bucket may stay short of full, in microseconds.
+pub fn max_policy_refill_time_us() -> i64 {
+    i64::from(MAX_POLICY_REFILL_TIME.get().max(1)) * 60_000_000
 }
 
 /// The longest `rate_limit.wait` sleeps, in microseconds.

@@ -13,6 +13,7 @@
 use pgrx::prelude::*;
 
 pub mod api;
+pub mod bounds;
 pub mod calendar;
 pub mod clock;
 pub mod clock_shift;
@@ -45,6 +46,7 @@ extension_sql_file!("../sql/finalize.sql", finalize);
 pub extern "C-unwind" fn _PG_init() {
     // SAFETY: a plain global of the postmaster/backend, read on its only thread.
     let preloading = unsafe { pg_sys::process_shared_preload_libraries_in_progress };
+    error::never_capture_backtraces();
     gucs::init(preloading);
     if preloading {
         hooks::init_when_preloading();

@@ -69,6 +69,9 @@ fn due(last: Option<Instant>, interval_seconds: i32) -> Option<Instant> {
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn rate_limit_launcher_main(_arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    if server_is_stopping() {
+        return; // started after the shutdown was broadcast: no SIGTERM will come
+    }
     BackgroundWorker::connect_worker_to_spi(None, None);
     set_idle();
     // When each job last ran (None: not yet). The next run is due `interval` after the last one, with the
@@ -109,10 +112,41 @@ pub extern "C-unwind" fn rate_limit_launcher_main(_arg: pg_sys::Datum) {
         } else {
             Duration::MAX
         });
-        if !BackgroundWorker::wait_latch(Some(wake.max(Duration::from_millis(10)))) {
+        if !BackgroundWorker::wait_latch(Some(wake.max(Duration::from_millis(10))))
+            || server_is_stopping()
+        {
             break;
         }
     }
+}
+
+/// Whether the postmaster is shutting down, as it writes in `postmaster.pid` before it signals its
+/// children (status line `stopping`, since PostgreSQL 10).
+///
+/// The postmaster can start a worker after it broadcast a fast shutdown's SIGTERM (seen once in 28
+/// fast stops a fraction of a second after `pg_ctl -w start`: `reaper → maybe_start_bgworkers`); that
+/// worker never receives the signal, and the postmaster waits for it. Read after the signal handlers
+/// are attached, this closes the race: if the file does not say `stopping` yet, the postmaster has not
+/// signalled yet, and will signal this process, already in its list. A file that cannot be read says
+/// nothing (false).
+fn server_is_stopping() -> bool {
+    std::fs::read_to_string(data_directory().join("postmaster.pid")).is_ok_and(|pid_file| {
+        pid_file
+            .lines()
+            .nth(POSTMASTER_PID_STATUS_LINE)
+            .is_some_and(|status| status.trim() == "stopping")
+    })
+}
+
+/// Index (from 0) of the status line in `postmaster.pid` (`LOCK_FILE_LINE_PM_STATUS`, 8, counts from 1).
+const POSTMASTER_PID_STATUS_LINE: usize = 7;
+
+/// The server's data directory.
+fn data_directory() -> std::path::PathBuf {
+    // SAFETY: DataDir is set by the postmaster before any child starts and never changes after; it points
+    // to a NUL-terminated string in memory that lives as long as the process.
+    let dir = unsafe { std::ffi::CStr::from_ptr(pg_sys::DataDir) };
+    std::path::PathBuf::from(dir.to_string_lossy().into_owned())
 }
 
 /// One purge: the memory store, then the table store of every database, one worker at a time.
@@ -220,6 +254,9 @@ fn report(state: pg_sys::BackendState::Type, what: &str) {
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn rate_limit_purge_main(arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
+    if server_is_stopping() {
+        return; // as for the launcher
+    }
     let database = pg_sys::Oid::from(arg.value() as u32);
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(database), None);
     let installed = BackgroundWorker::transaction(|| {

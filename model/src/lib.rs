@@ -6,6 +6,8 @@
 //!   carry-over when a policy's numbers change, refunds, charges after the fact with bounded debt; [`algorithm::token_bucket`] is the token
 //!   bucket's exact arithmetic (integer fractions of a token, rebasing on a clock that went back), and the
 //!   limit given as rate per second and window;
+//! - [`bounds`]: the table of every resource a caller can make the server hold and its bound, and how long
+//!   a policy's bucket can stay short of full;
 //! - [`target`]: the buckets a call asks for (namespace, key, numbers, shadow mode), what it asks of them
 //!   (take or charge), and whether the call is granted;
 //! - [`decision`]: combining the outcomes of a call's buckets into one decision (shadow-mode denials
@@ -20,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 pub mod algorithm;
+pub mod bounds;
 pub mod decision;
 pub mod denials;
 pub mod http;

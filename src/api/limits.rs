@@ -175,7 +175,7 @@ mod rate_limit {
         })?;
         let cost = cost_arg(F, cost)?;
         let policy = build_policy(F, Algorithm::TokenBucket, rate, per, burst)?;
-        crate::api::bounded_refill(F, &policy, cost)?;
+        crate::bounds::caller_limit(F, &policy, cost)?;
         let t = Target {
             namespace: Namespace::AdHoc,
             key,
@@ -214,7 +214,9 @@ mod rate_limit {
     /// gives up, taking nothing, when they cannot be had within `timeout` (NULL: `rate_limit.max_wait`,
     /// which also bounds any timeout given). While it sleeps the call holds its statement's snapshot and,
     /// with the table store, the lock of its first take on the state table, as every statement does until
-    /// it ends: `rate_limit.max_wait` bounds both. Query cancel and `statement_timeout` interrupt the wait.
+    /// it ends: `rate_limit.max_wait` bounds both, per statement: however many waits one statement chains
+    /// (a join, a PL/pgSQL loop), none sleeps past `max_wait` after the statement (or, in a procedure
+    /// that commits, its current transaction) started. Query cancel and `statement_timeout` interrupt it.
     #[pg_extern(volatile, parallel_unsafe, security_definer)]
     fn wait(
         policy: Option<&str>,
@@ -257,7 +259,7 @@ mod rate_limit {
                 us
             }
         };
-        let deadline = clock::now_us().saturating_add(timeout_us);
+        let deadline = crate::bounds::wait_deadline(timeout_us);
         loop {
             let d = take_policy(F, policy, key, cost)?;
             let Some(retry) = d.retry_after.filter(|_| !d.allowed) else {
@@ -362,6 +364,8 @@ mod rate_limit {
         let limit: Option<i64> = field(F, &d, "limit")?;
         let retry: Option<Interval> = field(F, &d, "retry_after")?;
         let reset: Option<Interval> = field(F, &d, "reset_after")?;
+        let (allowed, remaining, reset) =
+            decision_numbers(F, allowed, remaining, limit, retry, reset)?;
         let decided_by: Option<String> = field(F, &d, "policy")?;
         let numbers = match decided_by.as_deref() {
             Some(n) => Some(policies::get(F, n)?.policy),
@@ -369,15 +373,52 @@ mod rate_limit {
         };
         let fields = crate::http::fields(&crate::http::Input {
             name: policy.or(decided_by.as_deref()),
-            allowed: allowed.unwrap_or(false),
-            remaining: remaining.unwrap_or(0),
+            allowed,
+            remaining,
             limit,
             retry_after_us: retry.map(|i| i.as_micros()),
-            reset_after_us: reset.map_or(0, |i| i.as_micros()),
+            reset_after_us: reset,
             policy: numbers,
         });
         Ok(JsonB(fields))
     }
+}
+
+/// The numbers of a decision given to `headers`, as a call returns them: `allowed`, `remaining` and
+/// `reset_after` present (22004 otherwise: a decision with no answer must not print headers that a
+/// client could read as one), and nothing negative (22023: no call reports a negative count or time).
+/// Returns (allowed, remaining, reset_after in µs).
+fn decision_numbers(
+    function: &'static str,
+    allowed: Option<bool>,
+    remaining: Option<i64>,
+    limit: Option<i64>,
+    retry: Option<Interval>,
+    reset: Option<Interval>,
+) -> Result<(bool, i64, i128), ErrorReport> {
+    let hint = "Pass the decision a call returned, e.g. SELECT rate_limit.headers(d) FROM rate_limit.take('api', 'alice') AS d.";
+    let (Some(allowed), Some(remaining), Some(reset)) = (allowed, remaining, reset) else {
+        let missing = match (allowed, remaining) {
+            (None, _) => "decision.allowed",
+            (_, None) => "decision.remaining",
+            _ => "decision.reset_after",
+        };
+        return Err(error::null_argument(function, missing, hint));
+    };
+    let negative = [
+        ("remaining", remaining < 0),
+        ("limit", limit.is_some_and(|l| l < 0)),
+        ("retry_after", retry.is_some_and(|i| i.as_micros() < 0)),
+        ("reset_after", reset.as_micros() < 0),
+    ];
+    if let Some((name, _)) = negative.iter().find(|(_, bad)| *bad) {
+        return Err(error::invalid_value(
+            function,
+            format!("decision.{name} must not be negative"),
+            hint,
+        ));
+    }
+    Ok((allowed, remaining, reset.as_micros()))
 }
 
 /// One column of a `rate_limit.decision` value.

@@ -29,10 +29,9 @@ use std::rc::Rc;
 
 use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::pg_sys::panic::ErrorReport;
-use pgrx::prelude::*;
 use pgrx::AllocatedByRust;
 
-use crate::algorithm::{Algorithm, Outcome, Policy};
+use crate::algorithm::{Algorithm, Outcome};
 use crate::decision::{self, Decision, Reported};
 use crate::error::{self, MAX_ID_BYTES};
 use crate::gucs::{self, Store};
@@ -59,67 +58,6 @@ pub fn key_arg<'a>(
         return Err(error::key_too_long(function, argument, key.len()));
     }
     Ok(key)
-}
-
-/// Checks that a limit the caller chose (ad-hoc, or `rate_limiting_request`'s) refills within
-/// `rate_limit.max_refill_time` when a call may create its bucket (`cost > 0`); roles with the privileges
-/// of the extension's owner are not bounded, like the named policies they make. A bucket that takes years
-/// to refill could never be purged: one role could fill the store with buckets nobody can delete.
-/// The owner is looked up only for a limit over the bound, so the common call pays one comparison.
-pub fn bounded_refill(
-    function: &'static str,
-    policy: &Policy,
-    cost: i64,
-) -> Result<(), ErrorReport> {
-    if cost == 0 {
-        return Ok(());
-    }
-    // the model's own answer: how long a bucket emptied now takes to be full again
-    let refill_us = policy.take(policy.full(0), 0, policy.burst()).reset_after;
-    let max_us = gucs::max_refill_time_us();
-    if refill_us <= max_us || caller_has_owner_privileges(function)? {
-        return Ok(());
-    }
-    Err(ErrorReport::new(
-        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-        format!(
-            "this limit takes {} s to refill from empty; rate_limit.max_refill_time allows {} s",
-            refill_us.saturating_add(999_999) / 1_000_000,
-            max_us / 1_000_000
-        ),
-        function,
-    )
-    .set_detail(
-        "Only the extension's owner may make buckets that refill more slowly, as named policies.",
-    )
-    .set_hint(
-        "Use a higher rate or a smaller burst, or ask the extension's owner for a named policy \
-         (rate_limit.create_policy), which rate_limit.take uses without this bound.",
-    ))
-}
-
-/// Whether the role running the statement (outside any SECURITY DEFINER function) has the privileges of
-/// the extension's owner.
-fn caller_has_owner_privileges(function: &'static str) -> Result<bool, ErrorReport> {
-    // read-only (Spi::get_one would take a transaction id: refused on a hot standby)
-    let owner = Spi::connect(|client| {
-        client
-            .select(
-                "SELECT extowner FROM pg_catalog.pg_extension \
-                 WHERE extname OPERATOR(pg_catalog.=) 'rate_limit'",
-                Some(1),
-                &[],
-            )?
-            .first()
-            .get::<pg_sys::Oid>(1)
-    })
-    .map_err(|e| error::internal(function, e))?;
-    let Some(owner) = owner else {
-        return Ok(false);
-    };
-    // SAFETY: GetOuterUserId reads a backend global; has_privs_of_role reads the catalog caches, valid
-    // inside the transaction this SQL function runs in.
-    Ok(unsafe { pg_sys::has_privs_of_role(pg_sys::GetOuterUserId(), owner) })
 }
 
 /// The policy named by an argument, from the coherent policy cache (42704 if there is none), for a call

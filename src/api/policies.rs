@@ -131,7 +131,8 @@ mod rate_limit {
         policy
             .check_max_debt(max_debt)
             .map_err(|e| policies::debt_error(F, e))?;
-        policies::blocking(F, &policy, block_after, block_for)?;
+        let blocking = policies::blocking(F, &policy, block_after, block_for)?;
+        crate::bounds::policy(F, &policy, max_debt, &blocking)?;
         // the table store's clock, on which its rows are written (see crate::clock_shift)
         let now = TimestampWithTimeZone::try_from(crate::clock::table_now_us())
             .map_err(|_| error::bug(F, "the clock is out of the timestamp range"))?;
@@ -191,6 +192,15 @@ mod rate_limit {
     ) -> Result<(), ErrorReport> {
         const F: &str = "rate_limit.alter_policy";
         let name = required(F, "name", name, "Pass the name of an existing policy.")?;
+        // a change of these may lengthen how long its buckets stay short: checked against the bound (a
+        // policy made before the bound, or under a raised one, may still change its shadow mode or zone)
+        let sets_the_bound = rate.is_some()
+            || per.is_some()
+            || burst.is_some()
+            || algorithm.is_some()
+            || max_debt.is_some()
+            || block_after.is_some_and(|n| n != 0)
+            || block_for.is_some();
         let current: Option<StoredNumbers> = Spi::connect_mut(|client| {
             let args: [DatumWithOid<'_>; 1] = [name.into()];
             let t = client.update(
@@ -263,7 +273,10 @@ mod rate_limit {
             Some(0) => (None, None),
             given => (given.or(old_block_after), block_for.or(old_block_for)),
         };
-        policies::blocking(F, &policy, block_after, block_for)?;
+        let blocking = policies::blocking(F, &policy, block_after, block_for)?;
+        if sets_the_bound {
+            crate::bounds::policy(F, &policy, max_debt, &blocking)?;
+        }
         // the clock is read here and passed: Citus refuses a volatile function in an UPDATE of a
         // distributed (here: reference) table
         let changed_at = TimestampWithTimeZone::try_from(crate::clock::table_now_us())

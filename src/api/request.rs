@@ -96,7 +96,7 @@ fn request(
 ) -> Result<(Outcome, Policy), ErrorReport> {
     let id = crate::api::key_arg(function, "id", id)?;
     let policy = request_policy(function, refill_per_sec, window_seconds)?;
-    crate::api::bounded_refill(function, &policy, cost)?;
+    crate::bounds::caller_limit(function, &policy, cost)?;
     let target = request_target(id, policy);
     let outcomes = store::take(function, gucs::store(), &[target], cost)?;
     let outcome = outcomes

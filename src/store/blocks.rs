@@ -11,7 +11,11 @@
 //!   table store counts in the caller's transaction (a ROLLBACK forgets the count) and not at all in a
 //!   read-only transaction, which cannot write; the memory store counts at once, whatever the caller does
 //!   next;
-//! - a block by hand writes the block bucket; lifting it writes a clear one (which the purge deletes).
+//! - a block by hand writes the block bucket; lifting it writes a clear one (which the purge deletes);
+//! - under shadow mode the penalty box counts the would-be denials in a block bucket of its own (namespace
+//!   [`shadow_block_namespace`]), which a shadowed call reads as well as the real one and reports as a
+//!   would-be denial: a block a shadowed penalty box would have made is never enforced once shadow mode
+//!   ends (before: it was, for the rest of its `block_for`, and nothing said so).
 //!
 //! A block bucket is an ordinary bucket of its store: it takes room in the database's share of the memory
 //! store like any other, is listed in `rate_limit.buckets` under its policy (algorithm `block`), deleted
@@ -21,12 +25,22 @@ use pgrx::pg_sys::panic::ErrorReport;
 
 use super::target::{Ask, Blocking, Namespace, Target};
 use super::{memory, memory_take_one, table, Store};
-use crate::algorithm::{block_namespace, Outcome};
+use crate::algorithm::{block_namespace, shadow_block_namespace, Outcome};
 
 /// The namespace of the block bucket of `target` and how it is blocked; `None` when it cannot be.
 fn block_of(target: &Target<'_>) -> Option<(String, Blocking)> {
     match (target.blocking, target.namespace) {
         (Some(blocking), Namespace::Policy { name, .. }) => Some((block_namespace(name), blocking)),
+        _ => None,
+    }
+}
+
+/// The namespace of the block bucket in which the penalty box of `target` counts under shadow mode.
+fn shadow_block_of(target: &Target<'_>) -> Option<(String, Blocking)> {
+    match (target.blocking, target.namespace) {
+        (Some(blocking), Namespace::Policy { name, .. }) => {
+            Some((shadow_block_namespace(name), blocking))
+        }
         _ => None,
     }
 }
@@ -54,14 +68,23 @@ pub(super) fn blocked(
     store: Store,
     targets: &[Target<'_>],
 ) -> Result<Vec<Option<Outcome>>, ErrorReport> {
-    let blocks: Vec<Option<(String, Blocking)>> = targets.iter().map(block_of).collect();
-    let mut index = Vec::with_capacity(targets.len());
-    let mut buckets = Vec::with_capacity(targets.len());
-    for (i, (t, block)) in targets.iter().zip(&blocks).enumerate() {
-        if let Some((name, blocking)) = block {
-            index.push(i);
-            buckets.push(block_target(t, name, blocking));
-        }
+    // a shadowed call reads the block its shadowed penalty box would have made too
+    let blocks: Vec<(usize, (String, Blocking))> = targets
+        .iter()
+        .enumerate()
+        .flat_map(|(i, t)| {
+            let shadow = if t.shadow { shadow_block_of(t) } else { None };
+            [block_of(t), shadow]
+                .into_iter()
+                .flatten()
+                .map(move |b| (i, b))
+        })
+        .collect();
+    let mut index = Vec::with_capacity(blocks.len());
+    let mut buckets = Vec::with_capacity(blocks.len());
+    for (i, (name, blocking)) in &blocks {
+        index.push(*i);
+        buckets.push(block_target(&targets[*i], name, blocking));
     }
     let mut found = vec![None; targets.len()];
     if buckets.is_empty() {
@@ -73,7 +96,7 @@ pub(super) fn blocked(
         Store::Memory => memory::take(function, &buckets, Ask::Take(0))?,
     };
     for (i, o) in index.into_iter().zip(outcomes) {
-        if !o.allowed {
+        if !o.allowed && found[i].is_none() {
             found[i] = Some(o);
         }
     }
@@ -98,10 +121,19 @@ pub(super) fn count_denials(
         if o.allowed || b.is_some() || (store == Store::Table && table::read_only()) {
             continue;
         }
-        let Some((name, blocking)) = block_of(t) else {
+        let counting_in = if t.shadow {
+            shadow_block_of(t)
+        } else {
+            block_of(t)
+        };
+        let Some((name, blocking)) = counting_in else {
             continue;
         };
         let bucket = block_target(t, &name, &blocking);
+        if store == Store::Table {
+            // the lock order (see the seam): the policy's bucket before its block bucket
+            table::lock_row(function, t)?;
+        }
         let counted = write(function, store, &bucket, Ask::CountDenial { block_for })?;
         // the count reports its bucket: a retry_after means the key is blocked now; this backend's
         // memory of its short bucket must not answer for it any more
@@ -146,24 +178,29 @@ pub(super) fn block(
     write(function, store, &bucket, Ask::Block { duration })
 }
 
-/// Lifts the block of the key of `target` and forgets the denials its penalty box counted: true if the key
-/// was blocked.
+/// Lifts the block of the key of `target` and forgets the denials its penalty box counted, in shadow mode
+/// too: true if the key was blocked (or would have been, under shadow mode).
 pub(super) fn unblock(
     function: &'static str,
     store: Store,
     target: &Target<'_>,
 ) -> Result<bool, ErrorReport> {
-    let Some((name, blocking)) = block_of(target) else {
-        return Ok(false);
-    };
-    let bucket = block_target(target, &name, &blocking);
-    // a clear state written over the bucket (a missing one is clear already)
-    let step = |stored, now| {
-        let was_blocked = !bucket.evaluate(stored, now, 0).allowed;
-        (stored.map(|_| bucket.policy.full(now)), was_blocked)
-    };
-    match store {
-        Store::Table => table::update(function, &bucket, step),
-        Store::Memory => memory::update(function, &bucket, step),
+    // the real block, and the one a shadowed penalty box would have made
+    let mut was_blocked = false;
+    for (name, blocking) in [block_of(target), shadow_block_of(target)]
+        .into_iter()
+        .flatten()
+    {
+        let bucket = block_target(target, &name, &blocking);
+        // a clear state written over the bucket (a missing one is clear already)
+        let step = |stored, now| {
+            let blocked = !bucket.evaluate(stored, now, 0).allowed;
+            (stored.map(|_| bucket.policy.full(now)), blocked)
+        };
+        was_blocked |= match store {
+            Store::Table => table::update(function, &bucket, step)?,
+            Store::Memory => memory::update(function, &bucket, step)?,
+        };
     }
+    Ok(was_blocked)
 }

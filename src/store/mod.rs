@@ -14,6 +14,18 @@
 //! saw short is denied from the backend's own memory ([`short`]), with exact figures computed from the
 //! remembered state. Blocks live here too, the same for both stores ([`blocks`]): a key's block bucket is
 //! read before its policy's bucket, and a policy's penalty box counts the denials after.
+//!
+//! # The lock order (table store; the memory store holds no lock across calls)
+//! Row locks taken in a caller's transaction, which holds them until it ends, are taken in one order:
+//! 1. a key's buckets of several policies (`take_many`): in (namespace, key) order, each before step 2;
+//! 2. a key's block bucket after that key's policy bucket: counting a denial in a penalty box first locks
+//!    the policy bucket's row ([`blocks::count_denials`]), as a grant would, so a transaction that holds the
+//!    bucket and counts its own denial never meets one that holds the count and waits for the bucket
+//!    (before: 40P01); a block or unblock by hand locks the block bucket alone;
+//! 3. a concurrency policy's slots are locked with `SKIP LOCKED` and never waited for; a slot without a row
+//!    is created under a lock of its own that is only tried, never waited for ([`table`]'s leases).
+//!
+//! `tests/integration/tests/blocks.rs` runs the interleavings of two callers of one key.
 
 mod blocks;
 mod dropped;

@@ -32,6 +32,14 @@ pub fn block_namespace(policy: &str) -> String {
     format!("{policy}\u{1f}block")
 }
 
+/// The namespace of the block buckets a policy's penalty box writes while its key's calls are in shadow
+/// mode: the policy's name, U+001F and `shadow block`. Kept apart from [`block_namespace`] so that a block
+/// a shadowed penalty box would have made is reported (as a would-be denial) while shadow mode lasts and
+/// never enforced after it ends.
+pub fn shadow_block_namespace(policy: &str) -> String {
+    format!("{policy}\u{1f}shadow block")
+}
+
 /// A state's block or window, read at `now` (never before `at`).
 enum BlockState {
     /// Blocked until this instant.

@@ -48,14 +48,24 @@ pub enum Step {
 }
 
 impl Step {
+    /// The longest step in months: 100 years (so that window ends and the nominal length never overflow).
+    pub const MAX_MONTHS: i32 = 1200;
+    /// The longest step in days: 100 years of 365.25 days.
+    pub const MAX_DAYS: i32 = 36_525;
+
     /// The step of a PostgreSQL interval `(months, days, microseconds)`: whole months only or whole days
-    /// only, at least one; `None` otherwise.
+    /// only, at least one and at most 100 years; `None` otherwise.
     pub fn of_interval(months: i32, days: i32, micros: i64) -> Option<Step> {
         match (months, days, micros) {
-            (m, 0, 0) if m > 0 => Some(Step::Months(m)),
-            (0, d, 0) if d > 0 => Some(Step::Days(d)),
+            (m, 0, 0) if m > 0 && m <= Self::MAX_MONTHS => Some(Step::Months(m)),
+            (0, d, 0) if d > 0 && d <= Self::MAX_DAYS => Some(Step::Days(d)),
             _ => None,
         }
+    }
+
+    /// Whether an interval `(months, days)` is longer than the longest step (100 years).
+    pub fn too_long(months: i32, days: i32) -> bool {
+        months > Self::MAX_MONTHS || days > Self::MAX_DAYS
     }
 
     /// The nominal length in microseconds: an average Gregorian month (30.436875 days) per month, 24 hours

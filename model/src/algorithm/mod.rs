@@ -28,7 +28,7 @@ mod charge;
 pub mod lease;
 pub mod token_bucket;
 
-pub use block::{block_namespace, MAX_BLOCK_US};
+pub use block::{block_namespace, shadow_block_namespace, MAX_BLOCK_US};
 pub use calendar::{Calendar, Step, Zone};
 pub use charge::DebtError;
 pub use lease::{lease_id, leases_outcome, slot_namespace, slot_of, MAX_LEASES};

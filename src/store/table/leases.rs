@@ -6,19 +6,28 @@
 //! An acquire never waits for another transaction, and never makes a release wait. It locks only a free
 //! slot's row (released, or its lease expired), with `FOR UPDATE SKIP LOCKED`, so a row another
 //! transaction is changing (acquiring, releasing) is passed over and counted as held; a
-//! slot without a row is created under a transaction-scoped advisory lock taken with
-//! `pg_try_advisory_xact_lock` on a hash of (namespace, key), so that two transactions never insert the
-//! same slot (a plain `INSERT … ON CONFLICT` would wait for the other's uncommitted row). One advisory lock
-//! is held per slot this transaction created, until it ends; any role may take advisory locks anyway. A
-//! hash shared with an unrelated advisory lock can only make a free slot look busy: a denial, never a
-//! lease too many. In a read-only transaction an acquire reads only: it is denied when every slot is
-//! held, and raises 25006 when one is free (a grant would write).
+//! slot without a row is created under a transaction-scoped lock of the slot, only tried (never waited
+//! for), so that two transactions never insert the same slot (a plain `INSERT … ON CONFLICT` would wait
+//! for the other's uncommitted row). One such lock is held per slot this transaction created, until it
+//! ends.
+//!
+//! That lock is in a namespace no role can reach: its tag is of type `LOCKTAG_USERLOCK` (reserved by
+//! PostgreSQL for the long-gone contrib/userlock; no SQL function takes one), not an advisory lock, which
+//! any role could take with `pg_advisory_lock` to squat a key's slots forever (before: the slot locks were
+//! `pg_try_advisory_xact_lock` on `hashtextextended(namespace || chr(31) || key, 7)`, which anyone can
+//! compute). The tag holds the database and 80 bits of a SipHash of (namespace, key), so a chosen key
+//! shares a slot's lock with another only by a 2^80 chance, and then only makes a free slot look busy
+//! while the other creates its row: a denial, never a lease too many. In a read-only transaction an
+//! acquire reads only: it is denied when every slot is held, and raises 25006 when one is free (a grant
+//! would write).
 
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::pg_sys::{self, PgOid};
 use pgrx::spi::{OwnedPreparedStatement, Spi, SpiClient, SpiError};
+use siphasher::sip128::{Hasher128, SipHasher13};
 use std::cell::Cell;
+use std::hash::Hasher;
 
 use super::{
     plans, read, read_only, read_with, row_args, spi, timestamptz, write, COLUMNS, WHERE_BUCKET,
@@ -33,8 +42,6 @@ struct LeasePlans {
     /// Read and lock one row if its slot is free at `$3` (released, or its lease expired), unless another
     /// transaction holds the row: a held lease's row is never locked, so its release never waits.
     lock_skip: OwnedPreparedStatement,
-    /// Take the advisory lock of one (namespace, key) if nobody holds it.
-    try_lock: OwnedPreparedStatement,
 }
 
 thread_local! {
@@ -56,13 +63,6 @@ fn prepare(client: &SpiClient<'_>) -> Result<LeasePlans, SpiError> {
                 &[text, text, tstz],
             )?
             .keep(),
-        try_lock: client
-            .prepare_mut(
-                "SELECT pg_catalog.pg_try_advisory_xact_lock(pg_catalog.hashtextextended(\
-                 $1 OPERATOR(pg_catalog.||) pg_catalog.chr(31) OPERATOR(pg_catalog.||) $2, 7))",
-                &[text, text],
-            )?
-            .keep(),
     })
 }
 
@@ -79,21 +79,42 @@ fn lease_plans(
     Ok(p)
 }
 
-/// Whether this transaction got the advisory lock of the slot `target`.
-fn try_lock(
-    client: &SpiClient<'_>,
-    plans: &LeasePlans,
-    function: &'static str,
-    target: &Target<'_>,
-) -> Result<bool, ErrorReport> {
-    let args: [DatumWithOid<'_>; 2] = [target.namespace.stored_name().into(), target.key.into()];
-    let table = spi(function, client.select(&plans.try_lock, Some(1), &args))?;
-    let got: Option<bool> = match table.into_iter().next() {
-        Some(row) => spi(function, row.get(1))?,
-        None => None,
+/// Whether this transaction got the lock of the slot `target` (see the module comment): tried, never
+/// waited for, held until the transaction ends.
+fn try_lock(target: &Target<'_>) -> bool {
+    let tag = slot_lock_tag(target.namespace.stored_name(), target.key);
+    // SAFETY: `tag` is a fully initialised LOCKTAG of a user lock method; LockAcquire copies it. A
+    // transaction-level lock (sessionLock false) taken with dontWait never sleeps, and is released by
+    // PostgreSQL at the end of the transaction (or of the subtransaction that took it, if it aborts), as
+    // `pg_try_advisory_xact_lock` does with the same call.
+    let result = unsafe {
+        pg_sys::LockAcquire(&tag, pg_sys::ExclusiveLock as pg_sys::LOCKMODE, false, true)
     };
-    Ok(got == Some(true))
+    result != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
 }
+
+/// The lock tag of a slot: a user lock (not an advisory one) of this database, keyed by 80 bits of a
+/// SipHash of (namespace, key).
+fn slot_lock_tag(namespace: &str, key: &str) -> pg_sys::LOCKTAG {
+    let mut h = SipHasher13::new_with_keys(0x7261_7465_5f6c_696d, 0x6974_2d6c_6561_7365);
+    h.write(namespace.as_bytes());
+    h.write_u8(0x1f);
+    h.write(key.as_bytes());
+    let hash = h.finish128();
+    pg_sys::LOCKTAG {
+        // SAFETY: MyDatabaseId is a plain global of this backend, set once it connected.
+        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        locktag_field2: (hash.h1 >> 32) as u32,
+        locktag_field3: hash.h1 as u32,
+        locktag_field4: hash.h2 as u16,
+        locktag_type: pg_sys::LockTagType::LOCKTAG_USERLOCK as u8,
+        locktag_lockmethodid: USER_LOCKMETHOD,
+    }
+}
+
+/// PostgreSQL's lock method of user locks (`USER_LOCKMETHOD` in `lock.h`), whose transaction-level locks
+/// are released at the end of the transaction.
+const USER_LOCKMETHOD: u8 = 2;
 
 /// Acquires a lease in the first slot of `slots` (one key's, in order) that is free, with the id
 /// `lease_id(random, slot)`; returns every slot's state as this call saw it (a slot another transaction
@@ -153,7 +174,7 @@ pub fn acquire(
                 states.push(if o.allowed { in_flight } else { o.state });
                 continue;
             }
-            if !try_lock(client, lease_plans, function, t)? {
+            if !try_lock(t) {
                 states.push(in_flight);
                 continue;
             }

@@ -486,6 +486,15 @@ pub fn update<R>(
     })
 }
 
+/// Locks the row of `target`'s bucket (`FOR UPDATE`, until the transaction ends; waits for a transaction
+/// that holds it), if it has one: the first step of the seam's lock order before its block bucket.
+pub fn lock_row(function: &'static str, target: &Target<'_>) -> Result<(), ErrorReport> {
+    Spi::connect_mut(|client| {
+        let plans = plans(function, client)?;
+        read(client, &plans.lock, function, target).map(|_| ())
+    })
+}
+
 /// The table store's lock-read-write-or-insert step on one bucket (a charge): reads and locks its row,
 /// asks `step` for the outcome given the stored bucket and the clock, and writes the outcome's state over
 /// the row, or inserts it when the row is missing (a concurrent creator makes the insert a no-op: the call
@@ -516,12 +525,15 @@ pub fn upsert(
     })
 }
 
-/// Deletes the bucket (it is full again); true if there was one.
+/// Deletes the bucket (it is full again); true if there was one. 25006 in a read-only transaction.
 pub fn reset(
     function: &'static str,
     namespace: &Namespace<'_>,
     key: &str,
 ) -> Result<bool, ErrorReport> {
+    if read_only() {
+        return Err(error::read_only(function));
+    }
     Spi::connect_mut(|client| {
         let plans = plans(function, client)?;
         let args: [DatumWithOid<'_>; 2] = [namespace.stored_name().into(), key.into()];

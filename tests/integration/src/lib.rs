@@ -429,3 +429,134 @@ pub fn memory_usage(client: &mut Client, column: &str) -> i64 {
         .expect("memory_usage")
         .get(0)
 }
+
+/// An error of one step of an interleaving: (session, step, SQLSTATE or message).
+pub type StepError = (usize, usize, String);
+
+/// A session's thread, as the driver holds it: where its steps go, and where its answers come from.
+type SessionChannels = (
+    std::sync::mpsc::Sender<String>,
+    std::sync::mpsc::Receiver<Result<(), String>>,
+);
+
+/// Every interleaving of two sessions' scripts, as PostgreSQL's isolation tester runs them: for each
+/// order of the steps (each script keeps its own order), the steps are sent one at a time; a step that
+/// has not answered within 300 ms is taken as waiting for a lock, and the other session goes on (a step
+/// of a waiting session waits its turn). `{key}` in a step is replaced by a key of that interleaving's
+/// own. Returns, per interleaving, the order (0: first script, 1: second) and every error as
+/// (session, step, SQLSTATE or message); `connect` opens a session.
+pub fn interleavings(
+    connect: impl Fn() -> Client,
+    scripts: [&[&str]; 2],
+    before_each: impl Fn(&mut Client, &str),
+) -> Vec<(Vec<usize>, Vec<StepError>)> {
+    use std::sync::mpsc;
+    let orders = orders_of(scripts[0].len(), scripts[1].len());
+    let mut results = Vec::with_capacity(orders.len());
+    for (n, order) in orders.into_iter().enumerate() {
+        let key = format!("{}_{n}", fresh_name("il"));
+        before_each(&mut connect(), &key);
+        // one thread per session: it runs what it is sent and answers each step
+        let sessions: Vec<_> = (0..2)
+            .map(|_| {
+                let (to_session, steps) = mpsc::channel::<String>();
+                let (answer, answers) = mpsc::channel::<Result<(), String>>();
+                let mut client = connect();
+                std::thread::spawn(move || {
+                    for sql in steps {
+                        let r = client.simple_query(&sql).map(|_| ()).map_err(|e| {
+                            e.code()
+                                .map_or_else(|| e.to_string(), |c| c.code().to_string())
+                        });
+                        if answer.send(r).is_err() {
+                            break;
+                        }
+                    }
+                });
+                (to_session, answers)
+            })
+            .collect();
+        let mut driver = Driver {
+            sessions: &sessions,
+            scripts,
+            key: &key,
+            sent: [0; 2],
+            answered: [0; 2],
+            errors: Vec::new(),
+        };
+        let mut wanted = [0_usize; 2];
+        for &s in &order {
+            wanted[s] += 1;
+            driver.drive(&wanted, Duration::from_millis(300));
+        }
+        let all = [scripts[0].len(), scripts[1].len()];
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while driver.answered != all {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "interleaving {order:?}: the sessions still wait after 30 s"
+            );
+            driver.drive(&all, Duration::from_millis(300));
+        }
+        let errors = driver.errors;
+        results.push((order, errors));
+    }
+    results
+}
+
+/// The steps of two sessions under way: what each was sent and has answered, and the errors.
+struct Driver<'a> {
+    sessions: &'a [SessionChannels],
+    scripts: [&'a [&'a str]; 2],
+    key: &'a str,
+    sent: [usize; 2],
+    answered: [usize; 2],
+    errors: Vec<StepError>,
+}
+
+impl Driver<'_> {
+    /// Collects answers (waiting up to `patience` for a session with a step under way) and sends each
+    /// session its next step once it has answered the last, until each has been sent `wanted` steps or
+    /// is waiting.
+    fn drive(&mut self, wanted: &[usize; 2], patience: Duration) {
+        let mut progress = true;
+        while progress {
+            progress = false;
+            for (s, &wanted) in wanted.iter().enumerate() {
+                if self.sent[s] > self.answered[s] {
+                    let Ok(r) = self.sessions[s].1.recv_timeout(patience) else {
+                        continue; // still waiting
+                    };
+                    if let Err(code) = r {
+                        self.errors.push((s, self.answered[s], code));
+                    }
+                    self.answered[s] += 1;
+                    progress = true;
+                }
+                if self.sent[s] == self.answered[s] && self.sent[s] < wanted {
+                    let sql = self.scripts[s][self.sent[s]].replace("{key}", self.key);
+                    self.sessions[s].0.send(sql).expect("send a step");
+                    self.sent[s] += 1;
+                    progress = true;
+                }
+            }
+        }
+    }
+}
+
+/// Every sequence of `a` zeros and `b` ones.
+fn orders_of(a: usize, b: usize) -> Vec<Vec<usize>> {
+    if a == 0 || b == 0 {
+        return vec![[vec![0; a], vec![1; b]].concat()];
+    }
+    let mut all = Vec::new();
+    for mut rest in orders_of(a - 1, b) {
+        rest.insert(0, 0);
+        all.push(rest);
+    }
+    for mut rest in orders_of(a, b - 1) {
+        rest.insert(0, 1);
+        all.push(rest);
+    }
+    all
+}

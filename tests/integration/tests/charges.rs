@@ -28,6 +28,10 @@ fn tokens(c: &mut Client, policy: &str, key: &str) -> f64 {
 fn charges_and_takes_are_exact(store: &str) {
     let db = TestDb::new(&format!("charges_{store}"));
     let mut admin = db.connect();
+    // 1 token a day, so that nothing refills while the test runs: raised past the 400-day default
+    admin
+        .batch_execute("SET rate_limit.max_policy_refill_time = '200000d'")
+        .expect("raise the bound");
     admin
         .execute(
             "SELECT rate_limit.create_policy('llm', 1, '1 day', burst => 1000, max_debt => 100000, store => $1)",

@@ -282,7 +282,7 @@ fn the_coordinators_views_merge_every_nodes_statistics_and_memory_buckets() {
     let mut c = connect(&nodes[0]);
     let policy = fresh_name("merged");
     c.query(
-        "SELECT rate_limit.create_policy($1, 1, '1000 days', burst => 2, store => 'memory')",
+        "SELECT rate_limit.create_policy($1, 1, '80 days', burst => 2, store => 'memory')",
         &[&policy],
     )
     .expect("policy");
@@ -365,7 +365,7 @@ fn a_worker_down_fails_its_keys_with_class_08_and_spares_the_others() {
     let mut c = connect(&nodes[0]);
     let policy = fresh_name("down");
     c.query(
-        "SELECT rate_limit.create_policy($1, 1, '1000 days', burst => 5)",
+        "SELECT rate_limit.create_policy($1, 1, '80 days', burst => 5)",
         &[&policy],
     )
     .expect("policy");
@@ -513,7 +513,7 @@ fn leases_acquired_from_every_node_are_exactly_the_policys() {
 fn take_many_over_both_workers_is_all_or_nothing() {
     let Some(nodes) = cluster() else { return };
     let mut c = connect(&nodes[0]);
-    c.batch_execute("SELECT rate_limit.create_policy('pair', 1, '1000 days', burst => 2)")
+    c.batch_execute("SELECT rate_limit.create_policy('pair', 1, '80 days', burst => 2)")
         .expect("policy");
     let a = key_on_worker(&mut c, nodes, 1, &fresh_name("a"));
     let b = key_on_worker(&mut c, nodes, 2, &fresh_name("b"));
@@ -663,7 +663,7 @@ fn limit_writes_on_the_coordinator_limits_rows_by_keys_on_the_workers() {
     let Some(nodes) = cluster() else { return };
     let mut c = connect(&nodes[0]);
     c.batch_execute(
-        "SELECT rate_limit.create_policy('rows_per_author', 3, '1000 days');
+        "SELECT rate_limit.create_policy('rows_per_author', 3, '400 days');
          CREATE TABLE comments (id bigserial PRIMARY KEY, author text NOT NULL);
          CREATE TRIGGER comments_rate_limit BEFORE INSERT ON comments FOR EACH ROW
              EXECUTE FUNCTION rate_limit.limit_writes('rows_per_author', 'author');",
@@ -688,7 +688,7 @@ fn limit_writes_on_a_distributed_table_colocated_by_key_is_exact_from_every_node
     execute_each(
         &mut c,
         &[
-            "SELECT rate_limit.create_policy('posts_per_author', 3, '1000 days')",
+            "SELECT rate_limit.create_policy('posts_per_author', 3, '400 days')",
             // the state table's key is COLLATE \"C\": a colocated column must be too
             "CREATE TABLE posts (author text COLLATE \"C\" NOT NULL, body text)",
             "SELECT create_distributed_table('posts', 'author', colocate_with => 'rate_limit.bucket_state')",
@@ -732,7 +732,7 @@ fn limit_writes_on_a_table_not_colocated_refuses_rows_whose_bucket_is_elsewhere(
     execute_each(
         &mut c,
         &[
-            "SELECT rate_limit.create_policy('notes_per_author', 3, '1000 days')",
+            "SELECT rate_limit.create_policy('notes_per_author', 3, '400 days')",
             "CREATE TABLE notes (author text NOT NULL)",
             "SELECT create_distributed_table('notes', 'author', colocate_with => 'none', shard_count => 7)",
             "SET citus.enable_unsafe_triggers = on",
@@ -840,7 +840,7 @@ fn a_shard_move_keeps_table_buckets_and_starts_memory_buckets_full() {
     let (table, memory) = (fresh_name("moved_t"), fresh_name("moved_m"));
     for (policy, store) in [(&table, "table"), (&memory, "memory")] {
         c.query(
-            "SELECT rate_limit.create_policy($1, 1, '1000 days', burst => 5, store => $2)",
+            "SELECT rate_limit.create_policy($1, 1, '80 days', burst => 5, store => $2)",
             &[policy, &store],
         )
         .expect("policy");

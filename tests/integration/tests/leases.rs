@@ -215,3 +215,107 @@ fn a_release_never_waits_for_an_open_acquire() {
     assert!(release(&mut a, "tx2", "k", first), "released at once");
     tx.commit().expect("commit");
 }
+
+/// No role can squat a key's leases through advisory locks: a role with only LOGIN holds, for the whole
+/// test, the advisory locks on `hashtextextended(policy || chr(31) || slot || chr(31) || key, 7)` of both
+/// slots of a victim's key (the hash the table store used to create a slot's row under); the victim still gets both leases at once (before: every acquire was denied while the
+/// squatter's session lived, and nothing showed in `rate_limit.buckets`). The table store's slot locks
+/// live in a lock namespace no SQL function reaches.
+#[test]
+fn advisory_locks_cannot_squat_a_keys_leases() {
+    let db = TestDb::new("lease_squat");
+    let mut admin = db.connect();
+    admin
+        .batch_execute(
+            "SELECT rate_limit.create_policy('lease_t2', 2, '3 seconds', algorithm => 'concurrency', store => 'table');
+             DROP ROLE IF EXISTS rl_squatter; CREATE ROLE rl_squatter LOGIN;",
+        )
+        .expect("set up");
+    let mut squatter = postgres::Client::connect(
+        &format!(
+            "{} dbname={} user=rl_squatter",
+            rate_limit_integration::conninfo(),
+            db.name()
+        ),
+        postgres::NoTls,
+    )
+    .expect("connect as the squatter");
+    squatter
+        .batch_execute(
+            "SELECT pg_catalog.pg_advisory_lock(pg_catalog.hashtextextended(\
+                 'lease_t2' || chr(31) || s || chr(31) || 'victim2', 7)) \
+             FROM generate_series(0, 1) s",
+        )
+        .expect("the squatter's advisory locks");
+    let held: i64 = admin
+        .query_one(
+            "SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND granted \
+             AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())",
+            &[],
+        )
+        .expect("locks")
+        .get(0);
+    assert_eq!(held, 2, "the squatter holds its advisory locks");
+    let mut victim = db.connect();
+    let mut tx = victim.transaction().expect("begin");
+    assert!(
+        acquire(&mut tx, "lease_t2", "victim2").is_some(),
+        "the first lease"
+    );
+    assert!(
+        acquire(&mut tx, "lease_t2", "victim2").is_some(),
+        "the second lease"
+    );
+    assert!(
+        acquire(&mut tx, "lease_t2", "victim2").is_none(),
+        "only two"
+    );
+    tx.commit().expect("commit");
+    drop(squatter);
+}
+
+/// The table store keeps a lease in its holder's transaction (the choice docs/semantics.md and
+/// docs/security.md state): a ROLLBACK frees it at once, and a transaction left open holds it past `per`
+/// until it ends, since no other transaction may change its row before then; once committed, it expires
+/// `per` after its acquire. The memory store frees it after `per` whatever the holder does.
+#[test]
+fn a_table_store_lease_lasts_until_per_or_its_transaction_ends() {
+    let db = TestDb::new("lease_tx_bound");
+    let mut admin = db.connect();
+    admin
+        .batch_execute(
+            "SELECT rate_limit.create_policy('one_t', 1, '1 second', algorithm => 'concurrency', store => 'table');
+             SELECT rate_limit.create_policy('one_m', 1, '1 second', algorithm => 'concurrency', store => 'memory');",
+        )
+        .expect("policies");
+    let mut holder = db.connect();
+    let mut other = db.connect();
+    for (policy, transactional) in [("one_t", true), ("one_m", false)] {
+        let mut tx = holder.transaction().expect("begin");
+        let acquired = Instant::now();
+        assert!(acquire(&mut tx, policy, "k").is_some(), "{policy}");
+        assert!(acquire(&mut other, policy, "k").is_none(), "{policy}: held");
+        thread::sleep(Duration::from_millis(1500).saturating_sub(acquired.elapsed()));
+        assert_eq!(
+            acquire(&mut other, policy, "k").is_none(),
+            transactional,
+            "{policy}: 1.5 s after its acquire, in a transaction still open"
+        );
+        tx.rollback().expect("rollback");
+        if transactional {
+            let lease = acquire(&mut other, policy, "k").expect("freed by the rollback at once");
+            // committed: it expires per after its acquire
+            let acquired = Instant::now();
+            assert!(acquire(&mut admin, policy, "k").is_none(), "held");
+            thread::sleep(Duration::from_millis(1100).saturating_sub(acquired.elapsed()));
+            assert!(
+                acquire(&mut admin, policy, "k").is_some(),
+                "expired after per"
+            );
+            assert!(
+                !release(&mut other, policy, "k", lease),
+                "an expired lease is gone"
+            );
+        }
+    }
+}

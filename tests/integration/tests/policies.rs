@@ -12,7 +12,8 @@ use rate_limit_integration::{remaining, TestDb};
 const THREADS: usize = 8;
 const CALLS: usize = 150;
 
-/// Policies `a` (burst 40), `b` (burst 25) and `c` (burst 1000), refilling one token a day, in `store`.
+/// Policies `a` (burst 40), `b` (burst 25) and `c` (burst 1000), refilling one token every 6 hours, in
+/// `store`.
 /// Eight connections call `take(['a','b','c'], 'k')` and, in between, `take('b', 'k')` alone. If a
 /// multi-limit call ever consumed from some policies and not others, `a` and `c` (which only multi-limit
 /// calls touch) would disagree with the number of multi-limit grants counted by the clients.
@@ -22,7 +23,7 @@ fn multi_limit_is_all_or_nothing(store: &str) {
     for (name, burst) in [("a", 40i64), ("b", 25), ("c", 1000)] {
         admin
             .execute(
-                "SELECT rate_limit.create_policy($1, 1, '1 day', $2, store => $3)",
+                "SELECT rate_limit.create_policy($1, 1, '6 hours', $2, store => $3)",
                 &[&name, &burst, &store],
             )
             .expect("create policy");
@@ -232,6 +233,133 @@ fn wait_sleeps_gives_up_and_is_interruptible() {
     );
     assert_eq!(remaining(&mut client, "slow", "k"), 0);
     assert_eq!(remaining(&mut client, "twenty", "k"), 0);
+}
+
+/// A named policy whose buckets any role could leave short of full for longer than
+/// `rate_limit.max_policy_refill_time` (400 days by default) is refused with 22023, whether by its
+/// refill, its `max_debt` or its penalty box's `block_for`, in `create_policy` and `alter_policy`
+/// (before: `max_debt => 9223372036854` let any role make buckets that refill in 292,000 years, which no
+/// purge removes). A yearly quota fits; a superuser raises the bound knowingly, and no other role can.
+#[test]
+fn policies_whose_buckets_stay_short_too_long_are_refused() {
+    let db = TestDb::new("policy_bounds");
+    let mut admin = db.connect();
+    let refused = |c: &mut Client, sql: &str| {
+        let e = c.batch_execute(sql).expect_err(sql);
+        assert_eq!(
+            e.code(),
+            Some(&SqlState::INVALID_PARAMETER_VALUE),
+            "{sql}: {e:?}"
+        );
+        e.as_db_error()
+            .map(|d| d.message().to_string())
+            .unwrap_or_default()
+    };
+    for store in ["table", "memory"] {
+        let message = refused(
+            &mut admin,
+            &format!("SELECT rate_limit.create_policy('dbig', 1, '1 second', max_debt => 9223372036854, store => '{store}')"),
+        );
+        assert!(
+            message.contains("rate_limit.max_policy_refill_time"),
+            "{message}"
+        );
+    }
+    refused(
+        &mut admin,
+        "SELECT rate_limit.create_policy('pbig', 5, '1 minute', block_after => 3, block_for => '36524 days')",
+    );
+    refused(
+        &mut admin,
+        "SELECT rate_limit.create_policy('slow', 1, '1 day', burst => 401)",
+    );
+    admin
+        .batch_execute(
+            "SELECT rate_limit.create_policy('yearly', 1000, '1 year', algorithm => 'calendar_window');
+             SELECT rate_limit.create_policy('slow', 1, '1 day', burst => 400);
+             SELECT rate_limit.create_policy('box', 5, '1 minute', block_after => 3, block_for => '400 days');
+             SELECT rate_limit.create_policy('debt', 1, '1 second', max_debt => 1000);",
+        )
+        .expect("within the bound");
+    refused(
+        &mut admin,
+        "SELECT rate_limit.alter_policy('debt', max_debt => 9223372036854)",
+    );
+    refused(
+        &mut admin,
+        "SELECT rate_limit.alter_policy('box', block_for => '401 days')",
+    );
+    refused(
+        &mut admin,
+        "SELECT rate_limit.alter_policy('slow', burst => 401)",
+    );
+    // the superuser raises it knowingly
+    admin
+        .batch_execute(
+            "SET rate_limit.max_policy_refill_time = '1000d';
+             SELECT rate_limit.alter_policy('slow', burst => 401);
+             RESET rate_limit.max_policy_refill_time;",
+        )
+        .expect("a raised bound");
+    // a policy past the bound may still change what does not set it (shadow mode), not its numbers
+    admin
+        .batch_execute("SELECT rate_limit.alter_policy('slow', shadow => true)")
+        .expect("shadow mode of a policy past the bound");
+    refused(
+        &mut admin,
+        "SELECT rate_limit.alter_policy('slow', rate => 1)",
+    );
+    // nobody else can
+    admin
+        .batch_execute("DROP ROLE IF EXISTS rl_bound_role; CREATE ROLE rl_bound_role LOGIN")
+        .expect("role");
+    let mut role = Client::connect(
+        &format!(
+            "{} dbname={} user=rl_bound_role",
+            rate_limit_integration::conninfo(),
+            db.name()
+        ),
+        postgres::NoTls,
+    )
+    .expect("connect as the role");
+    let e = role
+        .batch_execute("SET rate_limit.max_policy_refill_time = '1000d'")
+        .expect_err("superuser only");
+    assert_eq!(e.code(), Some(&SqlState::INSUFFICIENT_PRIVILEGE));
+}
+
+/// `rate_limit.max_wait` bounds a statement, not each call: eight waits chained in one statement (a join
+/// over `generate_series`) on a policy of 1 token every 2 s, with `max_wait` 3 s, grant 2 tokens (the one
+/// in the bucket, and one after a 2 s sleep) and give up on the other 6 at once, since the third would
+/// end 4 s after the statement began; the statement returns within the bound (before: each call had its
+/// own 3 s, the statement slept about 14 s holding its snapshot). In both stores.
+#[test]
+fn waits_chained_in_one_statement_share_max_wait() {
+    let db = TestDb::new("wait_statement");
+    let mut client = db.connect();
+    client
+        .batch_execute("SELECT rate_limit.create_policy('slow2', 1, '2 seconds', 1); SET rate_limit.max_wait = '3s'")
+        .expect("set up");
+    for store in ["table", "memory"] {
+        client
+            .batch_execute(&format!("SET rate_limit.store = '{store}'"))
+            .expect("store");
+        let started = Instant::now();
+        let granted: i64 = client
+            .query_one(
+                "SELECT count(*) FILTER (WHERE w.allowed) FROM generate_series(1, 8) g, \
+                 LATERAL rate_limit.wait('slow2', $1 || left(g::text, 0)) w",
+                &[&format!("k_{store}")],
+            )
+            .expect("chained waits")
+            .get(0);
+        let took = started.elapsed();
+        assert_eq!(granted, 2, "{store}: took {took:?}");
+        assert!(
+            took < Duration::from_secs(8),
+            "{store}: the statement slept {took:?}, past max_wait (3 s) and the work"
+        );
+    }
 }
 
 /// `wait` is bounded by `rate_limit.max_wait` (30 s by default, superuser-only): without a timeout it waits

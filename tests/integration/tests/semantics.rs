@@ -249,3 +249,75 @@ fn read_only_transactions_deny_without_writing_and_refuse_grants_with_25006() {
         .unwrap_or_default();
     assert_eq!(message, "cannot take a token in a read-only transaction");
 }
+
+/// Each call that cannot write in a read-only transaction (table store) says what it could not do in
+/// its 25006 message (before: "cannot take a token" for block, unblock, release and charge too).
+#[test]
+fn read_only_refusals_name_what_they_could_not_do() {
+    let db = TestDb::new("read_only_messages");
+    let mut client = db.connect();
+    client
+        .batch_execute(
+            "SELECT rate_limit.create_policy('ro_api', 5, '1 minute', max_debt => 5, store => 'table');
+             SELECT rate_limit.create_policy('ro_jobs', 2, '1 minute', algorithm => 'concurrency', store => 'table');",
+        )
+        .expect("policies");
+    let lease: i64 = client
+        .query_one("SELECT lease FROM rate_limit.acquire('ro_jobs', 'k')", &[])
+        .expect("acquire")
+        .get(0);
+    let cases = [
+        (
+            "SELECT rate_limit.take('ro_api', 'k')".to_string(),
+            "cannot take a token",
+        ),
+        (
+            "SELECT rate_limit.charge('ro_api', 'k', 1)".to_string(),
+            "cannot charge a bucket",
+        ),
+        (
+            "SELECT rate_limit.block('ro_api', 'k', '1 minute')".to_string(),
+            "cannot block a key",
+        ),
+        (
+            "SELECT rate_limit.unblock('ro_api', 'k')".to_string(),
+            "cannot unblock a key",
+        ),
+        (
+            "SELECT rate_limit.acquire('ro_jobs', 'k')".to_string(),
+            "cannot acquire a lease",
+        ),
+        (
+            format!("SELECT rate_limit.release('ro_jobs', 'k', {lease})"),
+            "cannot release a lease",
+        ),
+        (
+            "SELECT rate_limit.refund('ro_api', 'k', 1)".to_string(),
+            "cannot refund tokens",
+        ),
+        (
+            "SELECT rate_limit.reset('ro_api', 'k')".to_string(),
+            "cannot reset a bucket",
+        ),
+    ];
+    for (sql, action) in cases {
+        let e = client
+            .batch_execute(&format!("BEGIN READ ONLY; {sql}"))
+            .expect_err(&sql);
+        client.batch_execute("ROLLBACK").expect("rollback");
+        assert_eq!(
+            e.code(),
+            Some(&SqlState::READ_ONLY_SQL_TRANSACTION),
+            "{sql}"
+        );
+        let message = e
+            .as_db_error()
+            .map(|d| d.message().to_string())
+            .unwrap_or_default();
+        assert_eq!(
+            message,
+            format!("{action} in a read-only transaction"),
+            "{sql}"
+        );
+    }
+}

@@ -33,7 +33,7 @@ fn counts_are_exact(store: &str) {
     let mut admin = db.connect();
     admin
         .execute(
-            "SELECT rate_limit.create_policy('counted', 100, '1000 days', store => $1)",
+            "SELECT rate_limit.create_policy('counted', 100, '400 days', store => $1)",
             &[&store],
         )
         .expect("policy");
@@ -113,8 +113,8 @@ fn a_multi_limit_denial_counts_against_the_refusing_policy() {
     let db = TestDb::new("stats_multi");
     let mut c = db.connect();
     c.batch_execute(
-        "SELECT rate_limit.create_policy('roomy', 100, '1000 days');
-         SELECT rate_limit.create_policy('tight', 1, '1000 days');
+        "SELECT rate_limit.create_policy('roomy', 100, '400 days');
+         SELECT rate_limit.create_policy('tight', 1, '400 days');
          SELECT rate_limit.take_many(ARRAY['roomy', 'tight'], ARRAY['k']) FROM generate_series(1, 3);",
     )
     .expect("calls");
@@ -147,7 +147,7 @@ fn nothing_is_counted_with_track_stats_off() {
     let db = TestDb::new("stats_off");
     let mut c = db.connect();
     c.batch_execute(
-        "SELECT rate_limit.create_policy('quiet', 1, '1000 days');
+        "SELECT rate_limit.create_policy('quiet', 1, '400 days');
          SELECT rate_limit.take('quiet', 'k');
          SET rate_limit.track_stats = off;
          SELECT rate_limit.take('quiet', 'k') FROM generate_series(1, 5);",

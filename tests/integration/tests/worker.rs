@@ -69,7 +69,7 @@ fn idle_full_buckets_are_purged_while_calls_continue() {
          SET rate_limit.store = 'memory';
          SELECT count(*) FROM generate_series(1, 20000) AS g WHERE rate_limiting_request('idle' || g, 1000, 1) >= 0;
          RESET rate_limit.store;
-         SELECT rate_limit.create_policy('busy', 500, '1000 days');",
+         SELECT rate_limit.create_policy('busy', 500, '400 days');",
     )
     .expect("idle buckets");
     assert_eq!(

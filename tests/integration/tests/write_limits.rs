@@ -12,7 +12,7 @@ const WRITERS: usize = 16;
 const INSERTS: usize = 40;
 const BURST: i64 = 100;
 
-/// Sixteen connections insert 40 comments each by author 7 (640 attempts) under a policy of 100 per 1000
+/// Sixteen connections insert 40 comments each by author 7 (640 attempts) under a policy of 100 per 400
 /// days: exactly 100 rows exist afterwards, each writer's successes and 53400 failures add up to its
 /// attempts, and no other error occurs.
 fn concurrent_writers_get_exactly_the_burst(store: &str) {
@@ -20,7 +20,7 @@ fn concurrent_writers_get_exactly_the_burst(store: &str) {
     let mut admin = db.connect();
     admin
         .batch_execute(&format!(
-            "SELECT rate_limit.create_policy('comments_per_author', {BURST}, '1000 days', store => '{store}');
+            "SELECT rate_limit.create_policy('comments_per_author', {BURST}, '400 days', store => '{store}');
              CREATE TABLE comments (id bigserial PRIMARY KEY, author_id int NOT NULL, body text);
              CREATE TRIGGER comments_rate_limit BEFORE INSERT ON comments FOR EACH ROW
                  EXECUTE FUNCTION rate_limit.limit_writes('comments_per_author', 'author_id');
@@ -108,8 +108,8 @@ fn a_rolled_back_write_gives_its_token_back_in_the_table_store_only() {
     let db = TestDb::new("write_limits_rollback");
     let mut c = db.connect();
     c.batch_execute(
-        "SELECT rate_limit.create_policy('t_writes', 1, '1000 days', store => 'table');
-         SELECT rate_limit.create_policy('m_writes', 1, '1000 days', store => 'memory');
+        "SELECT rate_limit.create_policy('t_writes', 1, '400 days', store => 'table');
+         SELECT rate_limit.create_policy('m_writes', 1, '400 days', store => 'memory');
          CREATE TABLE t (k text NOT NULL);
          CREATE TABLE m (k text NOT NULL);
          CREATE TRIGGER t_limit BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION rate_limit.limit_writes('t_writes', 'k');

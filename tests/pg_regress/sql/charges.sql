@@ -26,6 +26,8 @@ SELECT allowed, remaining FROM rate_limit.charge('no_debt', 'k', 25);
 SELECT floor(tokens) AS tokens FROM rate_limit.buckets WHERE policy = 'no_debt';
 
 -- in a fixed window the debt is a count above the limit, until the window ends
+-- (a century-long window, so that no boundary falls within the test: past rate_limit.max_policy_refill_time)
+SET rate_limit.max_policy_refill_time = '36500d';
 SELECT rate_limit.create_policy('daily', 10, '36500 days', algorithm => 'fixed_window', max_debt => 5);
 SELECT allowed, remaining FROM rate_limit.charge('daily', 'k', 12);
 SELECT allowed, retry_after = reset_after AS retry_at_the_next_window FROM rate_limit.take('daily', 'k');

@@ -3,7 +3,11 @@
 
 -- A policy is rate tokens per period, at most burst at once (burst defaults to rate).
 SELECT rate_limit.create_policy('api', rate => 10, per => '1 minute', burst => 5);
+-- A window longer than rate_limit.max_policy_refill_time (400 days) needs a superuser's consent: any role
+-- could leave its buckets short that long.
+SET rate_limit.max_policy_refill_time = '36500d';
 SELECT rate_limit.create_policy('per_century', 3, '36500 days', algorithm => 'fixed_window');
+RESET rate_limit.max_policy_refill_time;
 SELECT rate_limit.create_policy('recent', 4, '10 seconds', algorithm => 'sliding_window');
 SELECT name, algorithm, rate, per, burst, store FROM rate_limit.policies ORDER BY name;
 

@@ -14,6 +14,31 @@ SELECT * FROM rate_limit.take_many(ARRAY['err', NULL], ARRAY['k']);
 \echo :LAST_ERROR_SQLSTATE
 SELECT rate_limit.create_policy('x', 1, NULL);
 \echo :LAST_ERROR_SQLSTATE
+SELECT rate_limit.create_policy('x', 1, '1 second', algorithm => NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT rate_limit.create_policy('x', 1, '1 second', shadow => NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT rate_limit.create_policy('x', 1, '1 second', max_debt => NULL);
+\echo :LAST_ERROR_SQLSTATE
+-- a decision with no answer prints no headers
+SELECT rate_limit.headers(ROW(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::rate_limit.decision);
+\echo :LAST_ERROR_SQLSTATE
+
+-- 22023: a decision no call returns (negative numbers)
+SELECT rate_limit.headers(ROW(false, -5, -1, '-1 s', '-1 s', 'hp', false, NULL)::rate_limit.decision);
+\echo :LAST_ERROR_SQLSTATE
+SELECT rate_limit.headers(ROW(false, 0, 5, '-1 s', '1 s', NULL, false, NULL)::rate_limit.decision);
+\echo :LAST_ERROR_SQLSTATE
+-- 22023: a calendar window longer than 100 years (its length would overflow)
+SELECT rate_limit.create_policy('calwrap', 2, '213503983 days', algorithm => 'calendar_window');
+\echo :LAST_ERROR_SQLSTATE
+SELECT rate_limit.create_policy('calwrap', 2, '584542 years 1 mon', algorithm => 'calendar_window');
+\echo :LAST_ERROR_SQLSTATE
+-- 22023: a policy whose buckets could stay short longer than rate_limit.max_policy_refill_time (400 days)
+SELECT rate_limit.create_policy('dbig', 1, '1 second', max_debt => 9223372036854);
+\echo :LAST_ERROR_SQLSTATE
+SELECT rate_limit.create_policy('pbig', 5, '1 minute', block_after => 3, block_for => '36524 days');
+\echo :LAST_ERROR_SQLSTATE
 
 -- 42704: unknown policy; 42710: a policy that exists already
 SELECT * FROM rate_limit.take('nope', 'k');

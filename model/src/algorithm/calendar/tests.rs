@@ -417,3 +417,20 @@ proptest! {
         }
     }
 }
+
+/// A step is at most 100 years, in months or in days, so that its nominal length (the header's `w`) and
+/// its window ends never overflow (before: 213503983 days gave `w=57491`, and 584542 years and a month
+/// a negative length).
+#[test]
+fn steps_longer_than_100_years_are_refused() {
+    assert_eq!(Step::of_interval(1200, 0, 0), Some(Step::Months(1200)));
+    assert_eq!(Step::of_interval(1201, 0, 0), None);
+    assert_eq!(Step::of_interval(0, 36_525, 0), Some(Step::Days(36_525)));
+    assert_eq!(Step::of_interval(0, 36_526, 0), None);
+    assert_eq!(Step::of_interval(0, 213_503_983, 0), None);
+    assert_eq!(Step::of_interval(584_542 * 12 + 1, 0, 0), None);
+    assert!(Step::too_long(1201, 0) && Step::too_long(0, 213_503_983));
+    assert!(!Step::too_long(1200, 36_525));
+    assert_eq!(Step::Months(1200).nominal_us(), 1200 * 2_629_746_000_000);
+    assert_eq!(Step::Days(36_525).nominal_us(), 36_525 * D);
+}

@@ -1,0 +1,201 @@
+//! The bounds of everything a caller can make the server hold, in one place: the table that
+//! `docs/security.md` prints (a test checks that it prints exactly this), and the arithmetic of the one
+//! bound a policy's numbers set — how long a bucket of it can stay short of full.
+//!
+//! The extension enforces these through `src/bounds.rs` (caller-chosen limits, named policies, waits); the
+//! stores enforce their own counts (shares of the memory store, lease slots) and every row lock follows
+//! the seam's one lock order.
+
+use crate::algorithm::{Algorithm, Policy};
+
+/// One resource a caller can make the server hold, as `docs/security.md` lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bound {
+    /// What is held.
+    pub resource: &'static str,
+    /// Who can make the server hold it.
+    pub who: &'static str,
+    /// Its bound, in time and in count.
+    pub bound: &'static str,
+    /// What enforces the bound.
+    pub enforced_by: &'static str,
+    /// The test that proves it (`file.rs: function`).
+    pub test: &'static str,
+}
+
+/// Every resource a caller can make the server hold. A new kind of limit that holds something new adds a
+/// row here (and the docs follow: `docs_list_every_bound` fails until they do).
+pub const BOUNDS: &[Bound] = &[
+    Bound {
+        resource: "memory-store bucket",
+        who: "any role (every call that takes, charges, acquires or is denied under a penalty box)",
+        bound: "its database's share of each partition (`rate_limit.database_share`, 50%); 53200 or its own oldest evicted when full; purged once full",
+        enforced_by: "the memory store's shares (`src/store/memory`)",
+        test: "shares.rs: a_flood_in_one_database_neither_refuses_nor_resets_another_databases_buckets",
+    },
+    Bound {
+        resource: "table-store row",
+        who: "any role (the same calls)",
+        bound: "deleted by the purge once full; every bucket a role can make is full within `rate_limit.max_refill_time` (limits it chooses) or `rate_limit.max_policy_refill_time` (named policies) after its last call",
+        enforced_by: "`bounds::caller_limit`, `bounds::policy`",
+        test: "shares.rs: limits_that_refill_slower_than_max_refill_time_are_the_owners_alone",
+    },
+    Bound {
+        resource: "debt",
+        who: "any role (`charge`)",
+        bound: "the policy's `max_debt`; refilled within `rate_limit.max_policy_refill_time`",
+        enforced_by: "`bounds::policy` (at `create_policy` / `alter_policy`)",
+        test: "policies.rs: policies_whose_buckets_stay_short_too_long_are_refused",
+    },
+    Bound {
+        resource: "block (penalty box)",
+        who: "any role that can drain a key (by being denied)",
+        bound: "`block_for`, at most `rate_limit.max_policy_refill_time`; not extended by further denials; blocks by hand are the owner's (up to 100 years)",
+        enforced_by: "`bounds::policy`",
+        test: "policies.rs: policies_whose_buckets_stay_short_too_long_are_refused",
+    },
+    Bound {
+        resource: "lease, memory store",
+        who: "any role (`acquire`)",
+        bound: "`per` after its acquire, whatever its holder does; at most 1000 per key",
+        enforced_by: "the model's lease slots",
+        test: "leases.rs: expired_leases_are_reclaimed_in_the_memory_store",
+    },
+    Bound {
+        resource: "lease, table store",
+        who: "any role (`acquire`)",
+        bound: "`per` after its acquire, or the end of its transaction if that is later (a ROLLBACK frees it at once); the transaction is the server's to bound (`idle_in_transaction_session_timeout`, `transaction_timeout`)",
+        enforced_by: "the table store's lease rows (`src/store/table/leases.rs`)",
+        test: "leases.rs: a_table_store_lease_lasts_until_per_or_its_transaction_ends",
+    },
+    Bound {
+        resource: "lock of a new lease slot",
+        who: "any role (`acquire`, table store)",
+        bound: "until its transaction ends; only tried, never waited for; in a lock namespace no SQL function reaches",
+        enforced_by: "`src/store/table/leases.rs`",
+        test: "leases.rs: advisory_locks_cannot_squat_a_keys_leases",
+    },
+    Bound {
+        resource: "sleep, snapshot and lock of `wait`",
+        who: "any role (`wait`)",
+        bound: "`rate_limit.max_wait` (30 s) per statement, however many waits it chains",
+        enforced_by: "`bounds::wait_deadline`",
+        test: "policies.rs: waits_chained_in_one_statement_share_max_wait",
+    },
+    Bound {
+        resource: "row locks of a call",
+        who: "any role",
+        bound: "until the caller's transaction ends; taken in the seam's one lock order, so two callers of a key never deadlock",
+        enforced_by: "the lock order (`src/store/mod.rs`)",
+        test: "blocks.rs: two_callers_of_one_key_never_deadlock_under_a_penalty_box",
+    },
+    Bound {
+        resource: "the background worker's time",
+        who: "any role (the buckets it makes)",
+        bound: "each database's purge waits at most 1 s for a lock, in batches of 5000 rows",
+        enforced_by: "`src/worker.rs`",
+        test: "worker.rs: a_purge_that_cannot_lock_the_table_is_logged_and_retried",
+    },
+];
+
+impl Policy {
+    /// The longest a bucket of this policy can stay short of full after a call: from the worst state any
+    /// caller can leave it in — emptied and then charged down to `max_debt` tokens of debt (a lease slot:
+    /// taken) — until it is full again, if nobody calls. The purge can delete a bucket only once it is full,
+    /// so this is how long a role's bucket can outlive its last call.
+    pub fn longest_short_us(&self, max_debt: i64) -> i64 {
+        let worst = match self.algorithm() {
+            Algorithm::TokenBucket
+            | Algorithm::FixedWindow
+            | Algorithm::SlidingWindow
+            | Algorithm::CalendarWindow => self.charge(
+                self.full(0),
+                0,
+                self.burst().saturating_add(max_debt),
+                max_debt,
+            ),
+            // a slot holds a lease `per` after its acquire; a block bucket's own bound is its block
+            Algorithm::Concurrency | Algorithm::Block => {
+                return self.period_us();
+            }
+        };
+        worst.reset_after
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: i64 = 1_000_000;
+
+    #[test]
+    fn the_longest_short_time_counts_the_deepest_debt() {
+        // 1 token a second, burst 10: empty refills in 10 s, 5 tokens of debt add 5 s
+        let p = Policy::new(Algorithm::TokenBucket, 1, S, 10).expect("policy");
+        assert_eq!(p.longest_short_us(0), 10 * S);
+        assert_eq!(p.longest_short_us(5), 15 * S);
+        // the policy: a debt that takes 292,000 years
+        let huge = 9_223_372_036_854;
+        assert!(
+            p.longest_short_us(huge) >= huge.saturating_mul(S),
+            "{}",
+            p.longest_short_us(huge)
+        );
+        // a fixed window restores everything at its end: one window at most
+        let w = Policy::new(Algorithm::FixedWindow, 5, 60 * S, 5).expect("policy");
+        assert_eq!(w.longest_short_us(0), 60 * S);
+        assert_eq!(w.longest_short_us(1000), 60 * S);
+        // a sliding window counts the previous window too: two at most
+        let sw = Policy::new(Algorithm::SlidingWindow, 5, 60 * S, 5).expect("policy");
+        assert!(sw.longest_short_us(0) <= 120 * S && sw.longest_short_us(0) > 60 * S);
+        // leases: per
+        let c = Policy::new(Algorithm::Concurrency, 4, 30 * S, 4).expect("policy");
+        assert_eq!(c.longest_short_us(0), 30 * S);
+    }
+
+    /// Every row of the table, in order, is a row of docs/security.md's bounds table, and that table has no
+    /// other row: the document and the code tell the same bounds.
+    #[test]
+    fn docs_list_every_bound() {
+        let doc =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/security.md"))
+                .expect("docs/security.md");
+        let start = doc
+            .find("<!-- bounds: generated from model/src/bounds.rs -->")
+            .expect("the bounds table's marker in docs/security.md");
+        let rows: Vec<&str> = doc[start..]
+            .lines()
+            .skip(3) // the marker, the header, the separator
+            .take_while(|l| l.starts_with('|'))
+            .collect();
+        let expected: Vec<String> = BOUNDS.iter().map(markdown_row).collect();
+        assert_eq!(rows, expected, "docs/security.md's bounds table");
+    }
+
+    /// A row of the bounds table as docs/security.md prints it.
+    fn markdown_row(b: &Bound) -> String {
+        format!(
+            "| {} | {} | {} | {} | {} |",
+            b.resource, b.who, b.bound, b.enforced_by, b.test
+        )
+    }
+
+    /// Every test a row names exists: a `fn` of that name in that file of the integration tests.
+    #[test]
+    fn every_bound_names_a_test_that_exists() {
+        for b in BOUNDS {
+            let (file, function) = b.test.split_once(": ").expect("file.rs: function");
+            let path = format!(
+                "{}/../tests/integration/tests/{file}",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            let source = std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("{path}"));
+            assert!(
+                source.contains(&format!("fn {function}()")),
+                "{}: {file} has no test {function}",
+                b.resource
+            );
+        }
+    }
+}
