@@ -114,11 +114,20 @@ pub(super) fn count_denials(
     outcomes: &mut [Outcome],
     blocked: &[Option<Outcome>],
 ) -> Result<(), ErrorReport> {
-    for ((t, o), b) in targets.iter().zip(outcomes.iter_mut()).zip(blocked) {
+    // in the seam's lock order: the keys' buckets in (namespace, key) order, each before its block bucket
+    let mut order: Vec<usize> = (0..targets.len()).collect();
+    if targets.len() > 1 {
+        order.sort_by(|&a, &b| {
+            let (ta, tb) = (&targets[a], &targets[b]);
+            (ta.namespace.stored_name(), ta.key).cmp(&(tb.namespace.stored_name(), tb.key))
+        });
+    }
+    for i in order {
+        let (t, o) = (&targets[i], &mut outcomes[i]);
         let Some(block_for) = t.blocking.and_then(|b| b.penalty_for) else {
             continue;
         };
-        if o.allowed || b.is_some() || (store == Store::Table && table::read_only()) {
+        if o.allowed || blocked[i].is_some() || (store == Store::Table && table::read_only()) {
             continue;
         }
         let counting_in = if t.shadow {

@@ -21,7 +21,8 @@
 //! 2. a key's block bucket after that key's policy bucket: counting a denial in a penalty box first locks
 //!    the policy bucket's row ([`blocks::count_denials`]), as a grant would, so a transaction that holds the
 //!    bucket and counts its own denial never meets one that holds the count and waits for the bucket
-//!    (before: 40P01); a block or unblock by hand locks the block bucket alone;
+//!    (before: 40P01); the denials of one call are counted in (namespace, key) order, as in step 1; a
+//!    block or unblock by hand locks the block bucket alone;
 //! 3. a concurrency policy's slots are locked with `SKIP LOCKED` and never waited for; a slot without a row
 //!    is created under a lock of its own that is only tried, never waited for ([`table`]'s leases).
 //!

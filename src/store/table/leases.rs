@@ -16,7 +16,7 @@
 //! any role could take with `pg_advisory_lock` to squat a key's slots forever (before: the slot locks were
 //! `pg_try_advisory_xact_lock` on `hashtextextended(namespace || chr(31) || key, 7)`, which anyone can
 //! compute). The tag holds the database and 80 bits of a SipHash of (namespace, key), so a chosen key
-//! shares a slot's lock with another only by a 2^80 chance, and then only makes a free slot look busy
+//! shares a slot's lock with another one time in 2^80, and then only makes a free slot look busy
 //! while the other creates its row: a denial, never a lease too many. In a read-only transaction an
 //! acquire reads only: it is denied when every slot is held, and raises 25006 when one is free (a grant
 //! would write).

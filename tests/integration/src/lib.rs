@@ -496,7 +496,9 @@ pub fn interleavings(
                 std::time::Instant::now() < deadline,
                 "interleaving {order:?}: the sessions still wait after 30 s"
             );
-            driver.drive(&all, Duration::from_millis(300));
+            if !driver.drive(&all, Duration::from_millis(300)) {
+                std::thread::sleep(Duration::from_millis(20)); // both wait: a lock, or the deadlock detector
+            }
         }
         let errors = driver.errors;
         results.push((order, errors));
@@ -515,32 +517,44 @@ struct Driver<'a> {
 }
 
 impl Driver<'_> {
-    /// Collects answers (waiting up to `patience` for a session with a step under way) and sends each
-    /// session its next step once it has answered the last, until each has been sent `wanted` steps or
-    /// is waiting.
-    fn drive(&mut self, wanted: &[usize; 2], patience: Duration) {
-        let mut progress = true;
-        while progress {
-            progress = false;
+    /// Collects the answers that came, and sends each session its next step once it has answered the
+    /// last, until each has been sent `wanted` steps or is waiting: a step just sent has `patience` to
+    /// answer, and one still running then is taken as waiting for a lock (it is looked at again without
+    /// waiting). Returns whether anything happened.
+    fn drive(&mut self, wanted: &[usize; 2], patience: Duration) -> bool {
+        let mut any = false;
+        loop {
+            let mut progress = false;
             for (s, &wanted) in wanted.iter().enumerate() {
                 if self.sent[s] > self.answered[s] {
-                    let Ok(r) = self.sessions[s].1.recv_timeout(patience) else {
-                        continue; // still waiting
-                    };
-                    if let Err(code) = r {
-                        self.errors.push((s, self.answered[s], code));
+                    if let Ok(r) = self.sessions[s].1.try_recv() {
+                        self.record(s, r);
+                        progress = true;
                     }
-                    self.answered[s] += 1;
-                    progress = true;
                 }
                 if self.sent[s] == self.answered[s] && self.sent[s] < wanted {
                     let sql = self.scripts[s][self.sent[s]].replace("{key}", self.key);
                     self.sessions[s].0.send(sql).expect("send a step");
                     self.sent[s] += 1;
                     progress = true;
+                    if let Ok(r) = self.sessions[s].1.recv_timeout(patience) {
+                        self.record(s, r);
+                    }
                 }
             }
+            if !progress {
+                return any;
+            }
+            any = true;
         }
+    }
+
+    /// Counts the answer of session `s`'s step under way, keeping its error.
+    fn record(&mut self, s: usize, answer: Result<(), String>) {
+        if let Err(code) = answer {
+            self.errors.push((s, self.answered[s], code));
+        }
+        self.answered[s] += 1;
     }
 }
 

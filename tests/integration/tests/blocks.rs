@@ -280,3 +280,43 @@ fn a_block_made_under_shadow_mode_is_not_enforced_after_it() {
         }
     }
 }
+
+/// No deadlock between two `take_many` callers of one key under two policies with penalty boxes, asking in
+/// opposite orders, in every interleaving of their transactions: a call locks the buckets it takes and
+/// counts its denials in (namespace, key) order, each bucket before its block bucket. The key has 1 token
+/// under `pa` and none under `pb`, so every call is denied by `pb` (and counted) while `pa` may grant.
+#[test]
+fn take_many_in_opposite_orders_never_deadlocks_under_penalty_boxes() {
+    let db = TestDb::new("blocks_deadlock_many");
+    let mut admin = db.connect();
+    admin
+        .batch_execute(
+            "SELECT rate_limit.create_policy('pa', 1, '1 hour', burst => 2, block_after => 50, block_for => '1 hour', store => 'table');
+             SELECT rate_limit.create_policy('pb', 1, '1 hour', burst => 1, block_after => 50, block_for => '1 hour', store => 'table');",
+        )
+        .expect("policies");
+    let a = [
+        "BEGIN; SELECT rate_limit.take_many(ARRAY['pa', 'pb'], ARRAY['{key}'])",
+        "SELECT rate_limit.take('pa', '{key}')",
+        "SELECT rate_limit.take_many(ARRAY['pa', 'pb'], ARRAY['{key}'])",
+        "COMMIT",
+    ];
+    let b = [
+        "BEGIN; SELECT rate_limit.take_many(ARRAY['pb', 'pa'], ARRAY['{key}'])",
+        "SELECT rate_limit.take('pb', '{key}')",
+        "SELECT rate_limit.take_many(ARRAY['pb', 'pa'], ARRAY['{key}'])",
+        "COMMIT",
+    ];
+    let runs = rate_limit_integration::interleavings(
+        || db.connect(),
+        [&a, &b],
+        |c, key| {
+            c.execute("SELECT rate_limit.take('pb', $1)", &[&key])
+                .expect("empty pb");
+        },
+    );
+    assert_eq!(runs.len(), 70);
+    for (order, errors) in &runs {
+        assert!(errors.is_empty(), "{order:?}: {errors:?}");
+    }
+}
