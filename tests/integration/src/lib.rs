@@ -120,6 +120,20 @@ impl TestDb {
             .expect("connect to the test database")
     }
 
+    /// A role with only LOGIN, created afresh as `role`, and a connection to this database as that role.
+    pub fn connect_as_login_role(&self, role: &str) -> Client {
+        self.connect()
+            .batch_execute(&format!(
+                "DROP ROLE IF EXISTS {role}; CREATE ROLE {role} LOGIN"
+            ))
+            .expect("create the role");
+        Client::connect(
+            &format!("{} dbname={} user={role}", self.server, self.name),
+            NoTls,
+        )
+        .expect("connect as the role")
+    }
+
     /// A new connection whose session uses the memory store.
     pub fn connect_memory(&self) -> Client {
         let mut client = self.connect();
@@ -555,6 +569,19 @@ impl Driver<'_> {
             self.errors.push((s, self.answered[s], code));
         }
         self.answered[s] += 1;
+    }
+}
+
+/// Asserts that [`interleavings`] ran `count` interleavings and that every step of each answered without
+/// an error (no 40P01, no lock timeout).
+pub fn assert_every_interleaving_answers(
+    runs: &[(Vec<usize>, Vec<StepError>)],
+    count: usize,
+    what: &str,
+) {
+    assert_eq!(runs.len(), count, "{what}");
+    for (order, errors) in runs {
+        assert!(errors.is_empty(), "{what}: {order:?}: {errors:?}");
     }
 }
 

@@ -227,19 +227,10 @@ fn advisory_locks_cannot_squat_a_keys_leases() {
     let mut admin = db.connect();
     admin
         .batch_execute(
-            "SELECT rate_limit.create_policy('lease_t2', 2, '3 seconds', algorithm => 'concurrency', store => 'table');
-             DROP ROLE IF EXISTS rl_squatter; CREATE ROLE rl_squatter LOGIN;",
+            "SELECT rate_limit.create_policy('lease_t2', 2, '3 seconds', algorithm => 'concurrency', store => 'table')",
         )
         .expect("set up");
-    let mut squatter = postgres::Client::connect(
-        &format!(
-            "{} dbname={} user=rl_squatter",
-            rate_limit_integration::conninfo(),
-            db.name()
-        ),
-        postgres::NoTls,
-    )
-    .expect("connect as the squatter");
+    let mut squatter = db.connect_as_login_role("rl_squatter");
     squatter
         .batch_execute(
             "SELECT pg_catalog.pg_advisory_lock(pg_catalog.hashtextextended(\
@@ -352,8 +343,5 @@ fn acquires_and_releases_never_deadlock() {
             c.batch_execute("TRUNCATE got").expect("truncate");
         },
     );
-    assert_eq!(runs.len(), 70);
-    for (order, errors) in &runs {
-        assert!(errors.is_empty(), "{order:?}: {errors:?}");
-    }
+    rate_limit_integration::assert_every_interleaving_answers(&runs, 70, "leases");
 }

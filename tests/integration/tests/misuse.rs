@@ -184,8 +184,8 @@ fn distribute_is_closed_to_other_roles() {
 
 /// No Rust backtrace ever reaches a client, although `scripts/test.sh` starts this server with
 /// `RUST_BACKTRACE=1` in its environment (PostgreSQL overwrites a process's environment block with its
-/// title, so SQL cannot check that; the code under test cannot tell either): a wait cut short by statement_timeout or by a
-/// cancel, and a PostgreSQL error raised inside the extension's own queries (an owner function in a READ
+/// title, so SQL cannot check that; the code under test cannot tell either): a wait cut short by
+/// statement_timeout, and a PostgreSQL error raised inside the extension's own queries (an owner function in a READ
 /// ONLY transaction), each keep their SQLSTATE, and their message, detail and hint hold no stack frame
 /// (before: about 50 of 12,600 fuzzed errors carried one in their DETAIL).
 #[test]

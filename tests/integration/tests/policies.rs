@@ -310,18 +310,7 @@ fn policies_whose_buckets_stay_short_too_long_are_refused() {
         "SELECT rate_limit.alter_policy('slow', rate => 1)",
     );
     // nobody else can
-    admin
-        .batch_execute("DROP ROLE IF EXISTS rl_bound_role; CREATE ROLE rl_bound_role LOGIN")
-        .expect("role");
-    let mut role = Client::connect(
-        &format!(
-            "{} dbname={} user=rl_bound_role",
-            rate_limit_integration::conninfo(),
-            db.name()
-        ),
-        postgres::NoTls,
-    )
-    .expect("connect as the role");
+    let mut role = db.connect_as_login_role("rl_bound_role");
     let e = role
         .batch_execute("SET rate_limit.max_policy_refill_time = '1000d'")
         .expect_err("superuser only");
@@ -446,19 +435,7 @@ fn wait_is_bounded_by_max_wait() {
     assert!(xmin_after, "the snapshot outlived the wait");
 
     // the bound is the superuser's
-    let mut admin = db.connect();
-    admin
-        .batch_execute("DROP ROLE IF EXISTS rl_wait_role; CREATE ROLE rl_wait_role LOGIN")
-        .expect("role");
-    let mut role = Client::connect(
-        &format!(
-            "{} dbname={} user=rl_wait_role",
-            rate_limit_integration::conninfo(),
-            db.name()
-        ),
-        postgres::NoTls,
-    )
-    .expect("connect as the role");
+    let mut role = db.connect_as_login_role("rl_wait_role");
     let err = role
         .batch_execute("SET rate_limit.max_wait = '1h'")
         .expect_err("only a superuser sets max_wait");
