@@ -64,7 +64,7 @@ pub const BOUNDS: &[Bound] = &[
     Bound {
         resource: "lease, table store",
         who: "any role (`acquire`)",
-        bound: "`per` after its acquire, or the end of its transaction if that is later (a ROLLBACK frees it at once); the transaction is the server's to bound (`idle_in_transaction_session_timeout`, `transaction_timeout`)",
+        bound: "`per` after its acquire, or the end of its transaction if that is later (a ROLLBACK frees it at once); any role may lift its own `idle_in_transaction_session_timeout`, so concurrency policies that untrusted roles call belong in the memory store",
         enforced_by: "the table store's lease rows (`src/store/table/leases.rs`)",
         test: "leases.rs: a_table_store_lease_lasts_until_per_or_its_transaction_ends",
     },
@@ -85,7 +85,7 @@ pub const BOUNDS: &[Bound] = &[
     Bound {
         resource: "row locks of a call",
         who: "any role",
-        bound: "until the caller's transaction ends; taken in the seam's one lock order, so two callers of a key never deadlock",
+        bound: "until the caller's transaction ends (table store): another caller of that key waits for it, as for any row lock, so a transaction any role leaves open holds the key until it ends (any role may lift its own `idle_in_transaction_session_timeout`: keys that untrusted roles share belong in the memory store); taken in the seam's one lock order, so two callers of a key never deadlock",
         enforced_by: "the lock order (`src/store/mod.rs`)",
         test: "blocks.rs: two_callers_of_one_key_never_deadlock_under_a_penalty_box",
     },
