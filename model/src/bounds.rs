@@ -29,7 +29,7 @@ pub const BOUNDS: &[Bound] = &[
     Bound {
         resource: "memory-store bucket",
         who: "any role (every call that takes, charges, acquires or is denied under a penalty box)",
-        bound: "its database's share of each partition (`rate_limit.database_share`, 50%); 53200 or its own oldest evicted when full; purged once full",
+        bound: "its database's share of each partition (`rate_limit.database_share`, 50%); 53200 or its own oldest evicted when full; purged once full. Known gap: one role that can connect to several databases fills a share in each, so two such floods can fill a partition (a per-role bound is the next change)",
         enforced_by: "the memory store's shares (`src/store/memory`)",
         test: "shares.rs: a_flood_in_one_database_neither_refuses_nor_resets_another_databases_buckets",
     },
