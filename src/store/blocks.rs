@@ -27,22 +27,25 @@ use super::target::{Ask, Blocking, Namespace, Target};
 use super::{memory, memory_take_one, table, Store};
 use crate::algorithm::{block_namespace, shadow_block_namespace, Outcome};
 
-/// The namespace of the block bucket of `target` and how it is blocked; `None` when it cannot be.
-fn block_of(target: &Target<'_>) -> Option<(String, Blocking)> {
+/// The namespace of the block bucket of `target` and how it is blocked; `None` when it cannot be. `shadow`
+/// names the one its penalty box counts in under shadow mode.
+fn block_in(target: &Target<'_>, shadow: bool) -> Option<(String, Blocking)> {
     match (target.blocking, target.namespace) {
-        (Some(blocking), Namespace::Policy { name, .. }) => Some((block_namespace(name), blocking)),
+        (Some(blocking), Namespace::Policy { name, .. }) => {
+            let namespace = if shadow {
+                shadow_block_namespace(name)
+            } else {
+                block_namespace(name)
+            };
+            Some((namespace, blocking))
+        }
         _ => None,
     }
 }
 
-/// The namespace of the block bucket in which the penalty box of `target` counts under shadow mode.
-fn shadow_block_of(target: &Target<'_>) -> Option<(String, Blocking)> {
-    match (target.blocking, target.namespace) {
-        (Some(blocking), Namespace::Policy { name, .. }) => {
-            Some((shadow_block_namespace(name), blocking))
-        }
-        _ => None,
-    }
+/// The real block bucket of `target` (see [`block_in`]).
+fn block_of(target: &Target<'_>) -> Option<(String, Blocking)> {
+    block_in(target, false)
 }
 
 /// The block bucket of `target`, named `name`.
@@ -73,7 +76,7 @@ pub(super) fn blocked(
         .iter()
         .enumerate()
         .flat_map(|(i, t)| {
-            let shadow = if t.shadow { shadow_block_of(t) } else { None };
+            let shadow = if t.shadow { block_in(t, true) } else { None };
             [block_of(t), shadow]
                 .into_iter()
                 .flatten()
@@ -115,44 +118,52 @@ pub(super) fn count_denials(
     blocked: &[Option<Outcome>],
 ) -> Result<(), ErrorReport> {
     // in the seam's lock order: the keys' buckets in (namespace, key) order, each before its block bucket
-    let mut order: Vec<usize> = (0..targets.len()).collect();
-    if targets.len() > 1 {
-        order.sort_by(|&a, &b| {
-            let (ta, tb) = (&targets[a], &targets[b]);
-            (ta.namespace.stored_name(), ta.key).cmp(&(tb.namespace.stored_name(), tb.key))
-        });
+    if targets.len() == 1 {
+        return count_denial(function, store, &targets[0], &mut outcomes[0], &blocked[0]);
     }
+    let mut order: Vec<usize> = (0..targets.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (ta, tb) = (&targets[a], &targets[b]);
+        (ta.namespace.stored_name(), ta.key).cmp(&(tb.namespace.stored_name(), tb.key))
+    });
     for i in order {
-        let (t, o) = (&targets[i], &mut outcomes[i]);
-        let Some(block_for) = t.blocking.and_then(|b| b.penalty_for) else {
-            continue;
+        count_denial(function, store, &targets[i], &mut outcomes[i], &blocked[i])?;
+    }
+    Ok(())
+}
+
+/// Counts the denial `o` of target `t` in its penalty box, if it has one and `blocked` (its block's
+/// outcome) did not deny it already (see [`count_denials`]).
+fn count_denial(
+    function: &'static str,
+    store: Store,
+    t: &Target<'_>,
+    o: &mut Outcome,
+    blocked: &Option<Outcome>,
+) -> Result<(), ErrorReport> {
+    let Some(block_for) = t.blocking.and_then(|b| b.penalty_for) else {
+        return Ok(());
+    };
+    if o.allowed || blocked.is_some() || (store == Store::Table && table::read_only()) {
+        return Ok(());
+    }
+    let Some((name, blocking)) = block_in(t, t.shadow) else {
+        return Ok(());
+    };
+    let bucket = block_target(t, &name, &blocking);
+    if store == Store::Table {
+        // the lock order (see the seam): the policy's bucket before its block bucket
+        table::lock_row(function, t)?;
+    }
+    let counted = write(function, store, &bucket, Ask::CountDenial { block_for })?;
+    // the count reports its bucket: a retry_after means the key is blocked now; this backend's memory of
+    // its short bucket must not answer for it any more
+    if counted.retry_after.is_some() {
+        super::short::forget(&t.namespace, t.key);
+        *o = Outcome {
+            allowed: false,
+            ..counted
         };
-        if o.allowed || blocked[i].is_some() || (store == Store::Table && table::read_only()) {
-            continue;
-        }
-        let counting_in = if t.shadow {
-            shadow_block_of(t)
-        } else {
-            block_of(t)
-        };
-        let Some((name, blocking)) = counting_in else {
-            continue;
-        };
-        let bucket = block_target(t, &name, &blocking);
-        if store == Store::Table {
-            // the lock order (see the seam): the policy's bucket before its block bucket
-            table::lock_row(function, t)?;
-        }
-        let counted = write(function, store, &bucket, Ask::CountDenial { block_for })?;
-        // the count reports its bucket: a retry_after means the key is blocked now; this backend's
-        // memory of its short bucket must not answer for it any more
-        if counted.retry_after.is_some() {
-            super::short::forget(&t.namespace, t.key);
-            *o = Outcome {
-                allowed: false,
-                ..counted
-            };
-        }
     }
     Ok(())
 }
@@ -196,7 +207,7 @@ pub(super) fn unblock(
 ) -> Result<bool, ErrorReport> {
     // the real block, and the one a shadowed penalty box would have made
     let mut was_blocked = false;
-    for (name, blocking) in [block_of(target), shadow_block_of(target)]
+    for (name, blocking) in [block_of(target), block_in(target, true)]
         .into_iter()
         .flatten()
     {
