@@ -27,6 +27,8 @@ command -v gnuplot >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install 
 export PATH="$HOME/.cargo/bin:$PATH"
 # shellcheck source=../scripts/cluster.sh
 source scripts/cluster.sh
+# shellcheck source=lib.sh
+source bench/lib.sh
 
 SECONDS_PER_ROUND=${BENCH_SECONDS:-5}
 ROUNDS=${BENCH_ROUNDS:-3}
@@ -41,13 +43,7 @@ pg_bindir() { case $1 in bench) echo "$DIR/pg/bin" ;; system) echo /usr/lib/post
 
 echo "== release build of $(git rev-parse --short HEAD) into a copy of PostgreSQL 15 ($DIR/pg)"
 cluster_stop bench "$DIR/data"
-rm -rf "$DIR/pg" "$DIR/pkg"
-cp -a "$PG15" "$DIR/pg"
-CARGO_TARGET_DIR="$DIR/target" cargo pgrx package --pg-config "$PG15/bin/pg_config" \
-  --features pg15 --no-default-features --out-dir "$DIR/pkg" >/dev/null
-rm -f "$DIR/pg"/share/postgresql/extension/rate_limit*
-cp -a "$DIR/pkg$PG15/." "$DIR/pg/"
-chmod -R a+rX "$DIR/pg"
+bench_install "$DIR/pg" "$ROOT" "$DIR/target" "$PG15"
 
 rm -rf "$DIR/data"
 cluster_start bench "$DIR/data" "$PORT" "max_connections = 100" \
@@ -64,35 +60,7 @@ if [ -n "${BENCH_HUGE_PAGES:-}" ]; then # shared memory on huge pages (reserves 
 fi
 
 echo "== 100 000 keys in every namespace of both stores, and in the baseline's table"
-psql_at bench "$PORT" -d postgres -qc "CREATE DATABASE bench"
-psql_at bench "$PORT" -d bench -q -c "CREATE EXTENSION rate_limit" -f bench/baseline.sql \
-  -c "SELECT rate_limit.create_policy('bench', 2, '1 second', 120)" \
-  -c "SELECT rate_limit.create_policy('bench_b', 20, '1 second', 1200)" \
-  -c "SELECT rate_limit.create_policy('bench_c', 200, '1 second', 12000)" \
-  -c "SELECT rate_limit.create_policy('bench_charge', 2, '1 second', 120, store => 'memory', max_debt => 1000)" \
-  -c "SELECT rate_limit.create_policy('bench_month', 120, '1 month', algorithm => 'calendar_window',
-        time_zone => 'Europe/Paris', store => 'memory')" \
-  -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.charge('bench_charge', 'key' || g, 1) d" \
-  -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.take('bench_month', 'key' || g) d" \
-  -c "SELECT rate_limit.create_policy('bench_jobs', 4, '1 second', algorithm => 'concurrency', store => 'memory')" \
-  -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.acquire('bench_jobs', 'key' || g) d" \
-  -c "SELECT rate_limit.create_policy('bench_box', 2, '1 second', 120, store => 'memory',
-        block_after => 2147483647, block_for => '1 second')" \
-  -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.take('bench_box', 'key' || g) d" \
-  -c "SELECT rate_limit.create_policy('bench_blocked', 2, '1 second', 120, store => 'memory')" \
-  -c "SELECT count(*) FROM generate_series(1, 10000) g,
-        LATERAL rate_limit.block('bench_blocked', 'key' || g, '36500 days') d" \
-  -c "SELECT rate_limit.block('bench_blocked', 'hot', '36500 days')" \
-  -c "SELECT count(baseline_rate_limiting_request('key' || g, 2, 60)) FROM generate_series(1, 100000) g" \
-  -c "SELECT baseline_rate_limiting_request('hot', 2, 60)"  # the baseline raises unique_violation when two
-  #                                                           sessions create one key: create it beforehand
-for store in table memory; do
-  psql_at bench "$PORT" -d bench -q -c "SET rate_limit.store = '$store'" \
-    -c "SELECT count(rate_limiting_request('key' || g, 2, 60)) FROM generate_series(1, 100000) g" \
-    -c "SELECT count(*) FROM generate_series(1, 100000) g,
-          LATERAL rate_limit.take_many(ARRAY['bench', 'bench_b', 'bench_c'], ARRAY['key' || g]) d"
-done
-psql_at bench "$PORT" -d bench -qc "VACUUM ANALYZE"
+bench_fill bench "$PORT"
 psql_at bench "$PORT" -d bench -AtF $'\t' -c "SELECT max_buckets, slot_bytes, total_bytes, bytes_per_bucket
   FROM rate_limit.memory_usage()" >"$OUT/memory_usage.tsv"
 if [ -n "${BENCH_SETUP_ONLY:-}" ]; then
@@ -101,47 +69,14 @@ if [ -n "${BENCH_SETUP_ONLY:-}" ]; then
   exit 0
 fi
 
-# scenario  store  pgbench script
-SCENARIOS=(
-  "select1 - select1.sql"
-  "request_hot memory extension_hot.sql"
-  "request_random memory extension_random.sql"
-  "take_hot memory take_hot.sql"
-  "take_random memory take_random.sql"
-  "multi3_random memory multi3_random.sql"
-  "request_hot table extension_hot.sql"
-  "request_random table extension_random.sql"
-  "take_hot table take_hot.sql"
-  "take_random table take_random.sql"
-  "multi3_random table multi3_random.sql"
-  "baseline_hot table baseline_hot.sql"
-  "baseline_random table baseline_random.sql"
-  "take_select_random memory take_select_random.sql"
-  "charge_hot memory charge_hot.sql"
-  "charge_random memory charge_random.sql"
-  "calendar_hot memory calendar_hot.sql"
-  "calendar_random memory calendar_random.sql"
-  "acquire_hot memory acquire_hot.sql"
-  "acquire_random memory acquire_random.sql"
-  "acquire_release_random memory acquire_release_random.sql"
-  "penalty_hot memory penalty_hot.sql"
-  "penalty_random memory penalty_random.sql"
-  "blocked_hot memory blocked_hot.sql"
-  "blocked_random memory blocked_random.sql"
-)
-PGBENCH="$(pg_bindir bench)/pgbench"
 : >"$RAW"
 for round in $(seq 1 "$ROUNDS"); do
   for clients in 8 32; do
-    for s in "${SCENARIOS[@]}"; do
+    for s in "${BENCH_SCENARIOS[@]}"; do
       read -r scenario store script <<<"$s"
-      out=$(PGOPTIONS="-c synchronous_commit=off -c rate_limit.store=${store/-/table}" \
-        "$PGBENCH" -n -M prepared -h "$RATE_LIMIT_SOCKET_DIR" -p "$PORT" -U postgres \
-        -c "$clients" -j 2 -T "$SECONDS_PER_ROUND" -f "bench/$script" bench 2>&1) ||
-        { echo "$out" >&2; echo "pgbench failed" >&2; exit 1; }
-      tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out" | head -1)
-      printf '%s\t%s\t%s\t%s\t%s\n' "$round" "$clients" "$scenario" "$store" "${tps:-0}" >>"$RAW"
-      echo "round $round clients $clients $scenario store=$store tps=${tps:-?}"
+      tps=$(bench_round bench "$PORT" "$clients" "$scenario" "$store" "$script")
+      printf '%s\t%s\t%s\t%s\t%s\n' "$round" "$clients" "$scenario" "$store" "$tps" >>"$RAW"
+      echo "round $round clients $clients $scenario store=$store tps=$tps"
     done
   done
 done

@@ -18,6 +18,8 @@ scripts/install-deps.sh
 export PATH="$HOME/.cargo/bin:$PATH"
 # shellcheck source=../scripts/cluster.sh
 source scripts/cluster.sh
+# shellcheck source=lib.sh
+source bench/lib.sh
 
 SECONDS_PER_ROUND=${BENCH_SECONDS:-5}
 ROUNDS=${BENCH_ROUNDS:-3}
@@ -34,25 +36,10 @@ PG15=$(dirname "$(pg_bindir 15)")
 # the builds' own installations; every other version label keeps its meaning from cluster.sh
 pg_bindir() { case $1 in new | baseline) echo "$DIR/$1/bin" ;; system) echo /usr/lib/postgresql/15/bin ;; *) echo "$PG_CACHE/$1/bin" ;; esac; }
 
-install_tree() { # install_tree NAME SOURCE_DIR: $DIR/NAME = PostgreSQL 15 + the release package of SOURCE_DIR
-  local name=$1 src=$2
-  cluster_stop "$name" "$DIR/data-$name"
-  rm -rf "$DIR/$name" "$DIR/pkg-$name"
-  cp -a "$PG15" "$DIR/$name"
-  (cd "$src" && CARGO_TARGET_DIR="$DIR/target-$name" cargo pgrx package --pg-config "$PG15/bin/pg_config" \
-    --features pg15 --no-default-features --out-dir "$DIR/pkg-$name" >/dev/null)
-  rm -f "$DIR/$name"/share/postgresql/extension/rate_limit*
-  cp -a "$DIR/pkg-$name$PG15/." "$DIR/$name/"
-  chmod -R a+rX "$DIR/$name"
-}
-
 echo "== building this revision and $BASELINE_REV (release)"
-install_tree new "$ROOT"
-rm -rf "$DIR/src-baseline"
-git worktree prune
-git worktree add --detach -f "$DIR/src-baseline" "$BASELINE_REV" >/dev/null
-install_tree baseline "$DIR/src-baseline"
-git worktree remove --force "$DIR/src-baseline"
+for b in new baseline; do cluster_stop "$b" "$DIR/data-$b"; done
+bench_install "$DIR/new" "$ROOT" "$DIR/target-new" "$PG15"
+bench_install_revision "$DIR/baseline" "$BASELINE_REV" "$DIR/target-baseline" "$PG15"
 
 for b in new baseline; do
   rm -rf "$DIR/data-$b"

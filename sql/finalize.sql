@@ -165,7 +165,7 @@ COMMENT ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text
     'Change a policy (NULL keeps a value); buckets carry their tokens over, never gaining any; owner only';
 COMMENT ON FUNCTION rate_limit.drop_policy(text) IS 'Drop a policy and its table-store buckets; owner only';
 COMMENT ON FUNCTION rate_limit.memory_usage() IS
-    'Size and use of the memory store: buckets, slots, bytes per bucket, evictions, this database''s share';
+    'Size and use of the memory store: buckets, slots, bytes per bucket, evictions, this database''s and this role''s shares';
 COMMENT ON FUNCTION rate_limit.memory_shares() IS
     'Buckets each database holds in the memory store; owner only';
 COMMENT ON FUNCTION rate_limit.distribute(integer) IS

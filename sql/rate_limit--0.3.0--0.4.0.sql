@@ -21,7 +21,7 @@ COMMENT ON FUNCTION rate_limit.reset_stats(text) IS
 COMMENT ON FUNCTION rate_limit.reset_stats() IS
     'Zero every statistic and top limited key of this database; owner only';
 
--- memory_usage() shows the current database's share of the memory store.
+-- memory_usage() shows the current database's and login role's shares of the memory store.
 DROP FUNCTION rate_limit.memory_usage();
 CREATE FUNCTION rate_limit."memory_usage"() RETURNS TABLE (
     "max_buckets" bigint,
@@ -36,13 +36,16 @@ CREATE FUNCTION rate_limit."memory_usage"() RETURNS TABLE (
     "refused_full" bigint,
     "share_percent" bigint,
     "share_buckets" bigint,
-    "database_buckets" bigint
+    "database_buckets" bigint,
+    "role_share_percent" bigint,
+    "role_share_buckets" bigint,
+    "role_buckets" bigint
 )
 STRICT VOLATILE PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'memory_usage_wrapper';
 COMMENT ON FUNCTION rate_limit.memory_usage() IS
-    'Size and use of the memory store: buckets, slots, bytes per bucket, evictions, this database''s share';
+    'Size and use of the memory store: buckets, slots, bytes per bucket, evictions, this database''s and this role''s shares';
 
 -- Every database's buckets in the memory store, for operators.
 CREATE FUNCTION rate_limit."memory_shares"() RETURNS TABLE (

@@ -42,6 +42,15 @@ pub const DEFAULT_DATABASE_SHARE: i32 = 50;
 /// buckets of one database may fill. Superuser-only; per database with `ALTER DATABASE … SET`.
 pub static DATABASE_SHARE: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_DATABASE_SHARE);
 
+/// Default of `rate_limit.role_share`: half of the memory store, so that one role, from any number of
+/// databases, leaves every other role at least the other half.
+pub const DEFAULT_ROLE_SHARE: i32 = 50;
+
+/// `rate_limit.role_share` (percent): how much of the memory store (of each of its partitions) the buckets
+/// of one login role may fill, over every database. Superuser-only; per role with `ALTER ROLE … SET`.
+/// Superusers' sessions are not held to it.
+pub static ROLE_SHARE: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_ROLE_SHARE);
+
 /// Default of `rate_limit.max_refill_time`: one day.
 pub const DEFAULT_MAX_REFILL_TIME: i32 = 86_400;
 
@@ -134,6 +143,18 @@ pub fn init(preloading: bool) {
         c"Set per database with ALTER DATABASE ... SET; while the shares of the databases that use the \
           memory store add up to 100 or less, no database can fill or evict another's buckets.",
         &DATABASE_SHARE,
+        1,
+        100,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"rate_limit.role_share",
+        c"Percentage of the memory store (of each of its partitions) that one login role's buckets may fill, \
+          over every database.",
+        c"Set per role with ALTER ROLE ... SET; superusers are not held to it. With 50, one role flooding \
+          from any number of databases leaves every other role half of the store.",
+        &ROLE_SHARE,
         1,
         100,
         GucContext::Suset,
@@ -236,6 +257,11 @@ pub fn store() -> Store {
 /// The full-table policy of the memory store.
 pub fn on_full() -> OnFull {
     ON_FULL.get()
+}
+
+/// The current role's share of the memory store, in percent (1 to 100).
+pub fn role_share() -> u32 {
+    ROLE_SHARE.get().clamp(1, 100) as u32
 }
 
 /// The current database's share of the memory store, in percent (1 to 100).

@@ -29,9 +29,9 @@ pub const BOUNDS: &[Bound] = &[
     Bound {
         resource: "memory-store bucket",
         who: "any role (every call that takes, charges, acquires or is denied under a penalty box)",
-        bound: "its database's share of each partition (`rate_limit.database_share`, 50%); 53200 or its own oldest evicted when full; purged once full. Known gap: one role that can connect to several databases fills a share in each, so two such floods can fill a partition (a per-role bound is the next change)",
-        enforced_by: "the memory store's shares (`src/store/memory`)",
-        test: "shares.rs: a_flood_in_one_database_neither_refuses_nor_resets_another_databases_buckets",
+        bound: "its login role's share of each partition over every database (`rate_limit.role_share`, 50%) and its database's (`rate_limit.database_share`, 50%); 53200 or the role's own oldest evicted when full, a full bucket of anyone when the partition is; purged once full",
+        enforced_by: "the memory store's shares (`rate_limit_model::shares`, `src/store/memory`)",
+        test: "shares.rs: a_role_flooding_from_five_databases_leaves_a_victim_role_in_a_sixth_exact",
     },
     Bound {
         resource: "table-store row",

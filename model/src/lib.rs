@@ -15,7 +15,7 @@
 //! - [`http`]: the RateLimit, RateLimit-Policy and Retry-After field values;
 //! - [`summary`]: the Space-Saving summary of the keys denied most; [`denials`]: when a backend adds its
 //!   denials to it;
-//! - [`shares`]: how much of the memory store one database may fill, and what a partition frees when full;
+//! - [`shares`]: how much of the memory store one role and one database may fill, and what a partition frees when full;
 //! - [`skew`]: how far a standby's clock is off its primary's, and the table store's clock shift after a
 //!   promotion.
 

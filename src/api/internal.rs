@@ -112,6 +112,9 @@ mod rate_limit {
                 name!(share_percent, i64),
                 name!(share_buckets, i64),
                 name!(database_buckets, i64),
+                name!(role_share_percent, i64),
+                name!(role_share_buckets, i64),
+                name!(role_buckets, i64),
             ),
         >,
         ErrorReport,
@@ -131,6 +134,9 @@ mod rate_limit {
             u.share_percent,
             u.share_buckets,
             u.database_buckets,
+            u.role_share_percent,
+            u.role_share_buckets,
+            u.role_buckets,
         )))
     }
 

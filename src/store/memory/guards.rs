@@ -5,37 +5,41 @@
 
 use pgrx::pg_sys;
 
-use super::segment::Table;
+use super::segment::{PartitionPointers, Table};
 use super::slots::{probe, Partition, PartitionHeader, Probe, Slot};
 use crate::store::target::MAX_TARGETS;
+use rate_limit_model::shares::{Count, Owners};
 
 /// A partition locked SHARED: it can only be read.
 pub(super) struct SharedGuard<'a> {
     lock: *mut pg_sys::LWLock,
     pub header: &'a PartitionHeader,
+    pub owners: Owners<&'a [Count]>,
     pub slots: &'a [Slot],
 }
 
 impl<'a> SharedGuard<'a> {
-    /// Takes `lock` SHARED, then borrows the partition's header and `len` slots for reading.
+    /// Takes the partition's lock SHARED, then borrows its header, owner counts and slots for reading.
     ///
     /// # Safety
-    /// `lock` is the partition's lock and `header`/`slots` point at its header and `len` slots in the
-    /// segment, which outlives `'a`.
-    pub unsafe fn acquire(
-        lock: *mut pg_sys::LWLock,
-        header: *mut PartitionHeader,
-        slots: *mut Slot,
-        len: u32,
-    ) -> SharedGuard<'a> {
+    /// `p` points at one partition of the segment ([`Table`]'s layout), which outlives `'a`.
+    pub unsafe fn acquire(p: PartitionPointers) -> SharedGuard<'a> {
         // SAFETY: the lock is taken before the borrows, and only shared borrows are made: writers need the
-        // exclusive lock, which cannot be held meanwhile (the caller's contract gives valid pointers).
+        // exclusive lock, which cannot be held meanwhile (the caller's contract gives valid pointers, and
+        // the owners' region holds two tables of `owner_table_len` counts).
         unsafe {
-            pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_SHARED);
+            pg_sys::LWLockAcquire(p.lock, pg_sys::LWLockMode::LW_SHARED);
             SharedGuard {
-                lock,
-                header: &*header,
-                slots: std::slice::from_raw_parts(slots, len as usize),
+                lock: p.lock,
+                header: &*p.header,
+                owners: Owners {
+                    databases: std::slice::from_raw_parts(p.owners, p.owner_table_len),
+                    roles: std::slice::from_raw_parts(
+                        p.owners.add(p.owner_table_len),
+                        p.owner_table_len,
+                    ),
+                },
+                slots: std::slice::from_raw_parts(p.slots, p.slots_len as usize),
             }
         }
     }
@@ -53,26 +57,29 @@ pub(super) struct ExclusiveGuard<'a> {
 }
 
 impl<'a> ExclusiveGuard<'a> {
-    /// Takes `lock` EXCLUSIVE, then borrows the partition's header and `len` slots for writing.
+    /// Takes the partition's lock EXCLUSIVE, then borrows its header, owner counts and slots for writing;
+    /// `limit` is the buckets it may hold.
     ///
     /// # Safety
     /// As for [`SharedGuard::acquire`].
-    pub unsafe fn acquire(
-        lock: *mut pg_sys::LWLock,
-        header: *mut PartitionHeader,
-        slots: *mut Slot,
-        len: u32,
-        limit: u32,
-    ) -> ExclusiveGuard<'a> {
+    pub unsafe fn acquire(p: PartitionPointers, limit: u32) -> ExclusiveGuard<'a> {
         // SAFETY: the exclusive lock is taken before the mutable borrows, so no other process reads or
-        // writes the partition while the guard lives (the caller's contract gives valid pointers).
+        // writes the partition while the guard lives (the caller's contract gives valid pointers; the two
+        // owner tables and the slots do not overlap).
         unsafe {
-            pg_sys::LWLockAcquire(lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
+            pg_sys::LWLockAcquire(p.lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
             ExclusiveGuard {
-                lock,
+                lock: p.lock,
                 partition: Partition {
-                    header: &mut *header,
-                    slots: std::slice::from_raw_parts_mut(slots, len as usize),
+                    header: &mut *p.header,
+                    owners: Owners {
+                        databases: std::slice::from_raw_parts_mut(p.owners, p.owner_table_len),
+                        roles: std::slice::from_raw_parts_mut(
+                            p.owners.add(p.owner_table_len),
+                            p.owner_table_len,
+                        ),
+                    },
+                    slots: std::slice::from_raw_parts_mut(p.slots, p.slots_len as usize),
                     limit,
                 },
             }

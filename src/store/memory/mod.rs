@@ -4,20 +4,22 @@
 //! snapshot, with `rate_limit.memory_snapshot_interval`).
 //!
 //! Rooms: [`segment`] (layout, request, attach, clock, keyed hash), [`slots`] (one partition's slot table:
-//! probe, insert, backward-shift delete, eviction), [`shares`] (how much one database may fill),
+//! probe, insert, backward-shift delete, eviction), [`shares`] (how much one database and one role may
+//! fill, in the model crate),
 //! [`guards`] (the lock types), [`cas`] (the lock-free take), [`multi`] (the exclusive, all-or-nothing
 //! take), [`snapshot`] (restarts). This file holds the store's operations.
 //!
 //! Locking contract.
 //! - The table is split into `partitions` partitions, each a fixed ring of slots with its own LWLock (tranche
-//!   `rate_limit`) and a header (bucket count, eviction hand, buckets per database). A key's 128-bit hash
+//!   `rate_limit`), a header (bucket count, eviction hand) and two owner tables (buckets per database and per
+//!   login role). A key's 128-bit hash
 //!   picks its partition, so one bucket is under exactly one lock.
 //! - Taking tokens from one existing bucket whose numbers are those of the call (the common case) holds the
 //!   partition's lock SHARED and swaps the bucket's state word ([`cas`]). Inserting, evicting, deleting,
 //!   refunds, a call on several buckets (all or nothing) and a bucket whose numbers changed hold the lock
 //!   EXCLUSIVE, which excludes every swap. `peek`, listing and usage hold it SHARED and read the word
 //!   atomically. Where the CPU has no lock-free 128-bit compare-and-swap, every take holds it EXCLUSIVE.
-//! - A partition header's counts (buckets, buckets per database) change only under the EXCLUSIVE lock,
+//! - A partition's counts (buckets, buckets per database and per role) change only under the EXCLUSIVE lock,
 //!   together with the slots they count.
 //! - The guard types enforce the rest: a shared guard only hands out `&[Slot]`, an exclusive one
 //!   `&mut [Slot]`. While a lock is held nothing allocates, waits, does I/O, takes a lock of another kind or
@@ -33,11 +35,11 @@
 //! are per database, as in the table store. The first [`slots::ID_PREFIX`] bytes of the id are kept for display
 //! in `rate_limit.buckets`; the id itself may be up to 2048 bytes, like in the table store.
 //!
-//! Room. Each partition holds at most `ceil(max_buckets / partitions)` buckets in 25% more slots, and each
-//! database at most its share of them ([`shares`]): a role in one database cannot fill, evict or reset
-//! another database's buckets. When a new bucket does not fit, a bucket that is full now is evicted first
-//! (lossless: a missing bucket is a full one); failing that, `rate_limit.on_full` decides, within the
-//! database's own share only. An insert examines at most [`slots::EVICTION_SCAN`] slots under its exclusive lock,
+//! Room. Each partition holds at most `ceil(max_buckets / partitions)` buckets in 25% more slots, each
+//! database at most its share of them and each login role at most its share over every database
+//! ([`shares`]): a role, from any number of databases, cannot fill, evict or reset another role's buckets.
+//! When a new bucket does not fit, a bucket that is full now is evicted first (lossless: a missing bucket
+//! is a full one); failing that, `rate_limit.on_full` decides, among the caller's role's own buckets only. An insert examines at most [`slots::EVICTION_SCAN`] slots under its exclusive lock,
 //! from a hand that moves on through the partition, so a flood of new keys costs a bounded time per call.
 //!
 //! Time. The store measures time on [`crate::clock::monotonic_us`], a clock that never steps, anchored to the wall
@@ -49,7 +51,6 @@ mod cas;
 mod guards;
 mod multi;
 mod segment;
-use rate_limit_model::shares;
 mod slots;
 mod snapshot;
 
@@ -59,7 +60,8 @@ use crate::algorithm::{Outcome, Policy, State};
 use crate::gucs;
 use crate::store::target::{evaluate_all, Ask, Kind, Namespace, Stored, Target, MAX_TARGETS};
 use cas::{take_shared, AtomicState};
-use segment::{current_database, Table};
+use rate_limit_model::shares;
+use segment::{current_database, current_role, role_is_superuser, Table};
 use slots::{
     kind_from_byte, shown_key, slot_is_full, slot_policy, stored_of, write_policy, Probe, Slot,
     KIND_POLICY,
@@ -294,20 +296,32 @@ pub struct Usage {
     pub share_buckets: i64,
     /// Buckets the current database holds now.
     pub database_buckets: i64,
+    /// `rate_limit.role_share` of the session's login role, in percent (100 for a superuser).
+    pub role_share_percent: i64,
+    /// The most buckets that lets the role hold, over every database (its cap in every partition).
+    pub role_share_buckets: i64,
+    /// Buckets the session's login role holds now, over every database.
+    pub role_buckets: i64,
 }
 
 /// Reports the memory store's size and use.
 pub fn usage(function: &'static str) -> Result<Usage, ErrorReport> {
     let table = Table::attach(function)?;
     let h = table.header;
-    let database = current_database();
-    let (mut buckets, mut mine) = (0i64, 0i64);
+    let (database, role) = (current_database(), current_role());
+    let (mut buckets, mut mine, mut roles) = (0i64, 0i64, 0i64);
     for p in 0..h.partitions {
         let part = table.lock_shared(p);
         buckets += i64::from(part.header.count);
-        mine += i64::from(part.header.owners.count(database));
+        mine += i64::from(part.owners.database(database));
+        roles += i64::from(part.owners.role(role));
     }
     let share = gucs::database_share();
+    let role_share = if role_is_superuser() {
+        100
+    } else {
+        gucs::role_share()
+    };
     let total = table.segment_bytes() as i64;
     Ok(Usage {
         max_buckets: i64::from(h.max_buckets),
@@ -326,6 +340,10 @@ pub fn usage(function: &'static str) -> Result<Usage, ErrorReport> {
         share_buckets: i64::from(shares::cap(h.limit_per_partition, share))
             * i64::from(h.partitions),
         database_buckets: mine,
+        role_share_percent: i64::from(role_share),
+        role_share_buckets: i64::from(shares::cap(h.limit_per_partition, role_share))
+            * i64::from(h.partitions),
+        role_buckets: roles,
     })
 }
 
@@ -335,14 +353,13 @@ pub fn shares(function: &'static str) -> Result<Vec<(u32, i64)>, ErrorReport> {
     let table = Table::attach(function)?;
     let mut per_database: std::collections::BTreeMap<u32, i64> = Default::default();
     for p in 0..table.header.partitions {
-        let mut counts = [(0u32, 0u32); shares::OWNERS];
+        // copied under the lock into room allocated before it, added up after it is released
+        let mut counts = Vec::with_capacity(shares::table_len(table.header.limit_per_partition));
         {
             let part = table.lock_shared(p);
-            for (slot, owner) in counts.iter_mut().zip(part.header.owners.each()) {
-                *slot = owner;
-            }
+            counts.extend(shares::each(part.owners.databases));
         }
-        for (database, count) in counts.into_iter().filter(|(_, c)| *c > 0) {
+        for (database, count) in counts {
             *per_database.entry(database).or_default() += i64::from(count);
         }
     }

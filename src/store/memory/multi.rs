@@ -1,7 +1,7 @@
 //! The exclusive path: a call on several buckets (all or nothing), a bucket that does not exist yet, or one
 //! whose numbers changed. Every partition the call touches is locked EXCLUSIVE, lowest first; every bucket
-//! is evaluated; only if all grant is room made for the new ones (within the database's share, see
-//! [`super::shares`]) and then every bucket written. Nothing is written unless everything can be, and the
+//! is evaluated; only if all grant is room made for the new ones (within the database's and the role's
+//! shares, see [`rate_limit_model::shares`]) and then every bucket written. Nothing is written unless everything can be, and the
 //! error of a refused call is built after the locks are released.
 
 use std::sync::atomic::Ordering;
@@ -10,12 +10,12 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::PgSqlErrorCode;
 
 use super::guards::Locked;
-use super::segment::{current_database, Table};
-use super::slots::{new_slot, stored_of, write_policy, Evict, Probe};
+use super::segment::{current_database, current_role, role_is_superuser, Table};
+use super::slots::{new_slot, stored_of, write_policy, Evict, Probe, Whose};
 use crate::algorithm::Outcome;
 use crate::gucs::{self, OnFull};
 use crate::store::target::{granted, Ask, Target, MAX_TARGETS};
-use rate_limit_model::shares::{self, NoRoom, Room};
+use rate_limit_model::shares::{self, Caller, NoRoom, Room};
 
 /// Answers `ask` for every target under the exclusive locks of their partitions, all or nothing: nothing
 /// is written unless the call is granted ([`granted`]), and then every allowed outcome is written (a
@@ -31,9 +31,18 @@ pub(super) fn take_exclusive(
 ) -> Result<Vec<Outcome>, ErrorReport> {
     let n = targets.len();
     let on_full = gucs::on_full();
-    let share = gucs::database_share();
-    let database = current_database();
-    let cap = shares::cap(table.header.limit_per_partition, share);
+    let limit = table.header.limit_per_partition;
+    let caller = Caller {
+        database: current_database(),
+        role: current_role(),
+        database_cap: shares::cap(limit, gucs::database_share()),
+        role_cap: if role_is_superuser() {
+            limit
+        } else {
+            shares::cap(limit, gucs::role_share())
+        },
+    };
+    let lossy = on_full == OnFull::EvictOldest;
     let mut outcomes = Vec::with_capacity(n);
     let mut locked = Locked::lock(table, parts);
     let now = table.now();
@@ -59,29 +68,39 @@ pub(super) fn take_exclusive(
             })
             .count() as u32;
         loop {
-            let evict = match Room::needed(
-                &g.header.owners,
-                g.header.count,
-                g.limit,
-                database,
-                cap,
-                missing,
-            ) {
+            let room = Room::needed(&g.owners, g.header.count, g.limit, &caller, missing);
+            let own = Whose {
+                database: Some(caller.database),
+                role: Some(caller.role),
+            };
+            let (evict, why) = match room {
                 Room::Enough => break,
-                Room::FromOwnShare => Evict::Own {
-                    database,
-                    lossy: on_full == OnFull::EvictOldest,
-                },
-                Room::FullBucketOfAnyone => Evict::FullOfAnyone,
+                // a full bucket of the database, else (lossy) one the caller's role made there
+                Room::FromOwnDatabase => (
+                    Evict {
+                        full: Whose { role: None, ..own },
+                        oldest: lossy.then_some(own),
+                    },
+                    NoRoom::DatabaseShareFull,
+                ),
+                // a bucket of the role's own, in any database
+                Room::FromOwnRole => {
+                    let role = Whose {
+                        database: None,
+                        ..own
+                    };
+                    let evict = Evict {
+                        full: role,
+                        oldest: lossy.then_some(role),
+                    };
+                    (evict, NoRoom::RoleShareFull)
+                }
+                Room::FullBucketOfAnyone => (Evict::FULL_OF_ANYONE, NoRoom::StoreFull),
             };
             if !g.make_room(now, evict, table.header, hashes) {
                 drop(locked);
                 table.header.refused_full.fetch_add(1, Ordering::Relaxed);
-                let why = match evict {
-                    Evict::Own { .. } => NoRoom::ShareFull,
-                    Evict::FullOfAnyone => NoRoom::StoreFull,
-                };
-                return Err(full_error(function, why, share, cap, table));
+                return Err(full_error(function, why, &caller, table));
             }
         }
     }
@@ -99,7 +118,7 @@ pub(super) fn take_exclusive(
             }
             Probe::Empty(idx) => {
                 let slot = new_slot(hashes[i], &t.namespace, t.key, &t.policy, outcomes[i].state);
-                // room was made above, for this database too
+                // room was made above, within the caller's caps
                 g.insert(idx, slot);
             }
         }
@@ -107,18 +126,33 @@ pub(super) fn take_exclusive(
     Ok(outcomes)
 }
 
-/// 53200 for a call whose new bucket found no room: its database's share is full, or the store is.
-/// The hint never recommends `evict_oldest`: it resets limits.
-fn full_error(
-    function: &'static str,
-    why: NoRoom,
-    share: u32,
-    cap: u32,
-    table: &Table,
-) -> ErrorReport {
+/// 53200 for a call whose new bucket found no room: its database's or its role's share is full, or the
+/// store is. The hint never recommends `evict_oldest`: it resets limits.
+fn full_error(function: &'static str, why: NoRoom, caller: &Caller, table: &Table) -> ErrorReport {
     let h = table.header;
+    let share = gucs::database_share();
+    let cap = caller.database_cap;
     match why {
-        NoRoom::ShareFull => ErrorReport::new(
+        NoRoom::RoleShareFull => ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
+            "this role's share of the rate_limit memory store is full",
+            function,
+        )
+        .set_detail(format!(
+            "rate_limit.role_share = {}% lets a login role hold {} buckets in each of the store's {} \
+             partitions (rate_limit.max_buckets = {}), over every database; none of this role's buckets \
+             in this one is full.",
+            gucs::role_share(),
+            caller.role_cap,
+            h.partitions,
+            h.max_buckets
+        ))
+        .set_hint(
+            "Fewer distinct keys, or limits that refill sooner, free the share (rate_limit.purge() \
+             deletes full buckets). A superuser can raise the role's share (ALTER ROLE ... SET \
+             rate_limit.role_share) or rate_limit.max_buckets (takes a restart).",
+        ),
+        NoRoom::DatabaseShareFull => ErrorReport::new(
             PgSqlErrorCode::ERRCODE_OUT_OF_MEMORY,
             "this database's share of the rate_limit memory store is full",
             function,
@@ -140,15 +174,14 @@ fn full_error(
             function,
         )
         .set_detail(format!(
-            "A partition is full of buckets of other databases, none of them full: the shares of the \
-             databases that use the store add up to more than 100% (rate_limit.max_buckets = {}, up to \
-             {} databases per partition).",
+            "A partition is full of buckets of other databases and roles, none of them full: the shares \
+             of the roles and databases that use the store add up to more than 100% \
+             (rate_limit.max_buckets = {}).",
             h.max_buckets,
-            shares::OWNERS
         ))
         .set_hint(
             "A superuser can raise rate_limit.max_buckets (takes a restart) or lower \
-             rate_limit.database_share so that the shares add up to 100% or less.",
+             rate_limit.role_share or rate_limit.database_share so that the shares add up to 100% or less.",
         ),
     }
 }

@@ -1,8 +1,9 @@
 //! The memory store's shared-memory segment: its layout ([`Geometry`]), its request and creation, and the
 //! attached [`Table`] that every operation starts from (clock, keyed hash, partition locks).
 //!
-//! Layout: a [`Header`], then one [`PartitionHeader`] per partition, then the slots of every partition
-//! one after another, each part aligned to a cache line. The header is written once, in the shmem startup
+//! Layout: a [`Header`], then one [`PartitionHeader`] per partition, then the two owner-count tables
+//! (databases, roles: [`shares::table_len`] entries each) of every partition, then the slots of every
+//! partition one after another, each part aligned to a cache line. The header is written once, in the shmem startup
 //! hook under AddinShmemInitLock, and only read afterwards (its counters are atomics).
 
 use std::ffi::CStr;
@@ -21,6 +22,7 @@ use crate::clock;
 use crate::gucs;
 use crate::shmem;
 use crate::store::target::Namespace;
+use rate_limit_model::shares::{self, Count};
 
 const SEGMENT_NAME: &CStr = c"rate_limit memory store";
 const TRANCHE_NAME: &CStr = c"rate_limit";
@@ -96,9 +98,20 @@ impl Geometry {
         size_of::<Header>().next_multiple_of(64)
     }
 
-    fn slots_offset(&self) -> usize {
+    fn owners_offset(&self) -> usize {
         (Self::partition_headers_offset() + self.partitions as usize * size_of::<PartitionHeader>())
             .next_multiple_of(64)
+    }
+
+    /// Entries of each of a partition's two owner-count tables.
+    pub fn owner_table_len(&self) -> usize {
+        shares::table_len(self.limit_per_partition)
+    }
+
+    fn slots_offset(&self) -> usize {
+        (self.owners_offset()
+            + self.partitions as usize * 2 * self.owner_table_len() * size_of::<Count>())
+        .next_multiple_of(64)
     }
 
     /// Bytes of shared memory the table needs.
@@ -215,11 +228,11 @@ impl Table {
         [h.h1, h.h2]
     }
 
-    /// The lock, header and slots of partition `p`.
+    /// The lock, header, owner-count tables (databases, then roles) and slots of partition `p`.
     ///
     /// # Safety
     /// `p < partitions`; the caller must hold the partition's lock before dereferencing the pointers.
-    unsafe fn partition(&self, p: u32) -> (*mut pg_sys::LWLock, *mut PartitionHeader, *mut Slot) {
+    unsafe fn partition(&self, p: u32) -> PartitionPointers {
         let h = self.header;
         let g = h.geometry();
         let base = (h as *const Header).cast::<u8>();
@@ -232,12 +245,24 @@ impl Table {
                 .cast::<PartitionHeader>()
                 .add(p as usize)
                 .cast_mut();
+            let owners = base
+                .add(g.owners_offset())
+                .cast::<Count>()
+                .add(p as usize * 2 * g.owner_table_len())
+                .cast_mut();
             let slots = base
                 .add(g.slots_offset())
                 .cast::<Slot>()
                 .add(p as usize * g.slots_per_partition as usize)
                 .cast_mut();
-            (lock, header, slots)
+            PartitionPointers {
+                lock,
+                header,
+                owners,
+                owner_table_len: g.owner_table_len(),
+                slots,
+                slots_len: g.slots_per_partition,
+            }
         }
     }
 
@@ -245,26 +270,14 @@ impl Table {
     pub fn lock_shared(&self, p: u32) -> SharedGuard<'_> {
         let p = p % self.header.partitions;
         // SAFETY: p < partitions; the guard takes the lock before it borrows the header and slots.
-        unsafe {
-            let (lock, header, slots) = self.partition(p);
-            SharedGuard::acquire(lock, header, slots, self.header.slots_per_partition)
-        }
+        unsafe { SharedGuard::acquire(self.partition(p)) }
     }
 
     /// Locks partition `p` (taken modulo the partition count) EXCLUSIVE: write access until the guard drops.
     pub fn lock_exclusive(&self, p: u32) -> ExclusiveGuard<'_> {
         let p = p % self.header.partitions;
         // SAFETY: p < partitions; the guard takes the lock before it borrows the header and slots.
-        unsafe {
-            let (lock, header, slots) = self.partition(p);
-            ExclusiveGuard::acquire(
-                lock,
-                header,
-                slots,
-                self.header.slots_per_partition,
-                self.header.limit_per_partition,
-            )
-        }
+        unsafe { ExclusiveGuard::acquire(self.partition(p), self.header.limit_per_partition) }
     }
 
     /// The partition of a bucket.
@@ -288,7 +301,7 @@ impl Table {
             let slots_per_partition = u64::from(self.header.slots_per_partition);
             // SAFETY: partition_of is below the partition count; the pointer is only computed, not
             // dereferenced, so no lock is needed.
-            let (_, _, slots) = unsafe { self.partition(self.partition_of(hash)) };
+            let slots = unsafe { self.partition(self.partition_of(hash)) }.slots;
             let slot = slots
                 .wrapping_add((hash[1] % slots_per_partition) as usize)
                 .cast::<i8>()
@@ -305,8 +318,34 @@ impl Table {
     }
 }
 
+/// Where one partition lies in the segment: valid pointers, to be dereferenced only under `lock`.
+pub(super) struct PartitionPointers {
+    pub lock: *mut pg_sys::LWLock,
+    pub header: *mut PartitionHeader,
+    /// `2 × owner_table_len` counts: the databases' table, then the roles'.
+    pub owners: *mut Count,
+    pub owner_table_len: usize,
+    pub slots: *mut Slot,
+    pub slots_len: u32,
+}
+
 /// The OID of the database this backend is connected to.
 pub(super) fn current_database() -> u32 {
     // SAFETY: MyDatabaseId is a plain global of the backend, set at connection and read on its only thread.
     unsafe { pg_sys::MyDatabaseId }.to_u32()
+}
+
+/// The OID of the session's login role (which `SET ROLE` and security-definer functions do not change):
+/// whose buckets the role share counts.
+pub(super) fn current_role() -> u32 {
+    // SAFETY: called in a backend of a connected session, where the session user is set at start and read
+    // on the backend's only thread.
+    unsafe { pg_sys::GetSessionUserId() }.to_u32()
+}
+
+/// Whether the session's login role is a superuser (not held to `rate_limit.role_share`).
+pub(super) fn role_is_superuser() -> bool {
+    // SAFETY: a catalog lookup of a valid role OID, in a backend inside a transaction (every memory-store
+    // call runs in one).
+    unsafe { pg_sys::superuser_arg(pg_sys::GetSessionUserId()) }
 }

@@ -1,6 +1,6 @@
 //! The slot table of one partition, as safe code over slices: linear probing, insertion, backward-shift
 //! deletion (no tombstones, so a probe stops at the first empty slot) and eviction from a moving hand, with
-//! each database's bucket count ([`Owners`]) kept in step. The guards hand these slices out only under
+//! each database's and role's bucket counts ([`Owners`]) kept in step. The guards hand these slices out only under
 //! the partition's lock; the model test below drives them directly, without PostgreSQL.
 
 use std::hash::Hasher;
@@ -9,16 +9,16 @@ use std::sync::atomic::Ordering;
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 use super::cas::AtomicState;
-use super::segment::{current_database, Header};
+use super::segment::{current_database, current_role, Header};
 use crate::algorithm::{Algorithm, Policy, State};
 use crate::store::target::{Kind, Namespace, Stored};
-use rate_limit_model::shares::Owners;
+use rate_limit_model::shares::{Count, Owners};
 
 /// Slots an insert into a full partition examines at most to find a bucket to evict.
 pub const EVICTION_SCAN: usize = 128;
 
-/// Bytes of an id kept in a slot for display.
-pub const ID_PREFIX: usize = 28;
+/// Bytes of an id kept in a slot for display (what keeps a slot at 96 bytes).
+pub const ID_PREFIX: usize = 24;
 
 /// `Slot::used` values: what kind of bucket a slot holds (0 is an empty slot).
 pub(super) const KIND_REQUEST: u8 = 1;
@@ -36,6 +36,8 @@ pub(super) struct Slot {
     pub period_us: i64,
     pub burst: i64,
     pub database: u32,
+    /// The login role of the session that made the bucket (0 for one restored from a snapshot of 0.3.0).
+    pub role: u32,
     pub policy_tag: u32,
     pub used: u8,
     pub algorithm: u8,
@@ -53,6 +55,7 @@ impl Clone for Slot {
             period_us: self.period_us,
             burst: self.burst,
             database: self.database,
+            role: self.role,
             policy_tag: self.policy_tag,
             used: self.used,
             algorithm: self.algorithm,
@@ -73,8 +76,6 @@ pub(super) struct PartitionHeader {
     pub count: u32,
     /// Where the next eviction scan starts.
     pub hand: u32,
-    /// Buckets per database (the shares).
-    pub owners: Owners,
 }
 
 /// Where a probe ended.
@@ -108,18 +109,46 @@ pub(super) fn probe(slots: &[Slot], hash: &[u64; 2]) -> Probe {
     Probe::Empty(start)
 }
 
-/// Which buckets an eviction may take.
+/// Whose buckets: of a database, of a role, of both, or (neither given) of anyone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Evict {
-    /// A bucket of this database: a full one, else (when `lossy`) the least recently updated.
-    Own { database: u32, lossy: bool },
-    /// A full bucket of any database (nothing is lost).
-    FullOfAnyone,
+pub(super) struct Whose {
+    pub database: Option<u32>,
+    pub role: Option<u32>,
+}
+
+impl Whose {
+    /// Every bucket.
+    pub const ANYONE: Whose = Whose {
+        database: None,
+        role: None,
+    };
+
+    fn matches(&self, s: &Slot) -> bool {
+        self.database.is_none_or(|d| d == s.database) && self.role.is_none_or(|r| r == s.role)
+    }
+}
+
+/// Which buckets an eviction may take: a full one of `full` (nothing is lost), else, if `oldest` is
+/// given, the least recently updated of `oldest` (lossy: that key starts full again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Evict {
+    pub full: Whose,
+    pub oldest: Option<Whose>,
+}
+
+impl Evict {
+    /// A full bucket of anyone: what a full partition may give without losing anything.
+    pub const FULL_OF_ANYONE: Evict = Evict {
+        full: Whose::ANYONE,
+        oldest: None,
+    };
 }
 
 /// A partition's slot table, writable: what an exclusive guard gives access to.
 pub(super) struct Partition<'a> {
     pub header: &'a mut PartitionHeader,
+    /// Buckets per database and per role (the shares).
+    pub owners: Owners<&'a mut [Count]>,
     pub slots: &'a mut [Slot],
     /// Buckets the partition may hold.
     pub limit: u32,
@@ -131,11 +160,11 @@ impl Partition<'_> {
         probe(self.slots, hash)
     }
 
-    /// Puts `slot` into the empty slot `idx` that ends its probe chain and counts it for its database.
-    /// The caller has checked that its database can be counted ([`Owners::has_room_for`]); if not, nothing
-    /// is inserted and false is returned.
+    /// Puts `slot` into the empty slot `idx` that ends its probe chain and counts it for its database and
+    /// role. The caller has checked that the partition holds fewer buckets than its limit, so both owner
+    /// tables have an entry free; if not, nothing is inserted and false is returned.
     pub fn insert(&mut self, idx: usize, slot: Slot) -> bool {
-        if !self.header.owners.add(slot.database) {
+        if self.header.count >= self.limit || !self.owners.add(slot.database, slot.role) {
             return false;
         }
         self.slots[idx] = slot;
@@ -146,7 +175,8 @@ impl Partition<'_> {
     /// Removes slot `hole`, shifting later entries of its probe chain back (no tombstones).
     pub fn remove(&mut self, mut hole: usize) {
         let n = self.slots.len();
-        self.header.owners.remove(self.slots[hole].database);
+        self.owners
+            .remove(self.slots[hole].database, self.slots[hole].role);
         self.slots[hole].used = 0;
         self.header.count = self.header.count.saturating_sub(1);
         let mut j = hole;
@@ -186,8 +216,8 @@ impl Partition<'_> {
     }
 
     /// Frees one slot, among the [`EVICTION_SCAN`] slots examined from the hand, as `evict` allows: a
-    /// bucket that is full now first; else, for `Evict::Own { lossy: true }`, that database's least
-    /// recently updated one. Buckets whose hash is in `protect` (those of the call) are never evicted.
+    /// bucket of `evict.full` that is full now first; else, if `evict.oldest` is given, its least recently
+    /// updated one. Buckets whose hash is in `protect` (those of the call) are never evicted.
     /// Returns false if nothing may be evicted.
     pub fn make_room(
         &mut self,
@@ -203,25 +233,23 @@ impl Partition<'_> {
         for step in 0..scan {
             let i = (start + step) % n;
             let s = &self.slots[i];
-            let candidate = match evict {
-                Evict::Own { database, .. } => s.database == database,
-                Evict::FullOfAnyone => true,
-            };
-            if s.used == 0 || !candidate || protect.contains(&s.hash) {
+            if s.used == 0 || protect.contains(&s.hash) {
                 continue;
             }
-            if slot_is_full(s, now) {
+            if evict.full.matches(s) && slot_is_full(s, now) {
                 self.header.hand = ((i + 1) % n) as u32;
                 self.remove(i);
                 stats.lossless_evictions.fetch_add(1, Ordering::Relaxed);
                 return true;
             }
-            if oldest.is_none_or(|o| s.state.load().at < self.slots[o].state.load().at) {
+            if evict.oldest.is_some_and(|w| w.matches(s))
+                && oldest.is_none_or(|o| s.state.load().at < self.slots[o].state.load().at)
+            {
                 oldest = Some(i);
             }
         }
         self.header.hand = ((start + scan) % n) as u32;
-        if let (Evict::Own { lossy: true, .. }, Some(i)) = (evict, oldest) {
+        if let Some(i) = oldest {
             self.remove(i);
             stats.lossy_evictions.fetch_add(1, Ordering::Relaxed);
             return true;
@@ -286,7 +314,7 @@ pub(super) fn write_policy(slot: &mut Slot, policy: &Policy) {
     slot.burst = policy.burst();
 }
 
-/// A new slot of the current database for `hash` of `namespace`, holding `state` under `policy`.
+/// A new slot of the current database and role for `hash` of `namespace`, holding `state` under `policy`.
 pub(super) fn new_slot(
     hash: [u64; 2],
     namespace: &Namespace<'_>,
@@ -309,6 +337,7 @@ pub(super) fn new_slot(
         period_us: 0,
         burst: 0,
         database: current_database(),
+        role: current_role(),
         policy_tag: tag,
         used: kind_of(namespace),
         algorithm: 0,
@@ -321,7 +350,7 @@ pub(super) fn new_slot(
 }
 
 /// The first bytes of `id` (at most [`ID_PREFIX`], cut at a character boundary) and their length.
-fn id_prefix(id: &str) -> ([u8; ID_PREFIX], u8) {
+pub(super) fn id_prefix(id: &str) -> ([u8; ID_PREFIX], u8) {
     let mut end = id.len().min(ID_PREFIX);
     while !id.is_char_boundary(end) {
         end -= 1;
@@ -349,7 +378,7 @@ mod tests {
 
     const S: i64 = 1_000_000;
 
-    /// A slot of `database` holding the key `k` under the hash (k, k).
+    /// A slot of `database` (made by role `database + 10`) holding the key `k` under the hash (k, k).
     fn slot(key: u64, database: u32, state: State, policy: &Policy) -> Slot {
         let mut s = Slot {
             hash: [key, key],
@@ -358,6 +387,7 @@ mod tests {
             period_us: 0,
             burst: 0,
             database,
+            role: database + 10,
             policy_tag: 0,
             used: KIND_AD_HOC,
             algorithm: 0,
@@ -392,9 +422,12 @@ mod tests {
     }
 
     fn op() -> impl Strategy<Value = Op> {
+        let whose = (prop::option::of(1u32..3), prop::option::of(11u32..13))
+            .prop_map(|(database, role)| Whose { database, role });
         let evict = prop_oneof![
-            (1u32..3, any::<bool>()).prop_map(|(database, lossy)| Evict::Own { database, lossy }),
-            Just(Evict::FullOfAnyone),
+            (whose.clone(), prop::option::of(whose))
+                .prop_map(|(full, oldest)| Evict { full, oldest }),
+            Just(Evict::FULL_OF_ANYONE),
         ];
         prop_oneof![
             3 => (0u64..40, 1u32..3, any::<bool>()).prop_map(|(k, db, full)| Op::Insert(k, db, full)),
@@ -415,9 +448,15 @@ mod tests {
             let policy = Policy::new(Algorithm::TokenBucket, 1, S, 10).unwrap();
             let full = policy.full(0);
             let short = policy.take(full, 0, 3).state;
-            let mut header = PartitionHeader { count: 0, hand: 0, owners: Owners::default() };
+            let mut header = PartitionHeader { count: 0, hand: 0 };
+            let (mut databases, mut roles) = (vec![Count::default(); 8], vec![Count::default(); 8]);
             let mut slots: Vec<Slot> = (0..11).map(|_| empty_slot()).collect();
-            let mut part = Partition { header: &mut header, slots: &mut slots, limit: 8 };
+            let mut part = Partition {
+                header: &mut header,
+                owners: Owners { databases: &mut databases, roles: &mut roles },
+                slots: &mut slots,
+                limit: 8,
+            };
             let stats = stats();
             let mut model: HashMap<u64, (u32, State)> = HashMap::new();
             for op in ops {
@@ -444,9 +483,11 @@ mod tests {
                         model.remove(&k);
                     }
                     Op::MakeRoom(evict) => {
-                        let allowed = |db: u32, state: State| match evict {
-                            Evict::Own { database, lossy } => db == database && (lossy || state == full),
-                            Evict::FullOfAnyone => state == full,
+                        let of = |w: Whose, db: u32| {
+                            w.database.is_none_or(|d| d == db) && w.role.is_none_or(|r| r == db + 10)
+                        };
+                        let allowed = |db: u32, state: State| {
+                            (of(evict.full, db) && state == full) || evict.oldest.is_some_and(|w| of(w, db))
                         };
                         let could = model.values().any(|(db, s)| allowed(*db, *s));
                         let freed = part.make_room(0, evict, &stats, &[]);
@@ -462,7 +503,7 @@ mod tests {
                             let (db, state) = model.remove(&gone[0]).unwrap();
                             prop_assert!(allowed(db, state), "evicted ({}, {:?}) under {:?}", db, state, evict);
                             // a full bucket goes first whenever one may go
-                            let full_left = model.values().any(|(d, s)| *s == full && allowed(*d, *s));
+                            let full_left = model.values().any(|(d, s)| *s == full && of(evict.full, *d));
                             prop_assert!(state == full || !full_left);
                         }
                     }
@@ -471,7 +512,8 @@ mod tests {
                 prop_assert_eq!(part.slots.iter().filter(|s| s.used != 0).count(), model.len());
                 for db in 1..3u32 {
                     let keys = model.values().filter(|(d, _)| *d == db).count();
-                    prop_assert_eq!(part.header.owners.count(db) as usize, keys);
+                    prop_assert_eq!(part.owners.database(db) as usize, keys);
+                    prop_assert_eq!(part.owners.role(db + 10) as usize, keys);
                 }
                 for k in 0..40u64 {
                     match (part.probe(&[k, k]), model.get(&k)) {
@@ -485,7 +527,7 @@ mod tests {
     }
 
     #[test]
-    fn geometry_fits_128_bytes_per_bucket() {
+    fn geometry_fits_144_bytes_per_bucket() {
         assert_eq!(SLOT_BYTES, 96);
         for max in [64u32, 1000, 100_000, 1_000_000, 10_000_000] {
             let g = Geometry::for_max_buckets(max);
@@ -493,7 +535,8 @@ mod tests {
             assert!(g.partitions * g.limit_per_partition >= max);
             assert!(g.slots_per_partition > g.limit_per_partition);
             let per_bucket = g.segment_bytes() as f64 / f64::from(max);
-            assert!(per_bucket <= 128.0, "{max}: {per_bucket} bytes per bucket");
+            // 96-byte slots with 25% to spare, and 16 bytes of owner counts per bucket (the shares)
+            assert!(per_bucket <= 144.0, "{max}: {per_bucket} bytes per bucket");
         }
     }
 
@@ -503,11 +546,11 @@ mod tests {
         assert_eq!(&p[..n as usize], b"short");
         let long = "é".repeat(30); // 60 bytes
         let (p, n) = id_prefix(&long);
-        assert_eq!(n, 28);
+        assert_eq!(n, 24);
         assert!(std::str::from_utf8(&p[..n as usize]).is_ok());
-        let odd = format!("a{}", "é".repeat(30)); // the 28th byte falls inside a character
+        let odd = format!("a{}", "é".repeat(30)); // the 24th byte falls inside a character
         let (p, n) = id_prefix(&odd);
-        assert_eq!(n, 27);
+        assert_eq!(n, 23);
         assert!(std::str::from_utf8(&p[..n as usize]).is_ok());
     }
 }

@@ -8,16 +8,24 @@
 //! clock went back meanwhile) is brought to now: no time counts as elapsed, so no token is minted. The
 //! table's hash key is saved with the buckets and restored, since a slot is found by its keyed hash (the
 //! id itself is not stored). Buckets that do not fit (a smaller `rate_limit.max_buckets`) are left out:
-//! they start full.
+//! they start full. A file of 0.3.0 ([`MAGIC_0_3`]: no role, 28 bytes of id) is read too: its buckets are
+//! counted for role 0, which no session has, so they count against no role's share.
 
 use super::cas::AtomicState;
 use super::segment::{Table, SEGMENT};
-use super::slots::{slot_policy, Probe, Slot, ID_PREFIX, KIND_AD_HOC, KIND_POLICY, KIND_REQUEST};
+use super::slots::{
+    id_prefix, slot_policy, Probe, Slot, ID_PREFIX, KIND_AD_HOC, KIND_POLICY, KIND_REQUEST,
+};
 use crate::algorithm::State;
 use crate::persist;
 
 const FILE: &str = "pg_stat/rate_limit.memory";
-const MAGIC: &[u8; 8] = b"RLMEM001";
+/// The format written: each bucket with the login role that made it.
+const MAGIC: &[u8; 8] = b"RLMEM002";
+/// The format of 0.3.0 (no role; 28 bytes of id), still read.
+const MAGIC_0_3: &[u8; 8] = b"RLMEM001";
+/// Bytes of id a 0.3.0 file keeps per bucket.
+const ID_PREFIX_0_3: usize = 28;
 
 /// Writes every bucket of every database. Logs and gives up on any error.
 pub fn save() {
@@ -46,6 +54,7 @@ pub fn save() {
         w.i64(s.period_us);
         w.i64(s.burst);
         w.u32(s.database);
+        w.u32(s.role);
         w.u32(s.policy_tag);
         w.bytes(&[s.used, s.algorithm, s.id_len, s.id_truncated]);
         w.bytes(&s.id_prefix);
@@ -58,7 +67,13 @@ pub fn load() {
     persist::read_file(FILE, "memory-store buckets", |bytes| {
         let table = Table::attach("rate_limit").map_err(|_| "the memory store is missing")?;
         let bad = "the payload is malformed";
-        let mut r = persist::open(bytes, MAGIC)?;
+        let (mut r, with_roles) = match persist::open(bytes, MAGIC) {
+            Ok(r) => (r, true),
+            Err(e) => match persist::open(bytes, MAGIC_0_3) {
+                Ok(r) => (r, false),
+                Err(_) => return Err(e),
+            },
+        };
         let seed = [r.u64().ok_or(bad)?, r.u64().ok_or(bad)?];
         let count = r.u64().ok_or(bad)?;
         let wall_offset = table.wall_offset();
@@ -74,10 +89,21 @@ pub fn load() {
                 r.i64().ok_or(bad)?,
                 r.i64().ok_or(bad)?,
             );
-            let (database, policy_tag) = (r.u32().ok_or(bad)?, r.u32().ok_or(bad)?);
+            let database = r.u32().ok_or(bad)?;
+            let role = if with_roles { r.u32().ok_or(bad)? } else { 0 };
+            let policy_tag = r.u32().ok_or(bad)?;
             let flags = r.bytes(4).ok_or(bad)?;
-            let id_prefix: [u8; ID_PREFIX] =
-                r.bytes(ID_PREFIX).ok_or(bad)?.try_into().map_err(|_| bad)?;
+            let saved = r
+                .bytes(if with_roles { ID_PREFIX } else { ID_PREFIX_0_3 })
+                .ok_or(bad)?;
+            let (id_len, id_truncated) = (usize::from(flags[2]), flags[3]);
+            if id_len > saved.len() {
+                return Err(bad);
+            }
+            // a longer id of 0.3.0 is cut to what a slot keeps now, at a character boundary
+            let shown = String::from_utf8_lossy(&saved[..id_len]);
+            let (id_prefix, kept) = id_prefix(&shown);
+            let id_truncated = id_truncated | u8::from(usize::from(kept) < id_len);
             let slot = Slot {
                 hash,
                 state: AtomicState::new(State {
@@ -88,15 +114,16 @@ pub fn load() {
                 period_us,
                 burst,
                 database,
+                role,
                 policy_tag,
                 used: flags[0],
                 algorithm: flags[1],
-                id_len: flags[2],
-                id_truncated: flags[3],
+                id_len: kept,
+                id_truncated,
                 id_prefix,
             };
             let kind_ok = [KIND_REQUEST, KIND_AD_HOC, KIND_POLICY].contains(&slot.used);
-            if !kind_ok || slot_policy(&slot).is_none() || usize::from(slot.id_len) > ID_PREFIX {
+            if !kind_ok || slot_policy(&slot).is_none() {
                 return Err(bad);
             }
             slots.push(slot);
@@ -111,7 +138,7 @@ pub fn load() {
         for slot in slots {
             let mut part = table.lock_exclusive(table.partition_of(&slot.hash));
             if let Probe::Empty(idx) = part.probe(&slot.hash) {
-                if part.header.count < part.limit && part.insert(idx, slot) {
+                if part.insert(idx, slot) {
                     loaded += 1;
                 }
             }

@@ -4,6 +4,10 @@
 //!   database's new keys still get exactly their limits, and its drained key stays drained (nothing of it
 //!   was evicted or reset). Each refusal is 53200 naming the share, with a hint that does not recommend
 //!   `evict_oldest` (small server: 256 buckets in 4 partitions, so the flood is quick);
+//! - a LOGIN role flooding from 5 databases at once, with every function it may execute that makes
+//!   buckets, in both stores and under both `on_full` settings, holds at most its role's share
+//!   (`rate_limit.role_share`, 50%) of the store, and a victim role in a 6th database stays exact: no
+//!   53200, its drained keys still drained, its new keys given exactly their limits;
 //! - limits that would take longer than `rate_limit.max_refill_time` to refill are refused with 22023 for
 //!   such a role (they could never be purged), and accepted for the extension's owner.
 
@@ -189,4 +193,300 @@ fn limits_that_refill_slower_than_max_refill_time_are_the_owners_alone() {
             assert!(allowed, "{sql}");
         }
     }
+}
+
+/// The functions that any role may execute and that make buckets, each with a statement of the flood
+/// (`$1` a fresh key, `{store}` the pass's store). [`MAKE_NOTHING`] lists the others: a new PUBLIC
+/// function fails the test below until it is put in one list or the other.
+const FLOOD_CALLS: &[(&str, &str)] = &[
+    (
+        "rate_limiting_request(text,integer,integer)",
+        "SELECT rate_limiting_request($1, 1, 86400) >= 0",
+    ),
+    (
+        "rate_limit.take_ad_hoc(text,bigint,interval,bigint,integer)",
+        "SELECT allowed FROM rate_limit.take_ad_hoc($1, 1, '1 day')",
+    ),
+    (
+        "rate_limit.take(text,text,integer)",
+        "SELECT bool_or(allowed) FROM generate_series(1, 3), LATERAL rate_limit.take('{store}_boxed', $1)",
+    ),
+    (
+        "rate_limit.take_many(text[],text[],integer)",
+        "SELECT allowed FROM rate_limit.take_many(ARRAY['{store}_daily', '{store}_hourly'], ARRAY[$1])",
+    ),
+    (
+        "rate_limit.wait(text,text,integer,interval)",
+        "SELECT allowed FROM rate_limit.wait('{store}_daily', $1, 1, '1 second')",
+    ),
+    (
+        "rate_limit.charge(text,text,bigint)",
+        "SELECT allowed FROM rate_limit.charge('{store}_debt', $1, 50)",
+    ),
+    (
+        "rate_limit.acquire(text,text)",
+        "SELECT allowed FROM rate_limit.acquire('{store}_leases', $1)",
+    ),
+    (
+        "rate_limit.limit_writes()",
+        "WITH w AS (INSERT INTO pg_temp.writes_{store} VALUES ($1) RETURNING k) SELECT count(*) = 1 FROM w",
+    ),
+];
+
+/// The functions any role may execute that make no bucket (reads, a release, triggers of the owner's).
+const MAKE_NOTHING: &[&str] = &[
+    "rate_limit.clock_shift()",
+    "rate_limit.headers(rate_limit.decision,text)",
+    "rate_limit.memory_usage()",
+    "rate_limit.peek(text,text)",
+    "rate_limit.peek_request(text,integer,integer)",
+    "rate_limit.policies_changed()",
+    "rate_limit.release(text,text,bigint)",
+    "rate_limit.tokens(text,integer,integer)",
+];
+
+const FLOODER: &str = "rl_flooder";
+const VICTIM: &str = "rl_victim";
+
+/// The policies of every test database, in both stores, made by the owner.
+fn create_policies(db: &TestDb) {
+    let mut owner = db.connect();
+    for store in ["memory", "table"] {
+        owner
+            .batch_execute(&format!(
+                "SELECT rate_limit.create_policy('{store}_daily', 5, '1 day', store => '{store}');
+                 SELECT rate_limit.create_policy('{store}_hourly', 5, '1 hour', store => '{store}');
+                 SELECT rate_limit.create_policy('{store}_debt', 5, '1 hour', max_debt => 100, store => '{store}');
+                 SELECT rate_limit.create_policy('{store}_leases', 2, '1 hour', algorithm => 'concurrency', store => '{store}');
+                 SELECT rate_limit.create_policy('{store}_boxed', 1, '1 hour', block_after => 1, block_for => '1 hour', store => '{store}');"
+            ))
+            .expect("the owner's policies");
+    }
+}
+
+/// The flooder's connection to `db`, with its temporary tables under `limit_writes` in both stores.
+fn flooder(server: &str, db: &TestDb) -> Client {
+    let mut c = Client::connect(
+        &format!("{server} dbname={} user={FLOODER}", db.name()),
+        NoTls,
+    )
+    .expect("connect as the flooder");
+    for store in ["memory", "table"] {
+        c.batch_execute(&format!(
+            "CREATE TEMP TABLE writes_{store} (k text NOT NULL);
+             CREATE TRIGGER limited BEFORE INSERT ON writes_{store} FOR EACH ROW
+                 EXECUTE FUNCTION rate_limit.limit_writes('{store}_daily', 'k')"
+        ))
+        .expect("a temporary table under limit_writes");
+    }
+    c
+}
+
+/// The victim's exact limits while the flood runs: its drained key is still drained in both stores, and
+/// new keys get exactly their limit (5 then a denial; 9 left of 10 for `rate_limiting_request`).
+fn victim_is_exact(v: &mut Client, pass: &str) {
+    for store in ["memory", "table"] {
+        v.batch_execute(&format!("SET rate_limit.store = '{store}'"))
+            .expect("store");
+        assert_eq!(
+            take(v, &format!("{store}_daily"), "alice"),
+            (false, 0),
+            "{pass}: the victim's drained {store} bucket was lost or reset"
+        );
+        for i in 0..8 {
+            let key = format!("{pass}-{store}-{i}");
+            for left in (0..5).rev() {
+                let got = v
+                    .query_one(
+                        "SELECT allowed, remaining FROM rate_limit.take($1, $2)",
+                        &[&format!("{store}_daily"), &key],
+                    )
+                    .map(|r| (r.get::<_, bool>(0), r.get::<_, i64>(1)))
+                    .unwrap_or_else(|e| {
+                        panic!("{pass}: the victim's new {store} key failed: {e:?}")
+                    });
+                assert_eq!(got, (true, left), "{pass}: {store} key {key}");
+            }
+            assert_eq!(
+                take(v, &format!("{store}_daily"), &key),
+                (false, 0),
+                "{pass}: {store} key {key} after its limit"
+            );
+            let remaining: i32 = v
+                .query_one("SELECT rate_limiting_request($1, 1, 10)", &[&key])
+                .unwrap_or_else(|e| panic!("{pass}: the victim's new request key failed: {e:?}"))
+                .get(0);
+            assert_eq!(remaining, 9, "{pass}: {store} request key {key}");
+        }
+    }
+}
+
+#[test]
+fn a_role_flooding_from_five_databases_leaves_a_victim_role_in_a_sixth_exact() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, Barrier};
+
+    let server = env("RATE_LIMIT_TEST_SMALL_CONNINFO");
+    empty_small_store();
+    let mut admin = Client::connect(&format!("{server} dbname=postgres"), NoTls).expect("admin");
+    admin
+        .batch_execute(&format!(
+            "DROP ROLE IF EXISTS {FLOODER}; CREATE ROLE {FLOODER} LOGIN;
+             DROP ROLE IF EXISTS {VICTIM}; CREATE ROLE {VICTIM} LOGIN;"
+        ))
+        .expect("the two roles, with LOGIN only");
+    let flooded: Vec<Arc<TestDb>> = (0..5)
+        .map(|i| Arc::new(TestDb::on(&server, &format!("flood_{i}"))))
+        .collect();
+    let victim_db = TestDb::on(&server, "flood_victim");
+    for db in flooded.iter().map(|d| d.as_ref()).chain([&victim_db]) {
+        create_policies(db);
+    }
+
+    // every function the flooder may execute is flooded, or makes nothing
+    let mut f = flooder(&server, &flooded[0]);
+    let executable: Vec<String> = f
+        .query(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p
+             JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
+             JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'rate_limit'
+             WHERE has_function_privilege(p.oid, 'EXECUTE') ORDER BY 1",
+            &[],
+        )
+        .expect("the functions the role may execute")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut executable = executable;
+    executable.sort();
+    let mut known: Vec<String> = FLOOD_CALLS
+        .iter()
+        .map(|(f, _)| f.to_string())
+        .chain(MAKE_NOTHING.iter().map(|f| f.to_string()))
+        .collect();
+    known.sort();
+    assert_eq!(
+        executable, known,
+        "a PUBLIC function is neither flooded nor known to make nothing"
+    );
+    drop(f);
+
+    // the victim's limits before the flood: a key drained in each store
+    let mut v = Client::connect(
+        &format!("{server} dbname={} user={VICTIM}", victim_db.name()),
+        NoTls,
+    )
+    .expect("connect as the victim");
+    for store in ["memory", "table"] {
+        for left in (0..5).rev() {
+            assert_eq!(
+                take(&mut v, &format!("{store}_daily"), "alice"),
+                (true, left)
+            );
+        }
+    }
+
+    for store in ["memory", "table"] {
+        for on_full in ["error", "evict_oldest"] {
+            let pass = format!("{store}-{on_full}");
+            admin
+                .batch_execute(&format!(
+                    "ALTER ROLE {FLOODER} SET rate_limit.on_full = '{on_full}';
+                     ALTER ROLE {FLOODER} SET rate_limit.store = '{store}'"
+                ))
+                .expect("the flooder's settings (superuser-only: set for its role)");
+            let stop = Arc::new(AtomicBool::new(false));
+            let refused = Arc::new(AtomicUsize::new(0));
+            let calls = Arc::new(AtomicUsize::new(0));
+            let warmed_up = Arc::new(Barrier::new(flooded.len() + 1));
+            let floods: Vec<_> = flooded
+                .iter()
+                .enumerate()
+                .map(|(d, db)| {
+                    let (db, server, pass) = (Arc::clone(db), server.clone(), pass.clone());
+                    let (stop, refused, calls) = (stop.clone(), refused.clone(), calls.clone());
+                    let warmed_up = warmed_up.clone();
+                    std::thread::spawn(move || {
+                        let mut c = flooder(&server, &db);
+                        let mut warming = true;
+                        let mut i = 0usize;
+                        while warming || !stop.load(Ordering::Relaxed) {
+                            let (function, sql) = FLOOD_CALLS[i % FLOOD_CALLS.len()];
+                            let sql = sql.replace("{store}", store);
+                            let key = format!("{pass}-{d}-{i}");
+                            match c.query_one(&sql, &[&key]) {
+                                Ok(_) => {}
+                                Err(e) if store == "memory" && e.code() == Some(&SqlState::OUT_OF_MEMORY) => {
+                                    refused.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Err(e) => panic!("{pass}: the flooder's {function}: {e:?}"),
+                            }
+                            calls.fetch_add(1, Ordering::Relaxed);
+                            i += 1;
+                            // 300 new keys from each of 5 databases: far more than the whole store holds
+                            if warming && i == 300 {
+                                warming = false;
+                                warmed_up.wait();
+                            }
+                        }
+                        let held: (i64, i64) = c
+                            .query_one(
+                                "SELECT role_buckets, role_share_buckets FROM rate_limit.memory_usage()",
+                                &[],
+                            )
+                            .map(|r| (r.get(0), r.get(1)))
+                            .expect("memory_usage");
+                        held
+                    })
+                })
+                .collect();
+            warmed_up.wait();
+            // the victim, in the middle of the flood
+            victim_is_exact(&mut v, &pass);
+            stop.store(true, Ordering::Relaxed);
+            for flood in floods {
+                let (held, cap) = flood.join().expect("a flood thread");
+                assert!(
+                    held <= cap,
+                    "{pass}: the flooder holds {held} buckets, its share is {cap}"
+                );
+                assert_eq!(cap, 128, "half of 256 buckets");
+            }
+            let (calls, refused) = (
+                calls.load(Ordering::Relaxed),
+                refused.load(Ordering::Relaxed),
+            );
+            eprintln!("{pass}: {calls} flood calls, {refused} refused with 53200");
+            match (store, on_full) {
+                ("memory", "error") => {
+                    assert!(refused > 0, "{pass}: the flood never filled its share")
+                }
+                ("memory", _) => assert_eq!(
+                    refused, 0,
+                    "{pass}: evict_oldest evicts the flooder's own buckets"
+                ),
+                _ => assert_eq!(refused, 0, "{pass}: the table store has no share to fill"),
+            }
+        }
+    }
+    admin
+        .batch_execute(&format!("ALTER ROLE {FLOODER} RESET ALL"))
+        .expect("reset the role");
+    // the flood's buckets, in databases about to be dropped, would take room from the tests that follow
+    drop((flooded, victim_db, v));
+    empty_small_store();
+}
+
+/// Empties the small server's memory store: a restart without its snapshot (the buckets of earlier tests'
+/// dropped databases count against nobody's share, but take room; its purge worker is off).
+fn empty_small_store() {
+    let _stopped = rate_limit_integration::StoppedServer::stop(
+        "RATE_LIMIT_TEST_SMALL_STOP",
+        "RATE_LIMIT_TEST_SMALL_START",
+    );
+    let snapshot = format!(
+        "{}/pg_stat/rate_limit.memory",
+        env("RATE_LIMIT_TEST_SMALL_DATA")
+    );
+    let _ = std::fs::remove_file(snapshot);
 }

@@ -20,7 +20,8 @@ SELECT kind, key, tokens BETWEEN 8 AND 8.5 AS about_8, "limit", rate, store
 FROM rate_limit.buckets WHERE key = 'mem_tx';
 SELECT rate_limit.reset_request('mem_tx') AS existed;
 
--- Size of the table in shared memory (max_buckets is set at server start)
-SELECT slot_bytes, bytes_per_bucket <= 128 AS at_most_128_bytes_per_bucket
+-- Size of the table in shared memory (max_buckets is set at server start): 96-byte slots with 25% to
+-- spare, and 16 bytes per bucket that count each database's and each role's buckets (the shares)
+SELECT slot_bytes, bytes_per_bucket <= 144 AS at_most_144_bytes_per_bucket
 FROM rate_limit.memory_usage();
 RESET rate_limit.store;

@@ -1,0 +1,102 @@
+# Shared by the benchmark scripts (sourced after scripts/cluster.sh): the release build of a source tree in
+# its own copy of PostgreSQL 15, the benchmark database every script fills alike, and the scenarios.
+
+# Every call measured, as "scenario store pgbench-script" (store "-": no extension call).
+BENCH_SCENARIOS=(
+  "select1 - select1.sql"
+  "request_hot memory extension_hot.sql"
+  "request_random memory extension_random.sql"
+  "take_hot memory take_hot.sql"
+  "take_random memory take_random.sql"
+  "multi3_random memory multi3_random.sql"
+  "request_hot table extension_hot.sql"
+  "request_random table extension_random.sql"
+  "take_hot table take_hot.sql"
+  "take_random table take_random.sql"
+  "multi3_random table multi3_random.sql"
+  "baseline_hot table baseline_hot.sql"
+  "baseline_random table baseline_random.sql"
+  "take_select_random memory take_select_random.sql"
+  "charge_hot memory charge_hot.sql"
+  "charge_random memory charge_random.sql"
+  "calendar_hot memory calendar_hot.sql"
+  "calendar_random memory calendar_random.sql"
+  "acquire_hot memory acquire_hot.sql"
+  "acquire_random memory acquire_random.sql"
+  "acquire_release_random memory acquire_release_random.sql"
+  "penalty_hot memory penalty_hot.sql"
+  "penalty_random memory penalty_random.sql"
+  "blocked_hot memory blocked_hot.sql"
+  "blocked_random memory blocked_random.sql"
+)
+
+# bench_install TREE SOURCE_DIR TARGET_DIR PG15: TREE = a copy of the tests' PostgreSQL 15 (at PG15) holding
+# the release package of SOURCE_DIR, built in TARGET_DIR (never the tests' or the demo's installation: a
+# running server whose library is replaced in place crashes).
+bench_install() {
+  local tree=$1 src=$2 target=$3 pg15=$4
+  rm -rf "$tree" "$tree.pkg"
+  cp -a "$pg15" "$tree"
+  (cd "$src" && CARGO_TARGET_DIR="$target" cargo pgrx package --pg-config "$pg15/bin/pg_config" \
+    --features pg15 --no-default-features --out-dir "$tree.pkg" >/dev/null)
+  rm -f "$tree"/share/postgresql/extension/rate_limit*
+  cp -a "$tree.pkg$pg15/." "$tree/"
+  chmod -R a+rX "$tree"
+}
+
+# bench_install_revision TREE REVISION TARGET_DIR PG15: the same for a revision of this repository, built
+# from a temporary worktree.
+bench_install_revision() {
+  local tree=$1 revision=$2 target=$3 pg15=$4
+  rm -rf "$tree.src"
+  git -C "$ROOT" worktree prune
+  git -C "$ROOT" worktree add --detach -f "$tree.src" "$revision" >/dev/null
+  bench_install "$tree" "$tree.src" "$target" "$pg15"
+  git -C "$ROOT" worktree remove --force "$tree.src"
+}
+
+# bench_fill LABEL PORT: database `bench` with 100 000 keys in every namespace of both stores, and in the
+# PL/pgSQL baseline's table.
+bench_fill() {
+  local label=$1 port=$2
+  psql_at "$label" "$port" -d postgres -qc "CREATE DATABASE bench"
+  psql_at "$label" "$port" -d bench -q -c "CREATE EXTENSION rate_limit" -f "$ROOT/bench/baseline.sql" \
+    -c "SELECT rate_limit.create_policy('bench', 2, '1 second', 120)" \
+    -c "SELECT rate_limit.create_policy('bench_b', 20, '1 second', 1200)" \
+    -c "SELECT rate_limit.create_policy('bench_c', 200, '1 second', 12000)" \
+    -c "SELECT rate_limit.create_policy('bench_charge', 2, '1 second', 120, store => 'memory', max_debt => 1000)" \
+    -c "SELECT rate_limit.create_policy('bench_month', 120, '1 month', algorithm => 'calendar_window',
+          time_zone => 'Europe/Paris', store => 'memory')" \
+    -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.charge('bench_charge', 'key' || g, 1) d" \
+    -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.take('bench_month', 'key' || g) d" \
+    -c "SELECT rate_limit.create_policy('bench_jobs', 4, '1 second', algorithm => 'concurrency', store => 'memory')" \
+    -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.acquire('bench_jobs', 'key' || g) d" \
+    -c "SELECT rate_limit.create_policy('bench_box', 2, '1 second', 120, store => 'memory',
+          block_after => 2147483647, block_for => '1 second')" \
+    -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.take('bench_box', 'key' || g) d" \
+    -c "SELECT rate_limit.create_policy('bench_blocked', 2, '1 second', 120, store => 'memory')" \
+    -c "SELECT count(*) FROM generate_series(1, 10000) g,
+          LATERAL rate_limit.block('bench_blocked', 'key' || g, '36500 days') d" \
+    -c "SELECT rate_limit.block('bench_blocked', 'hot', '36500 days')" \
+    -c "SELECT count(baseline_rate_limiting_request('key' || g, 2, 60)) FROM generate_series(1, 100000) g" \
+    -c "SELECT baseline_rate_limiting_request('hot', 2, 60)" # the baseline raises unique_violation when two
+  #                                                             sessions create one key: create it beforehand
+  for store in table memory; do
+    psql_at "$label" "$port" -d bench -q -c "SET rate_limit.store = '$store'" \
+      -c "SELECT count(rate_limiting_request('key' || g, 2, 60)) FROM generate_series(1, 100000) g" \
+      -c "SELECT count(*) FROM generate_series(1, 100000) g,
+            LATERAL rate_limit.take_many(ARRAY['bench', 'bench_b', 'bench_c'], ARRAY['key' || g]) d"
+  done
+  psql_at "$label" "$port" -d bench -qc "VACUUM ANALYZE"
+}
+
+# bench_round LABEL PORT CLIENTS SCENARIO STORE SCRIPT: one pgbench round; prints its TPS.
+bench_round() {
+  local label=$1 port=$2 clients=$3 scenario=$4 store=$5 script=$6 out tps
+  out=$(PGOPTIONS="-c synchronous_commit=off -c rate_limit.store=${store/-/table}" \
+    "$(pg_bindir "$label")/pgbench" -n -M prepared -h "$RATE_LIMIT_SOCKET_DIR" -p "$port" -U postgres \
+    -c "$clients" -j 2 -T "$SECONDS_PER_ROUND" -f "$ROOT/bench/$script" bench 2>&1) ||
+    { echo "$out" >&2; echo "pgbench failed: $scenario" >&2; return 1; }
+  tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out" | head -1)
+  echo "${tps:-0}"
+}

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Every call of bench/run.sh, this build against an earlier revision's (default: ea5bfac, main before
+# issue #28), measured in one run. Each build runs in its own copy of the tests' PostgreSQL 15 with its own
+# `SELECT 1`, filled alike (bench/lib.sh); rounds are interleaved, so drift of this noisy machine affects
+# both builds alike. Writes bench/AB_RESULTS.md: per call, each build's median ratio to its `SELECT 1` over
+# the rounds, and new / baseline with the lowest and highest round.
+#
+#   bench/run_ab.sh                                   (about 30 minutes with both builds to compile)
+#   BENCH_BASELINE_REV=<rev> BENCH_CLIENTS=32 BENCH_ROUNDS=5 BENCH_SECONDS=5 bench/run_ab.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+scripts/install-deps.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+# shellcheck source=../scripts/cluster.sh
+source scripts/cluster.sh
+# shellcheck source=lib.sh
+source bench/lib.sh
+
+SECONDS_PER_ROUND=${BENCH_SECONDS:-5}
+ROUNDS=${BENCH_ROUNDS:-3}
+CLIENTS=${BENCH_CLIENTS:-8}
+BASELINE_REV=${BENCH_BASELINE_REV:-ea5bfac}
+DIR=${RATE_LIMIT_BENCH_DIR:-/var/tmp/rate_limit-bench-ab}
+declare -A PORT=([new]=5445 [baseline]=5446)
+OUT="$ROOT/bench/out"
+RAW="$OUT/ab_raw.tsv"
+mkdir -p "$OUT" "$DIR"
+
+PG15=$(dirname "$(pg_bindir 15)")
+pg_bindir() { case $1 in new | baseline) echo "$DIR/$1/bin" ;; system) echo /usr/lib/postgresql/15/bin ;; *) echo "$PG_CACHE/$1/bin" ;; esac; }
+
+echo "== release builds of $(git rev-parse --short HEAD) and $BASELINE_REV"
+for b in new baseline; do cluster_stop "$b" "$DIR/data-$b"; done
+bench_install "$DIR/new" "$ROOT" "$DIR/target-new" "$PG15"
+bench_install_revision "$DIR/baseline" "$BASELINE_REV" "$DIR/target-baseline" "$PG15"
+
+for b in new baseline; do
+  rm -rf "$DIR/data-$b"
+  cluster_start "$b" "$DIR/data-$b" "${PORT[$b]}" "max_connections = 100" \
+    "shared_preload_libraries = 'rate_limit'" "rate_limit.max_buckets = 1000000"
+done
+trap 'cluster_stop new "$DIR/data-new"; cluster_stop baseline "$DIR/data-baseline"' EXIT
+echo "== 100 000 keys in every namespace of both stores, in both builds"
+for b in new baseline; do bench_fill "$b" "${PORT[$b]}"; done
+
+: >"$RAW"
+for round in $(seq 1 "$ROUNDS"); do
+  for s in "${BENCH_SCENARIOS[@]}"; do
+    read -r scenario store script <<<"$s"
+    case $scenario in baseline_*) continue ;; esac # PL/pgSQL: the same in both builds
+    for b in new baseline; do
+      tps=$(bench_round "$b" "${PORT[$b]}" "$CLIENTS" "$scenario" "$store" "$script")
+      printf '%s\t%s\t%s\t%s\t%s\n' "$round" "$b" "$scenario" "$store" "$tps" >>"$RAW"
+      echo "round $round $b $scenario store=$store tps=$tps"
+    done
+  done
+done
+
+python3 - "$RAW" "bench/run_ab.sh (BENCH_BASELINE_REV=$BASELINE_REV BENCH_CLIENTS=$CLIENTS BENCH_ROUNDS=$ROUNDS BENCH_SECONDS=$SECONDS_PER_ROUND)" \
+  "$(git rev-parse --short HEAD)" "$BASELINE_REV" "$(nproc)" >"$ROOT/bench/AB_RESULTS.md" <<'PY'
+import statistics, sys
+from collections import defaultdict
+from datetime import datetime, timezone
+raw, command, head, baseline, cores = sys.argv[1:6]
+tps = {}
+order = []
+for line in open(raw):
+    rnd, build, scenario, store, t = line.rstrip("\n").split("\t")
+    tps[(int(rnd), build, scenario, store)] = float(t)
+    if (scenario, store) not in order:
+        order.append((scenario, store))
+rounds = sorted({k[0] for k in tps})
+def ratio(r, build, scenario, store):
+    a, b = tps.get((r, build, scenario, store)), tps.get((r, build, "select1", "-"))
+    return a / b if a is not None and b else None
+print(f"# Every call, {head} against {baseline}, in one run\n")
+print(f"Produced by `{command}` at {head} on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC: a {cores}-core Debian 12")
+print("VM, PostgreSQL 15 (built from Debian's source package), pgbench -M prepared, synchronous_commit = off, 100 000")
+print("keys in every namespace. Each build in its own copy of PostgreSQL with its own `SELECT 1`; rounds interleaved.")
+print("A call's ratio is its TPS over its build's `SELECT 1` in the same round; new / baseline is taken per round")
+print("and summarised as the median (lowest–highest round). 1.00 is no change; this machine's noise is about ±10%.\n")
+print("| call | store | baseline × SELECT 1 | new × SELECT 1 | new / baseline |")
+print("| --- | --- | ---: | ---: | ---: |")
+for scenario, store in order:
+    if scenario == "select1":
+        continue
+    base = [x for r in rounds if (x := ratio(r, "baseline", scenario, store)) is not None]
+    new = [x for r in rounds if (x := ratio(r, "new", scenario, store)) is not None]
+    rel = [n / b for r in rounds
+           if (n := ratio(r, "new", scenario, store)) is not None and (b := ratio(r, "baseline", scenario, store))]
+    if not rel:
+        continue
+    print(f"| {scenario} | {store} | {statistics.median(base):.2f}× | {statistics.median(new):.2f}× "
+          f"| {statistics.median(rel):.2f} ({min(rel):.2f}–{max(rel):.2f}) |")
+s1 = {b: statistics.median([tps[(r, b, 'select1', '-')] for r in rounds]) for b in ("new", "baseline")}
+print(f"\n`SELECT 1`: {s1['new']:,.0f} TPS (new), {s1['baseline']:,.0f} TPS (baseline), {len(rounds)} rounds.")
+PY
+cat "$ROOT/bench/AB_RESULTS.md"
