@@ -223,13 +223,37 @@ pub fn init(preloading: bool) {
         GucContext::Sighup,
         GucFlags::UNIT_S,
     );
-    if !preloading {
-        return;
+    if preloading {
+        define_sizes();
     }
+    reserve_prefix();
+}
+
+/// Reserves the `rate_limit.` prefix once every setting is defined: a misspelt one (`SET
+/// rate_limit.max_wiat = …`) is an error (42602) instead of a placeholder that silently does nothing, and
+/// placeholders set before the library loaded (in postgresql.conf, say) are reported and removed. On
+/// PostgreSQL 13 only those existing placeholders are reported. When the library is not preloaded, the two
+/// sizes of shared memory are not defined, so a `rate_limit.max_buckets` in postgresql.conf is reported:
+/// it has no effect there.
+fn reserve_prefix() {
+    #[cfg(feature = "pg13")]
+    // SAFETY: a static NUL-terminated name, in _PG_init, after the prefix's settings are defined.
+    unsafe {
+        pgrx::pg_sys::EmitWarningsOnPlaceholders(c"rate_limit".as_ptr())
+    }
+    #[cfg(not(feature = "pg13"))]
+    // SAFETY: as above.
+    unsafe {
+        pgrx::pg_sys::MarkGUCPrefixReserved(c"rate_limit".as_ptr())
+    }
+}
+
+/// The PGC_POSTMASTER settings, which size shared memory: defined only while preloading.
+fn define_sizes() {
     GucRegistry::define_int_guc(
         c"rate_limit.max_buckets",
         c"How many buckets the memory store holds.",
-        c"Sizes the shared-memory table at server start (about 110 bytes per bucket).",
+        c"Sizes the shared-memory table at server start (about 136 bytes per bucket).",
         &MAX_BUCKETS,
         64,
         i32::MAX / 2,

@@ -458,6 +458,16 @@ mod tests {
         );
     }
 
+    /// The `rate_limit.` prefix is reserved: a misspelt setting is refused, not kept as a placeholder.
+    #[cfg(not(feature = "pg13"))]
+    #[pg_test]
+    fn misspelt_settings_are_refused() {
+        assert_eq!(
+            error_of("SET rate_limit.max_wiat = 5").as_deref(),
+            Some("42602: invalid configuration parameter name \"rate_limit.max_wiat\"")
+        );
+    }
+
     #[pg_test]
     fn store_setting_is_validated() {
         assert_eq!(

@@ -2,7 +2,8 @@
 //! plain Rust that knows nothing of PostgreSQL (`cargo test -p rate_limit_model` runs its tests in seconds,
 //! with no server). The extension's stores load, lock and save state; every number comes from here.
 //!
-//! - [`algorithm`]: the three algorithms (token bucket, fixed window, sliding window) on one state shape,
+//! - [`algorithm`]: the algorithms (token bucket, fixed, sliding and calendar windows) and the lease and
+//!   block buckets, on one state shape,
 //!   carry-over when a policy's numbers change, refunds, charges after the fact with bounded debt; [`algorithm::token_bucket`] is the token
 //!   bucket's exact arithmetic (integer fractions of a token, rebasing on a clock that went back), and the
 //!   limit given as rate per second and window;

@@ -1,4 +1,6 @@
-//! The three algorithms of named policies and ad-hoc limits, as exact integer arithmetic on one state shape.
+//! The algorithms of named policies and ad-hoc limits (token bucket, fixed and sliding window, calendar
+//! window) and the kinds of bucket beside them (concurrency leases, blocks), as exact integer arithmetic on
+//! one state shape.
 //!
 //! A [`Policy`] is an algorithm with `rate` tokens per `period_us` microseconds and a capacity `burst`. A
 //! bucket's [`State`] is two integers whose meaning depends on the algorithm:
