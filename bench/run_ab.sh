@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Every call of bench/run.sh, this build against an earlier revision's (default: ea5bfac, main before
 # issue #28), measured in one run. Each build runs in its own copy of the tests' PostgreSQL 15 with its own
-# `SELECT 1`, filled alike (bench/lib.sh); rounds are interleaved, so drift of this noisy machine affects
+# `SELECT 1`, filled alike (bench/lib.sh); rounds are interleaved, the builds taking turns to go first, so drift of this noisy machine affects
 # both builds alike. Writes bench/AB_RESULTS.md: per call, each build's median ratio to its `SELECT 1` over
 # the rounds, and new / baseline with the lowest and highest round.
 #
 #   bench/run_ab.sh                                   (about 30 minutes with both builds to compile)
 #   BENCH_BASELINE_REV=<rev> BENCH_CLIENTS=32 BENCH_ROUNDS=5 BENCH_SECONDS=5 bench/run_ab.sh
+#   BENCH_ONLY="take_random calendar_hot" bench/run_ab.sh   only these calls (and SELECT 1), e.g. to measure
+#                                                           again with more rounds the ones that moved
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -49,7 +51,14 @@ for round in $(seq 1 "$ROUNDS"); do
   for s in "${BENCH_SCENARIOS[@]}"; do
     read -r scenario store script <<<"$s"
     case $scenario in baseline_*) continue ;; esac # PL/pgSQL: the same in both builds
-    for b in new baseline; do
+    if [ -n "${BENCH_ONLY:-}" ] && [ "$scenario" != select1 ] && [[ " $BENCH_ONLY " != *" $scenario "* ]]; then
+      continue
+    fi
+    # the builds take turns going first, so that what a round's first minutes do (a purge, a checkpoint)
+    # does not always land on the same one
+    order="new baseline"
+    [ $((round % 2)) = 0 ] && order="baseline new"
+    for b in $order; do
       tps=$(bench_round "$b" "${PORT[$b]}" "$CLIENTS" "$scenario" "$store" "$script")
       printf '%s\t%s\t%s\t%s\t%s\n' "$round" "$b" "$scenario" "$store" "$tps" >>"$RAW"
       echo "round $round $b $scenario store=$store tps=$tps"
@@ -57,7 +66,7 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 
-python3 - "$RAW" "bench/run_ab.sh (BENCH_BASELINE_REV=$BASELINE_REV BENCH_CLIENTS=$CLIENTS BENCH_ROUNDS=$ROUNDS BENCH_SECONDS=$SECONDS_PER_ROUND)" \
+python3 - "$RAW" "bench/run_ab.sh (${BENCH_ONLY:+BENCH_ONLY=\"$BENCH_ONLY\" }BENCH_BASELINE_REV=$BASELINE_REV BENCH_CLIENTS=$CLIENTS BENCH_ROUNDS=$ROUNDS BENCH_SECONDS=$SECONDS_PER_ROUND)" \
   "$(git rev-parse --short HEAD)" "$BASELINE_REV" "$(nproc)" >"$ROOT/bench/AB_RESULTS.md" <<'PY'
 import statistics, sys
 from collections import defaultdict

@@ -81,6 +81,25 @@ test('every public function accepts untyped parameters', async () => {
     d = await one('SELECT * FROM rate_limit.take_ad_hoc($1, $2, $3)', ['mk', 2, '1 hour']);
     assert.deepEqual([d.allowed, d.remaining], [true, '1']);
     await one('RESET rate_limit.store', []);
+
+    // charges, leases, blocks and the clock shift, with untyped parameters too (named ones included)
+    await one('SELECT rate_limit.create_policy($1, $2, $3, max_debt => $4)', ['llm', 10, '1 minute', 100]);
+    d = await one('SELECT * FROM rate_limit.charge($1, $2, $3)', ['llm', 'alice', 25]);
+    assert.deepEqual([d.allowed, d.remaining], [true, '0']);
+    await one('SELECT rate_limit.create_policy($1, $2, $3, algorithm => $4)',
+      ['jobs', 2, '1 minute', 'concurrency']);
+    d = await one('SELECT * FROM rate_limit.acquire($1, $2)', ['jobs', 'alice']);
+    assert.deepEqual([d.allowed, d.remaining], [true, '1']);
+    assert.equal((await one('SELECT rate_limit.release($1, $2, $3) AS r', ['jobs', 'alice', d.lease])).r, true);
+    assert.equal((await one('SELECT rate_limit.release($1, $2, $3) AS r', ['jobs', 'alice', d.lease])).r, false);
+    d = await one('SELECT * FROM rate_limit.block($1, $2, $3)', ['api', 'mallory', '1 hour']);
+    assert.equal(d.allowed, false);
+    d = await one('SELECT * FROM rate_limit.take($1, $2)', ['api', 'mallory']);
+    assert.deepEqual([d.allowed, d.remaining], [false, '0']);
+    assert.equal((await one('SELECT rate_limit.unblock($1, $2) AS r', ['api', 'mallory'])).r, true);
+    d = await one('SELECT * FROM rate_limit.take($1, $2)', ['api', 'mallory']);
+    assert.equal(d.allowed, true);
+    assert.equal((await one('SELECT rate_limit.clock_shift() = $1 AS r', ['0 seconds'])).r, true);
     assert.equal((await one('SELECT rate_limit.drop_policy($1) AS r', ['org'])).r, true);
   } finally {
     await db.end();
