@@ -458,6 +458,35 @@ mod tests {
         );
     }
 
+    /// Every namespace a policy owns (its buckets, its lease slots, its block buckets) is listed under the
+    /// policy in `rate_limit.buckets`, in both stores: the view's split on chr(31) agrees with the model's
+    /// `owning_policy`.
+    #[pg_test]
+    fn a_policys_slots_and_blocks_are_listed_under_it() {
+        for store in ["table", "memory"] {
+            Spi::run(&format!(
+                "SELECT rate_limit.create_policy('boxed_{store}', 1, '1 hour', store => '{store}');
+                 SELECT rate_limit.create_policy('jobs_{store}', 2, '1 hour', algorithm => 'concurrency', \
+                 store => '{store}');
+                 SELECT count(*) FROM rate_limit.take('boxed_{store}', 'k');
+                 SELECT count(*) FROM rate_limit.block('boxed_{store}', 'k', '1 hour');
+                 SELECT count(*) FROM rate_limit.acquire('jobs_{store}', 'k');
+                 SELECT count(*) FROM rate_limit.acquire('jobs_{store}', 'k');"
+            ))
+            .expect("a blocked key and two leases");
+            // the key's bucket and its block; two lease slots
+            for (policy, rows) in [(format!("boxed_{store}"), 2), (format!("jobs_{store}"), 2)] {
+                assert_eq!(
+                    int(&format!(
+                        "SELECT count(*) FROM rate_limit.buckets WHERE policy = '{policy}' AND key = 'k'"
+                    )),
+                    rows,
+                    "{policy}"
+                );
+            }
+        }
+    }
+
     /// The `rate_limit.` prefix is reserved: a misspelt setting is refused, not kept as a placeholder.
     #[cfg(not(feature = "pg13"))]
     #[pg_test]

@@ -29,6 +29,27 @@ pub const AD_HOC_NAMESPACE: &str = "#ad_hoc";
 /// The namespace column of `rate_limit.bucket_state` for `rate_limiting_request`'s buckets.
 pub const REQUEST_NAMESPACE: &str = "#request";
 
+/// What separates a policy's name from the other namespaces the policy owns: its lease slots'
+/// (`name U+001F slot`, [`crate::algorithm::slot_namespace`]) and its block buckets' (`name U+001F block`,
+/// `name U+001F shadow block`, [`crate::algorithm::block_namespace`]). Policy names are printable ASCII, so
+/// none contains it. The SQL that finds a policy's buckets (`sql/finalize.sql`'s view, `drop_policy`)
+/// splits on it as `chr(31)`.
+pub const POLICY_PART_SEPARATOR: char = '\u{1f}';
+
+/// A namespace policy `policy` owns besides its own: `policy`, [`POLICY_PART_SEPARATOR`], `part`.
+pub fn policy_part(policy: &str, part: &str) -> String {
+    format!("{policy}{POLICY_PART_SEPARATOR}{part}")
+}
+
+/// The policy a policy namespace belongs to: the name before [`POLICY_PART_SEPARATOR`] (a lease slot's, a
+/// block bucket's), or the whole name (the policy's own buckets).
+pub fn owning_policy(namespace: &str) -> &str {
+    namespace
+        .split(POLICY_PART_SEPARATOR)
+        .next()
+        .unwrap_or(namespace)
+}
+
 /// What kind of bucket a namespace holds, as `rate_limit.buckets` and the statistics show it. The one
 /// mapping between namespaces and kinds (`sql/finalize.sql`'s view spells the same for the table's rows;
 /// a test compares them).
@@ -298,6 +319,22 @@ mod tests {
         }
         let names: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
         assert_eq!(names, ["policy", "ad_hoc", "request"]);
+    }
+
+    #[test]
+    fn every_namespace_a_policy_owns_names_it_first() {
+        use crate::algorithm::{block_namespace, shadow_block_namespace, slot_namespace};
+        for owned in [
+            "api".to_string(),
+            block_namespace("api"),
+            shadow_block_namespace("api"),
+            slot_namespace("api", 0),
+            slot_namespace("api", 999),
+        ] {
+            assert_eq!(owning_policy(&owned), "api", "{owned:?}");
+        }
+        assert_eq!(block_namespace("api"), "api\u{1f}block");
+        assert_eq!(slot_namespace("api", 7), "api\u{1f}7");
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub const MAX_BLOCK_US: i64 = 100 * 366 * 86_400 * 1_000_000;
 /// The namespace of the block buckets of policy `policy`'s keys: the policy's name, U+001F and `block`. No
 /// policy is called that (policy names are printable ASCII), nor any lease slot (theirs end in a number).
 pub fn block_namespace(policy: &str) -> String {
-    format!("{policy}\u{1f}block")
+    crate::target::policy_part(policy, "block")
 }
 
 /// The namespace of the block buckets a policy's penalty box writes while its key's calls are in shadow
@@ -37,7 +37,7 @@ pub fn block_namespace(policy: &str) -> String {
 /// a shadowed penalty box would have made is reported (as a would-be denial) while shadow mode lasts and
 /// never enforced after it ends.
 pub fn shadow_block_namespace(policy: &str) -> String {
-    format!("{policy}\u{1f}shadow block")
+    crate::target::policy_part(policy, "shadow block")
 }
 
 /// A state's block or window, read at `now` (never before `at`).

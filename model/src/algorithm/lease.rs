@@ -116,7 +116,7 @@ pub fn slot_of(lease: i64) -> i64 {
 /// No policy is called that (policy names are printable ASCII), and the key stays the caller's, so a key's
 /// slots live where its other buckets do (the same Citus shard).
 pub fn slot_namespace(policy: &str, slot: i64) -> String {
-    format!("{policy}\u{1f}{slot}")
+    crate::target::policy_part(policy, &slot.to_string())
 }
 
 /// The decision of an acquire (or a report) over every slot of a key as it left them at `now`: `allowed`

@@ -11,7 +11,7 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 use super::cas::AtomicState;
 use super::segment::{current_database, current_role, Header};
 use crate::algorithm::{Algorithm, Policy, State};
-use crate::store::target::{Kind, Namespace, Stored};
+use crate::store::target::{owning_policy, Kind, Namespace, Stored};
 use rate_limit_model::shares::{Count, Owners};
 
 /// Slots an insert into a full partition examines at most to find a bucket to evict.
@@ -324,10 +324,8 @@ pub(super) fn new_slot(
 ) -> Slot {
     let (prefix, prefix_len) = id_prefix(id);
     let tag = match namespace {
-        // a lease slot (name U+001F slot) is tagged as its policy: listed, and freed when it is dropped
-        Namespace::Policy { name, created_at } => {
-            policy_tag(name.split('\u{1f}').next().unwrap_or(name), *created_at)
-        }
+        // a lease slot or block bucket is tagged as its policy: listed, and freed when it is dropped
+        Namespace::Policy { name, created_at } => policy_tag(owning_policy(name), *created_at),
         Namespace::AdHoc | Namespace::Request => 0,
     };
     let mut slot = Slot {
