@@ -55,6 +55,26 @@ bench_install_revision() {
   git -C "$ROOT" worktree remove --force "$tree.src"
 }
 
+# bench_start_two_builds BASELINE_REV: release builds of this tree (label "new") and of BASELINE_REV
+# ("baseline"), each in its own copy of PostgreSQL 15 under $DIR, each with a preloaded server on
+# ${PORT[label]}, both stopped when the script exits. Redefines pg_bindir so that the two labels name those
+# installations (every other label keeps its meaning from scripts/cluster.sh).
+bench_start_two_builds() {
+  local baseline_rev=$1 pg15 b
+  pg15=$(dirname "$(pg_bindir 15)")
+  pg_bindir() { case $1 in new | baseline) echo "$DIR/$1/bin" ;; system) echo /usr/lib/postgresql/15/bin ;; *) echo "$PG_CACHE/$1/bin" ;; esac; }
+  echo "== release builds of $(git -C "$ROOT" rev-parse --short HEAD) and $baseline_rev"
+  for b in new baseline; do cluster_stop "$b" "$DIR/data-$b"; done
+  bench_install "$DIR/new" "$ROOT" "$DIR/target-new" "$pg15"
+  bench_install_revision "$DIR/baseline" "$baseline_rev" "$DIR/target-baseline" "$pg15"
+  for b in new baseline; do
+    rm -rf "$DIR/data-$b"
+    cluster_start "$b" "$DIR/data-$b" "${PORT[$b]}" "max_connections = 100" \
+      "shared_preload_libraries = 'rate_limit'" "rate_limit.max_buckets = 1000000"
+  done
+  trap 'cluster_stop new "$DIR/data-new"; cluster_stop baseline "$DIR/data-baseline"' EXIT
+}
+
 # bench_fill LABEL PORT: database `bench` with 100 000 keys in every namespace of both stores, and in the
 # PL/pgSQL baseline's table.
 bench_fill() {

@@ -29,20 +29,7 @@ OUT="$ROOT/bench/out"
 RAW="$OUT/ab_raw.tsv"
 mkdir -p "$OUT" "$DIR"
 
-PG15=$(dirname "$(pg_bindir 15)")
-pg_bindir() { case $1 in new | baseline) echo "$DIR/$1/bin" ;; system) echo /usr/lib/postgresql/15/bin ;; *) echo "$PG_CACHE/$1/bin" ;; esac; }
-
-echo "== release builds of $(git rev-parse --short HEAD) and $BASELINE_REV"
-for b in new baseline; do cluster_stop "$b" "$DIR/data-$b"; done
-bench_install "$DIR/new" "$ROOT" "$DIR/target-new" "$PG15"
-bench_install_revision "$DIR/baseline" "$BASELINE_REV" "$DIR/target-baseline" "$PG15"
-
-for b in new baseline; do
-  rm -rf "$DIR/data-$b"
-  cluster_start "$b" "$DIR/data-$b" "${PORT[$b]}" "max_connections = 100" \
-    "shared_preload_libraries = 'rate_limit'" "rate_limit.max_buckets = 1000000"
-done
-trap 'cluster_stop new "$DIR/data-new"; cluster_stop baseline "$DIR/data-baseline"' EXIT
+bench_start_two_builds "$BASELINE_REV"
 echo "== 100 000 keys in every namespace of both stores, in both builds"
 for b in new baseline; do bench_fill "$b" "${PORT[$b]}"; done
 

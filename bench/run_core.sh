@@ -32,21 +32,7 @@ RAW="$OUT/core_raw.tsv"
 mkdir -p "$OUT" "$DIR"
 : >"$RAW"
 
-PG15=$(dirname "$(pg_bindir 15)")
-# the builds' own installations; every other version label keeps its meaning from cluster.sh
-pg_bindir() { case $1 in new | baseline) echo "$DIR/$1/bin" ;; system) echo /usr/lib/postgresql/15/bin ;; *) echo "$PG_CACHE/$1/bin" ;; esac; }
-
-echo "== building this revision and $BASELINE_REV (release)"
-for b in new baseline; do cluster_stop "$b" "$DIR/data-$b"; done
-bench_install "$DIR/new" "$ROOT" "$DIR/target-new" "$PG15"
-bench_install_revision "$DIR/baseline" "$BASELINE_REV" "$DIR/target-baseline" "$PG15"
-
-for b in new baseline; do
-  rm -rf "$DIR/data-$b"
-  cluster_start "$b" "$DIR/data-$b" "${PORT[$b]}" "max_connections = 100" \
-    "shared_preload_libraries = 'rate_limit'" "rate_limit.max_buckets = 1000000"
-done
-trap 'cluster_stop new "$DIR/data-new"; cluster_stop baseline "$DIR/data-baseline"' EXIT
+bench_start_two_builds "$BASELINE_REV"
 
 echo "== preparing 100 000 keys in every namespace of both stores"
 psql_at new "${PORT[new]}" -d postgres -qc "CREATE DATABASE bench"
@@ -66,7 +52,7 @@ for store in table memory; do
 done
 for b in new baseline; do psql_at "$b" "${PORT[$b]}" -d bench -qc "VACUUM ANALYZE"; done
 
-PGBENCH="$PG15/bin/pgbench"
+PGBENCH="$(pg_bindir new)/pgbench"
 run() { # run BUILD SCENARIO SCRIPT STORE: one round
   local build=$1 scenario=$2 script=$3 store=$4 out tps
   out=$(PGOPTIONS="-c synchronous_commit=off -c rate_limit.store=$store" \

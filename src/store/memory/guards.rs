@@ -29,15 +29,13 @@ impl<'a> SharedGuard<'a> {
         // the owners' region holds two tables of `owner_table_len` counts).
         unsafe {
             pg_sys::LWLockAcquire(p.lock, pg_sys::LWLockMode::LW_SHARED);
+            let (databases, roles) = p.owner_tables();
             SharedGuard {
                 lock: p.lock,
                 header: &*p.header,
                 owners: Owners {
-                    databases: std::slice::from_raw_parts(p.owners, p.owner_table_len),
-                    roles: std::slice::from_raw_parts(
-                        p.owners.add(p.owner_table_len),
-                        p.owner_table_len,
-                    ),
+                    databases: &*databases,
+                    roles: &*roles,
                 },
                 slots: std::slice::from_raw_parts(p.slots, p.slots_len as usize),
             }
@@ -68,16 +66,14 @@ impl<'a> ExclusiveGuard<'a> {
         // owner tables and the slots do not overlap).
         unsafe {
             pg_sys::LWLockAcquire(p.lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
+            let (databases, roles) = p.owner_tables();
             ExclusiveGuard {
                 lock: p.lock,
                 partition: Partition {
                     header: &mut *p.header,
                     owners: Owners {
-                        databases: std::slice::from_raw_parts_mut(p.owners, p.owner_table_len),
-                        roles: std::slice::from_raw_parts_mut(
-                            p.owners.add(p.owner_table_len),
-                            p.owner_table_len,
-                        ),
+                        databases: &mut *databases,
+                        roles: &mut *roles,
                     },
                     slots: std::slice::from_raw_parts_mut(p.slots, p.slots_len as usize),
                     limit,

@@ -329,6 +329,22 @@ pub(super) struct PartitionPointers {
     pub slots_len: u32,
 }
 
+impl PartitionPointers {
+    /// The two owner tables (databases, roles) as raw slices.
+    ///
+    /// # Safety
+    /// As for dereferencing the pointers: the caller holds the partition's lock.
+    pub unsafe fn owner_tables(&self) -> (*mut [Count], *mut [Count]) {
+        // SAFETY: the owners' region of a partition holds two tables of `owner_table_len` counts each
+        // (Geometry's layout); only the pointers are computed here.
+        let roles = unsafe { self.owners.add(self.owner_table_len) };
+        (
+            ptr::slice_from_raw_parts_mut(self.owners, self.owner_table_len),
+            ptr::slice_from_raw_parts_mut(roles, self.owner_table_len),
+        )
+    }
+}
+
 /// The OID of the database this backend is connected to.
 pub(super) fn current_database() -> u32 {
     // SAFETY: MyDatabaseId is a plain global of the backend, set at connection and read on its only thread.
