@@ -16,10 +16,10 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
 use crate::algorithm::Policy;
-use crate::clock;
 use crate::error;
 use crate::gucs;
-use crate::store::target::Blocking;
+use crate::target::Blocking;
+use crate::time::clock;
 
 /// Checks that a limit the caller chose (ad-hoc, or `rate_limiting_request`'s) refills within
 /// `rate_limit.max_refill_time` when a call may create its bucket (`cost > 0`); roles with the privileges

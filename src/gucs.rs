@@ -232,16 +232,16 @@ pub fn init(preloading: bool) {
 /// Reserves the `rate_limit.` prefix once every setting is defined: a misspelt one (`SET
 /// rate_limit.max_wiat = …`) is an error (42602) instead of a placeholder that silently does nothing, and
 /// placeholders set before the library loaded (in postgresql.conf, say) are reported and removed. On
-/// PostgreSQL 13 only those existing placeholders are reported. When the library is not preloaded, the two
-/// sizes of shared memory are not defined, so a `rate_limit.max_buckets` in postgresql.conf is reported:
-/// it has no effect there.
+/// PostgreSQL 13 and 14, which have no MarkGUCPrefixReserved, only those existing placeholders are
+/// reported. When the library is not preloaded, the two sizes of shared memory are not defined, so a
+/// `rate_limit.max_buckets` in postgresql.conf is reported: it has no effect there.
 fn reserve_prefix() {
-    #[cfg(feature = "pg13")]
+    #[cfg(any(feature = "pg13", feature = "pg14"))]
     // SAFETY: a static NUL-terminated name, in _PG_init, after the prefix's settings are defined.
     unsafe {
         pgrx::pg_sys::EmitWarningsOnPlaceholders(c"rate_limit".as_ptr())
     }
-    #[cfg(not(feature = "pg13"))]
+    #[cfg(not(any(feature = "pg13", feature = "pg14")))]
     // SAFETY: as above.
     unsafe {
         pgrx::pg_sys::MarkGUCPrefixReserved(c"rate_limit".as_ptr())

@@ -11,16 +11,16 @@
 
 use pgrx::pg_sys;
 
-use crate::clock_shift;
 use crate::shmem;
 use crate::stats;
 use crate::store;
+use crate::time::clock_shift;
 
 /// Index of AddinShmemInitLock in MainLWLockArray (lwlocknames.txt, the same from PostgreSQL 13 to 18).
 const ADDIN_SHMEM_INIT_LOCK: usize = 21;
 
 static mut PREV_SHMEM_STARTUP_HOOK: pg_sys::shmem_startup_hook_type = None;
-#[cfg(not(feature = "pg13"))]
+#[cfg(not(any(feature = "pg13", feature = "pg14")))]
 static mut PREV_SHMEM_REQUEST_HOOK: pg_sys::shmem_request_hook_type = None;
 
 /// Installs the hooks. Called from `_PG_init` only while preloading.
@@ -29,9 +29,9 @@ pub fn init_when_preloading() {
     // PostgreSQL expects extensions to chain exactly like this.
     unsafe {
         shmem::set_preloaded();
-        #[cfg(feature = "pg13")]
+        #[cfg(any(feature = "pg13", feature = "pg14"))]
         request_all();
-        #[cfg(not(feature = "pg13"))]
+        #[cfg(not(any(feature = "pg13", feature = "pg14")))]
         {
             PREV_SHMEM_REQUEST_HOOK = pg_sys::shmem_request_hook;
             pg_sys::shmem_request_hook = Some(shmem_request);
@@ -52,7 +52,7 @@ unsafe fn request_all() {
     }
 }
 
-#[cfg(not(feature = "pg13"))]
+#[cfg(not(any(feature = "pg13", feature = "pg14")))]
 #[pgrx::pg_guard]
 unsafe extern "C-unwind" fn shmem_request() {
     // SAFETY: called by the postmaster in its shmem request phase; the previous hook was saved by

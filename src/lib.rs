@@ -1,24 +1,20 @@
 //! rate_limit: exact token-bucket rate limiting inside PostgreSQL.
 //!
-//! One model: the `rate_limit_model` crate (re-exported here as `algorithm` and `http`) holds the exact
-//! arithmetic of every limit (pure Rust, no PostgreSQL types); `decision` and `http` shape what a call
-//! reports. One store seam: `store` takes, peeks, refunds,
-//! resets, purges and lists the buckets of a call, in the table store or the memory store. `api` is the
-//! thin SQL surface, `policies` the coherent cache of named policies, `error` the SQLSTATE errors, `gucs`
-//! the settings, `clock`, `clock_shift` and `calendar` time (the clocks, a standby's skew, calendar
-//! periods), `bounds` the bounds that numbers set, `cluster` Citus. For operators: `stats` counts calls per policy in shared memory,
-//! `worker` purges full buckets in the background, `hooks` wires the shared memory of both into
-//! PostgreSQL's hooks (`shmem` is the leaf of facts and helpers they share) and `persist` keeps it across
-//! clean restarts. The hand-written SQL (schema, table,
-//! views, grants, upgrade scripts) is in `sql/`.
+//! One model: the `rate_limit_model` crate (re-exported here as `algorithm`, `http` and `target`) holds the
+//! exact arithmetic of every limit (pure Rust, no PostgreSQL types); `decision` and `http` shape what a call
+//! reports. One store seam: `store` takes, peeks, refunds, resets, purges and lists the buckets of a call, in
+//! the table store or the memory store. `api` is the thin SQL surface, `policies` the coherent cache of
+//! named policies, `error` the SQLSTATE errors, `gucs` the settings, `time` the clocks, a standby's skew and
+//! calendar periods, `bounds` the bounds that numbers set, `cluster` Citus. For operators: `stats` counts
+//! calls per policy in shared memory, `worker` purges full buckets in the background, `hooks` wires the
+//! shared memory of both into PostgreSQL's hooks (`shmem` is the leaf of facts and helpers they share, and
+//! imports nothing of the crate) and `persist` keeps it across clean restarts. The hand-written SQL
+//! (schema, table, views, grants, upgrade scripts) is in `sql/`.
 
 use pgrx::prelude::*;
 
 pub mod api;
 pub mod bounds;
-pub mod calendar;
-pub mod clock;
-pub mod clock_shift;
 pub mod cluster;
 pub mod decision;
 pub mod error;
@@ -29,9 +25,10 @@ pub mod policies;
 pub mod shmem;
 pub mod stats;
 pub mod store;
+pub mod time;
 pub mod worker;
 
-pub use rate_limit_model::{algorithm, http};
+pub use rate_limit_model::{algorithm, http, target};
 
 #[cfg(any(test, feature = "pg_test"))]
 mod pg_tests;

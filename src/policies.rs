@@ -29,9 +29,10 @@ use pgrx::spi::Spi;
 use pgrx::PgSqlErrorCode;
 
 use crate::algorithm::{Algorithm, DebtError, Policy, PolicyError, MAX_BLOCK_US, MAX_WINDOW_COUNT};
+use crate::error;
 use crate::gucs::Store;
-use crate::store::target::Blocking;
-use crate::{calendar, error};
+use crate::target::Blocking;
+use crate::time::calendar;
 
 /// The longest policy name, in bytes.
 pub const MAX_NAME_BYTES: usize = 63;

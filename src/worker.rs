@@ -15,7 +15,7 @@
 //!
 //! On a streaming standby it samples, every [`CLOCK_SAMPLE_INTERVAL`], how far this server's clock is off
 //! the primary's, and saves the table store's clock shift when the server is promoted
-//! ([`crate::clock_shift`]). It also writes the memory store's snapshot every `rate_limit.memory_snapshot_interval` (0: only at a
+//! ([`crate::time::clock_shift`]). It also writes the memory store's snapshot every `rate_limit.memory_snapshot_interval` (0: only at a
 //! clean shutdown). A purge interval of 0 disables the purges. Errors are logged by PostgreSQL: a
 //! database's worker that fails exits (the next round tries again), and a launcher that fails exits with
 //! code 1 and is restarted by the postmaster after [`RESTART_SECONDS`]; neither takes the server down.
@@ -27,9 +27,9 @@ use pgrx::bgworkers::{
 };
 use pgrx::prelude::*;
 
-use crate::clock_shift;
 use crate::gucs;
 use crate::store;
+use crate::time::clock_shift;
 
 /// Rows deleted per transaction by a database's purge.
 pub const BATCH: i64 = 5000;
@@ -38,7 +38,7 @@ pub const BATCH: i64 = 5000;
 /// tries again.
 pub const LOCK_TIMEOUT_MS: i32 = 1000;
 
-/// How often the launcher of a standby samples its clock's skew (see [`crate::clock_shift`]).
+/// How often the launcher of a standby samples its clock's skew (see [`crate::time::clock_shift`]).
 pub const CLOCK_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Seconds before the postmaster restarts a launcher that exited with an error.

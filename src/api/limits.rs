@@ -9,12 +9,13 @@ use pgrx::prelude::*;
 
 use super::{decide, key_arg, policy_arg, policy_target, store_of, to_row};
 use crate::algorithm::Algorithm;
-use crate::clock;
 use crate::decision::Decision;
 use crate::error;
 use crate::gucs;
 use crate::policies;
-use crate::store::{self, target::Namespace, target::Target, target::MAX_TARGETS};
+use crate::store;
+use crate::target::{Namespace, Target, MAX_TARGETS};
+use crate::time::clock;
 
 use super::policies::build_policy;
 

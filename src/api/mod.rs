@@ -36,7 +36,8 @@ use crate::decision::{self, Decision, Reported};
 use crate::error::{self, MAX_ID_BYTES};
 use crate::gucs::{self, Store};
 use crate::policies::{self as named_policies, Named};
-use crate::store::{self, target::Namespace, target::Target};
+use crate::store;
+use crate::target::{Namespace, Target};
 
 /// The SQL type every limiter call returns.
 pub type DecisionRow = PgHeapTuple<'static, AllocatedByRust>;

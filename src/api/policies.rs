@@ -7,9 +7,9 @@ use pgrx::prelude::*;
 use pgrx::spi::Spi;
 
 use crate::algorithm::{Algorithm, Policy};
-use crate::calendar::anchor_us;
 use crate::error;
 use crate::policies::{self, check_name, parse_algorithm, parse_store};
+use crate::time::calendar::anchor_us;
 
 fn required<T>(
     function: &'static str,
@@ -133,8 +133,8 @@ mod rate_limit {
             .map_err(|e| policies::debt_error(F, e))?;
         let blocking = policies::blocking(F, &policy, block_after, block_for)?;
         crate::bounds::policy(F, &policy, max_debt, &blocking)?;
-        // the table store's clock, on which its rows are written (see crate::clock_shift)
-        let now = TimestampWithTimeZone::try_from(crate::clock::table_now_us())
+        // the table store's clock, on which its rows are written (see crate::time::clock_shift)
+        let now = TimestampWithTimeZone::try_from(crate::time::clock::table_now_us())
             .map_err(|_| error::bug(F, "the clock is out of the timestamp range"))?;
         let args: [DatumWithOid<'_>; 13] = [
             name.into(),
@@ -279,7 +279,7 @@ mod rate_limit {
         }
         // the clock is read here and passed: Citus refuses a volatile function in an UPDATE of a
         // distributed (here: reference) table
-        let changed_at = TimestampWithTimeZone::try_from(crate::clock::table_now_us())
+        let changed_at = TimestampWithTimeZone::try_from(crate::time::clock::table_now_us())
             .map_err(|_| error::bug(F, "the clock is out of the timestamp range"))?;
         let args: [DatumWithOid<'_>; 12] = [
             name.into(),

@@ -13,7 +13,8 @@ use crate::algorithm::token_bucket::{Limit, MICROS_PER_SECOND};
 use crate::algorithm::{Algorithm, Outcome, Policy};
 use crate::error;
 use crate::gucs;
-use crate::store::{self, target::Namespace, target::Target};
+use crate::store;
+use crate::target::{Namespace, Target};
 
 /// The largest capacity whose remaining count (`capacity - 1`) fits in the `int` a request returns.
 const MAX_CAPACITY: i64 = i32::MAX as i64 + 1;

@@ -41,9 +41,9 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::PgSqlErrorCode;
 
 use crate::algorithm::Outcome;
-use crate::clock;
 use crate::gucs;
-use crate::store::target::Target;
+use crate::target::Target;
+use crate::time::clock;
 use pending::{flush_pending, note_denial};
 use rate_limit_model::summary::{Counter, Summary};
 use segment::{current_database, Stats};
@@ -79,7 +79,7 @@ pub fn record(targets: &[Target<'_>], outcomes: &[Outcome], cost: i64) {
     let Some(stats) = Stats::attach() else {
         return;
     };
-    let allowed = crate::store::target::granted(targets, outcomes);
+    let allowed = crate::target::granted(targets, outcomes);
     // SAFETY: MyProcPid is a plain global of the backend.
     let stripe = unsafe { pg_sys::MyProcPid } as usize % STRIPES;
     for (t, o) in targets.iter().zip(outcomes) {

@@ -7,7 +7,7 @@ use std::cell::{Cell, RefCell};
 use pgrx::pg_sys;
 
 use super::segment::Stats;
-use crate::clock;
+use crate::time::clock;
 use rate_limit_model::denials::{self, Batch};
 
 thread_local! {

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use pgrx::pg_sys;
 use siphasher::sip::SipHasher13;
 
-use crate::clock;
 use crate::gucs;
+use crate::time::clock;
 use rate_limit_model::summary::Summary;
 
 const SEGMENT_NAME: &CStr = c"rate_limit statistics";

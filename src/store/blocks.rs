@@ -23,9 +23,9 @@
 
 use pgrx::pg_sys::panic::ErrorReport;
 
-use super::target::{Ask, Blocking, Namespace, Target};
 use super::{memory, memory_take_one, table, Store};
 use crate::algorithm::{block_namespace, shadow_block_namespace, Outcome};
+use crate::target::{Ask, Blocking, Namespace, Target};
 
 /// The namespace of the block bucket of `target` and how it is blocked; `None` when it cannot be. `shadow`
 /// names the one its penalty box counts in under shadow mode.

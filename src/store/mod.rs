@@ -34,8 +34,6 @@ mod memory;
 pub mod short;
 mod table;
 
-pub use rate_limit_model::target;
-
 pub use memory::{
     attach_or_create as attach_memory, available as memory_available, load_saved as load_memory,
     request_shmem as request_memory, save as save_memory, Usage as MemoryUsage,
@@ -46,11 +44,11 @@ pub use table::evaluations as table_evaluations;
 use pgrx::pg_sys::panic::ErrorReport;
 
 use crate::algorithm::{Outcome, State};
-use crate::clock;
 use crate::cluster;
 use crate::gucs::Store;
 use crate::stats;
-use target::{Ask, Kind, Namespace, Target};
+use crate::target::{Ask, Kind, Namespace, Target};
+use crate::time::clock;
 
 /// Now on the clock of `store`: the wall clock for the table store, the memory store's own clock (55000
 /// when it is not available).

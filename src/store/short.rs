@@ -25,7 +25,7 @@ use std::collections::HashMap;
 
 use crate::algorithm::{Outcome, Policy, State};
 use crate::gucs::Store;
-use crate::store::target::{Namespace, Target};
+use crate::target::{Namespace, Target};
 
 /// Buckets remembered at most per backend.
 pub const CAPACITY: usize = 4096;

@@ -12,7 +12,7 @@ use portable_atomic::AtomicU128;
 use super::segment::Table;
 use super::slots::{slot_policy, Probe};
 use crate::algorithm::{Outcome, Policy, State};
-use crate::store::target::{Ask, Stored, Target};
+use crate::target::{Ask, Stored, Target};
 
 /// A bucket's state (level and instant) as one 128-bit word, so that it can be swapped atomically.
 #[repr(transparent)]
@@ -140,7 +140,7 @@ mod tests {
 
     fn target(policy: Policy) -> Target<'static> {
         Target {
-            namespace: crate::store::target::Namespace::AdHoc,
+            namespace: crate::target::Namespace::AdHoc,
             key: "k",
             policy,
             changed_at: i64::MIN,

@@ -7,7 +7,7 @@ use pgrx::pg_sys;
 
 use super::segment::{PartitionPointers, Table};
 use super::slots::{probe, Partition, PartitionHeader, Probe, Slot};
-use crate::store::target::MAX_TARGETS;
+use crate::target::MAX_TARGETS;
 use rate_limit_model::shares::{Count, Owners};
 
 /// A partition locked SHARED: it can only be read.

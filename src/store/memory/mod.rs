@@ -42,7 +42,7 @@
 //! is a full one); failing that, `rate_limit.on_full` decides, among the caller's role's own buckets only. An insert examines at most [`slots::EVICTION_SCAN`] slots under its exclusive lock,
 //! from a hand that moves on through the partition, so a flood of new keys costs a bounded time per call.
 //!
-//! Time. The store measures time on [`crate::clock::monotonic_us`], a clock that never steps, anchored to the wall
+//! Time. The store measures time on [`crate::time::clock::monotonic_us`], a clock that never steps, anchored to the wall
 //! clock when the segment is created: while the server runs, wall-clock steps (NTP, VM restore) neither
 //! mint tokens nor freeze buckets here; across a restart, `snapshot` converts instants through the wall
 //! clock. Listings show instants converted to the wall clock of the moment of the listing.
@@ -58,7 +58,7 @@ use pgrx::pg_sys::panic::ErrorReport;
 
 use crate::algorithm::{Outcome, Policy, State};
 use crate::gucs;
-use crate::store::target::{evaluate_all, Ask, Kind, Namespace, Stored, Target, MAX_TARGETS};
+use crate::target::{evaluate_all, Ask, Kind, Namespace, Stored, Target, MAX_TARGETS};
 use cas::{take_shared, AtomicState};
 use rate_limit_model::shares;
 use segment::{current_database, current_role, role_is_superuser, Table};

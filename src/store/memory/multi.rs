@@ -14,7 +14,7 @@ use super::segment::{current_database, current_role, role_is_superuser, Table};
 use super::slots::{new_slot, stored_of, write_policy, Evict, Probe, Whose};
 use crate::algorithm::Outcome;
 use crate::gucs::{self, OnFull};
-use crate::store::target::{granted, Ask, Target, MAX_TARGETS};
+use crate::target::{granted, Ask, Target, MAX_TARGETS};
 use rate_limit_model::shares::{self, Caller, NoRoom, Room};
 
 /// Answers `ask` for every target under the exclusive locks of their partitions, all or nothing: nothing

@@ -18,10 +18,10 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 
 use super::guards::{ExclusiveGuard, SharedGuard};
 use super::slots::{kind_of, PartitionHeader, Slot};
-use crate::clock;
 use crate::gucs;
 use crate::shmem;
-use crate::store::target::Namespace;
+use crate::target::Namespace;
+use crate::time::clock;
 use rate_limit_model::shares::{self, Count};
 
 const SEGMENT_NAME: &CStr = c"rate_limit memory store";

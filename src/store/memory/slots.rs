@@ -11,7 +11,7 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 use super::cas::AtomicState;
 use super::segment::{current_database, current_role, Header};
 use crate::algorithm::{Algorithm, Policy, State};
-use crate::store::target::{owning_policy, Kind, Namespace, Stored};
+use crate::target::{owning_policy, Kind, Namespace, Stored};
 use rate_limit_model::shares::{Count, Owners};
 
 /// Slots an insert into a full partition examines at most to find a bucket to evict.

@@ -33,9 +33,9 @@ use super::{
     plans, read, read_only, read_with, row_args, spi, timestamptz, write, COLUMNS, WHERE_BUCKET,
 };
 use crate::algorithm::{lease_id, State};
-use crate::clock;
 use crate::error;
-use crate::store::target::{Ask, Target};
+use crate::target::{Ask, Target};
+use crate::time::clock;
 
 /// The leases' own saved plans.
 struct LeasePlans {

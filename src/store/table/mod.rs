@@ -47,9 +47,9 @@ use pgrx::spi::{OwnedPreparedStatement, Spi, SpiClient, SpiError};
 use pgrx::PgSqlErrorCode;
 
 use crate::algorithm::{Algorithm, Outcome, Policy, State};
-use crate::clock;
 use crate::error;
-use crate::store::target::{evaluate_all, granted, Namespace, Stored, Target};
+use crate::target::{evaluate_all, granted, Namespace, Stored, Target};
+use crate::time::clock;
 
 /// How often a call starts again (its row changed, vanished or appeared under it) before it gives up with
 /// 40001.

@@ -22,7 +22,7 @@ use pgrx::prelude::*;
 
 use crate::algorithm::{Algorithm, Policy, State};
 use crate::error;
-use crate::store::target::Stored;
+use crate::target::Stored;
 
 /// The arguments of one evaluation of `TAKE`'s arithmetic.
 #[derive(Clone, Copy, PartialEq, Eq)]

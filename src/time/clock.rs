@@ -2,7 +2,7 @@
 //!
 //! - The table store uses the server's wall clock ([`now_us`], what `clock_timestamp()` returns, read fresh
 //!   at every call, never the transaction start time that `now()` freezes) minus the shift a promotion
-//!   kept ([`table_now_us`], see [`crate::clock_shift`]): its state outlives the server and moves with it
+//!   kept ([`table_now_us`], see [`crate::time::clock_shift`]): its state outlives the server and moves with it
 //!   to a standby, whose wall clock may be off the primary's.
 //! - The memory store lives for one server lifetime and uses a clock that never steps ([`monotonic_us`]),
 //!   anchored to the wall clock when the store is created (see `store::memory`).
@@ -18,7 +18,7 @@ pub fn now_us() -> i64 {
 /// Microseconds since 2000-01-01 UTC on the table store's clock: the wall clock minus the shift this
 /// server keeps from a promotion (0 unless its clock was found off its old primary's).
 pub fn table_now_us() -> i64 {
-    now_us().saturating_sub(crate::clock_shift::current())
+    now_us().saturating_sub(crate::time::clock_shift::current())
 }
 
 /// Microseconds on a clock that never steps: `CLOCK_BOOTTIME` on Linux (monotonic, and counting time

@@ -1,0 +1,184 @@
+//! The named-policy limiter: peeks and denials that write nothing, the short-denial fast path,
+//! multi-limit denials, shadow mode in read-only transactions, and charges in both stores.
+
+#[pgrx::pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    use crate::pg_tests::helpers::{error_of, int, text};
+
+    /// Peeks and denials create no row; a bucket refunded to full is purged, in both stores.
+    #[pg_test]
+    fn policy_peeks_write_nothing_and_full_buckets_are_purged() {
+        Spi::run("SELECT rate_limit.create_policy('pt_purge', 1, '1 hour', 3)").expect("create");
+        for store in ["table", "memory"] {
+            Spi::run(&format!("SET rate_limit.store = '{store}'")).expect("store");
+            let listed = || {
+                int(
+                    "SELECT count(*) FROM rate_limit.buckets WHERE policy = 'pt_purge' \
+                     AND key = 'k'",
+                )
+            };
+            assert_eq!(
+                int("SELECT remaining FROM rate_limit.peek('pt_purge', 'k')"),
+                3
+            );
+            assert_eq!(
+                int("SELECT remaining FROM rate_limit.take('pt_purge', 'k', 4)"),
+                3
+            );
+            assert_eq!(
+                listed(),
+                0,
+                "{store}: peeks and impossible costs write nothing"
+            );
+            assert_eq!(
+                int("SELECT remaining FROM rate_limit.take('pt_purge', 'k', 2)"),
+                1
+            );
+            assert_eq!(listed(), 1, "{store}");
+            assert_eq!(
+                int("SELECT remaining FROM rate_limit.refund('pt_purge', 'k', 5)"),
+                3
+            );
+            assert!(int("SELECT rate_limit.purge()") >= 1);
+            assert_eq!(listed(), 0, "{store}: a full bucket is purged");
+        }
+        Spi::run("RESET rate_limit.store").expect("reset");
+    }
+
+    /// Repeated denials of every kind of call are answered from the backend's memory of short buckets,
+    /// without reading the table, with exact figures computed from the remembered state.
+    #[pg_test]
+    fn repeated_denials_of_every_call_skip_the_table() {
+        Spi::run(
+            "SELECT rate_limit.create_policy('pt_short', 1, '1 hour', 1); \
+             SELECT rate_limit.create_policy('pt_roomy', 1, '1 hour', 100); \
+             SET rate_limit.store = 'table'",
+        )
+        .expect("set up");
+        let reads = || {
+            int("SELECT coalesce(sum(seq_scan + idx_scan), 0)::bigint FROM pg_stat_xact_user_tables \
+                 WHERE relid = 'rate_limit.bucket_state'::regclass")
+        };
+        let denial = |sql: &str| {
+            text(&format!(
+                "SELECT allowed || ':' || remaining || ':' || coalesce(policy, '-') || ':' || \
+                 (retry_after BETWEEN interval '59 minutes' AND interval '1 hour') FROM {sql}"
+            ))
+        };
+        // drain (a grant has no retry_after, so its line is NULL), then one denial that reads the table
+        // and is remembered
+        assert_eq!(denial("rate_limit.take('pt_short', 'k')"), None);
+        assert_eq!(
+            denial("rate_limit.take('pt_short', 'k')").as_deref(),
+            Some("false:0:pt_short:true")
+        );
+        assert_eq!(
+            int("SELECT rate_limiting_request('pt_short_r', 1, 1)::bigint"),
+            0
+        );
+        assert_eq!(
+            int("SELECT rate_limiting_request('pt_short_r', 1, 1)::bigint"),
+            -1
+        );
+        let before = reads();
+        for _ in 0..20 {
+            assert_eq!(
+                denial("rate_limit.take('pt_short', 'k')").as_deref(),
+                Some("false:0:pt_short:true")
+            );
+            assert_eq!(
+                denial("rate_limit.take_many(ARRAY['pt_roomy', 'pt_short'], ARRAY['k'])")
+                    .as_deref(),
+                Some("false:0:pt_short:true")
+            );
+            assert_eq!(
+                int("SELECT rate_limiting_request('pt_short_r', 1, 1)::bigint"),
+                -1
+            );
+        }
+        assert_eq!(reads(), before, "no denial read the table");
+        // a peek always reads, and the roomy policy gave nothing away
+        assert_eq!(
+            int("SELECT remaining FROM rate_limit.peek('pt_roomy', 'k')"),
+            100
+        );
+        Spi::run("RESET rate_limit.store").expect("reset");
+    }
+
+    /// The decision of a denied multi-limit call names the policy with the longest wait, and nothing was
+    /// taken from the others.
+    #[pg_test]
+    fn multi_limit_denial_names_the_longest_wait_and_takes_nothing() {
+        Spi::run(
+            "SELECT rate_limit.create_policy('pt_fast', 1, '1 second', 2); \
+             SELECT rate_limit.create_policy('pt_slow', 1, '1 hour', 2); \
+             SELECT rate_limit.create_policy('pt_big', 1, '1 hour', 100)",
+        )
+        .expect("create");
+        Spi::run("SELECT * FROM rate_limit.take_many(ARRAY['pt_fast', 'pt_slow'], ARRAY['k'], 2)")
+            .expect("drain");
+        assert_eq!(
+            text(
+                "SELECT allowed || ':' || policy || ':' || (retry_after > interval '59 minutes') \
+                 FROM rate_limit.take_many(ARRAY['pt_big', 'pt_fast', 'pt_slow'], ARRAY['k'])"
+            )
+            .as_deref(),
+            Some("false:pt_slow:true")
+        );
+        assert_eq!(
+            int("SELECT remaining FROM rate_limit.peek('pt_big', 'k')"),
+            100
+        );
+    }
+
+    /// In a read-only transaction (a PostgREST GET, a standby), a table-store policy in shadow mode answers
+    /// a would-be denial without writing: allowed, reported, no 25006; a grant still needs a write (25006).
+    #[pg_test]
+    fn a_shadow_denial_writes_nothing_in_a_read_only_transaction() {
+        Spi::run(
+            "SELECT rate_limit.create_policy('pt_shadow_ro', 1, '1 day', shadow => true, store => 'table')",
+        )
+        .expect("policy");
+        Spi::run("SELECT rate_limit.take('pt_shadow_ro', 'k')").expect("first grant");
+        assert_eq!(error_of("SELECT 1"), None); // creates the helper while writes are allowed
+        Spi::run("SET LOCAL transaction_read_only = on").expect("read only");
+        assert_eq!(
+            text(
+                "SELECT concat_ws(',', allowed, shadow_denied, policy) \
+                 FROM rate_limit.take('pt_shadow_ro', 'k')"
+            )
+            .as_deref(),
+            Some("t,t,pt_shadow_ro")
+        );
+        let e =
+            text("SELECT pg_temp.error_of('SELECT rate_limit.take(''pt_shadow_ro'', ''other'')')");
+        assert!(e.is_some_and(|e| e.starts_with("25006")));
+    }
+
+    /// The same charges and takes give the same figures in both stores, debt included.
+    #[pg_test]
+    fn both_stores_charge_alike() {
+        Spi::run("SELECT rate_limit.create_policy('pt_charge_t', 1, '1 day', burst => 10, max_debt => 4, store => 'table')")
+            .expect("policy");
+        Spi::run("SELECT rate_limit.create_policy('pt_charge_m', 1, '1 day', burst => 10, max_debt => 4, store => 'memory')")
+            .expect("policy");
+        for p in ["pt_charge_t", "pt_charge_m"] {
+            // one statement each: a statement does not see the rows its own earlier calls wrote
+            let figures: Vec<String> = [
+                format!("SELECT remaining::text FROM rate_limit.take('{p}', 'k', 6)"),
+                format!("SELECT remaining::text FROM rate_limit.charge('{p}', 'k', 5)"),
+                format!("SELECT floor(tokens)::text FROM rate_limit.buckets WHERE policy = '{p}'"),
+                format!("SELECT allowed::text FROM rate_limit.take('{p}', 'k')"),
+                format!("SELECT remaining::text FROM rate_limit.charge('{p}', 'k', 100)"),
+                format!("SELECT floor(tokens)::text FROM rate_limit.buckets WHERE policy = '{p}'"),
+                format!("SELECT remaining::text FROM rate_limit.refund('{p}', 'k', 7)"),
+            ]
+            .iter()
+            .map(|q| text(q).unwrap_or_default())
+            .collect();
+            assert_eq!(figures, ["4", "0", "-1", "false", "0", "-4", "3"], "{p}");
+        }
+    }
+}
