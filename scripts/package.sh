@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the installable artefacts, per PostgreSQL version (default: 13 15 17 18):
+# Builds the installable artefacts, per PostgreSQL version (default: 13 to 18):
 #   scripts/package.sh [versions]
 # into target/package/:
 #   pgNN/                                   the `cargo pgrx package` tree (release build, paths of the
@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 VERSIONS=("$@")
-[ ${#VERSIONS[@]} -gt 0 ] || VERSIONS=(13 15 17 18)
+[ ${#VERSIONS[@]} -gt 0 ] || VERSIONS=(13 14 15 16 17 18)
 export PATH="$HOME/.cargo/bin:$PATH"
 # shellcheck source=cluster.sh
 source scripts/cluster.sh

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test layer on PostgreSQL 13, 15, 17 and 18, installing whatever is missing first.
+# Runs every test layer on PostgreSQL 13, 14, 15, 16, 17 and 18, installing whatever is missing first.
 #
-#   scripts/test.sh            all four versions
+#   scripts/test.sh            all six versions
 #   scripts/test.sh 15 17      only these
 #
 # First, once: the lints, and the model's unit and property tests (cargo test -p rate_limit_model: the
@@ -14,8 +14,8 @@
 #                                                                     a 256-bucket one, an unpreloaded one and
 #                                                                     one whose clock libfaketime steps)
 #   4. client tests in tests/clients: node-postgres, which sends every parameter untyped
-#   (PostgreSQL 17) Citus: a coordinator and two workers, set up by rate_limit.distribute()
-#      (tests/integration/tests/citus.rs; Citus 14.0.1 is built for 17 by install-deps.sh)
+#   (PostgreSQL 16, 17, 18: the versions Citus 14 supports) Citus: a coordinator and two workers, set up by
+#      rate_limit.distribute() (tests/integration/tests/citus.rs; Citus 14.0.1 built by install-deps.sh)
 #   (PostgreSQL 15) PL/Proxy: a router database set up by router/plproxy.sql, forwarding to two partitions
 #      (tests/integration/tests/plproxy.rs; Debian's postgresql-15-plproxy, installed by install-deps.sh)
 #   (PostgreSQL 15) failover: a standby promoted while clients hammer a key, with synchronous and
@@ -24,15 +24,16 @@
 #      with default settings must print exactly what the documents show (scripts/doc-examples.py)
 #   5. upgrades: ALTER EXTENSION UPDATE from every released version (scripts/upgrade-test.sh)
 # and, for PostgreSQL 15 as root, the .deb on a Debian system without Rust (scripts/package-test.sh).
-# Lints (released upgrade scripts unchanged, cargo fmt --check, cargo clippy -D warnings) run once first.
+# Lints (released upgrade scripts unchanged, no import circle among src/'s modules, cargo fmt --check, cargo
+# clippy -D warnings) run once first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 VERSIONS=("$@")
-[ ${#VERSIONS[@]} -gt 0 ] || VERSIONS=(13 15 17 18)
+[ ${#VERSIONS[@]} -gt 0 ] || VERSIONS=(13 14 15 16 17 18)
 for v in "${VERSIONS[@]}"; do
-  case $v in 13|15|17|18) ;; *) echo "unsupported PostgreSQL version: $v (use 13, 15, 17 or 18)" >&2; exit 2 ;; esac
+  case $v in 13|14|15|16|17|18) ;; *) echo "unsupported PostgreSQL version: $v (use 13 to 18)" >&2; exit 2 ;; esac
 done
 
 if [ "${VERSIONS[*]}" = 15 ]; then scripts/install-deps.sh; else scripts/install-deps.sh --all; fi
@@ -52,19 +53,20 @@ RUNAS=()
 passed=0
 failed=0
 step() { # step NAME COMMAND...: runs a layer, counts it, keeps going so every failure is reported
-  local name=$1
+  local name=$1 started=$SECONDS
   shift
   echo
   echo "=== $name"
   if "$@"; then
-    passed=$((passed + 1)); echo "--- ok: $name"
+    passed=$((passed + 1)); echo "--- ok: $name ($((SECONDS - started)) s)"
   else
-    failed=$((failed + 1)); echo "--- FAILED: $name"
+    failed=$((failed + 1)); echo "--- FAILED: $name ($((SECONDS - started)) s)"
   fi
 }
 
 lint() {
   scripts/check-upgrade-scripts.sh &&
+    python3 scripts/check-module-cycles.py &&
     cargo fmt --all --check &&
     cargo clippy --all-targets -- -D warnings &&
     cargo clippy -p rate_limit_model --all-targets -- -D warnings &&
@@ -235,8 +237,8 @@ for v in "${VERSIONS[@]}"; do
   step "PostgreSQL $v: integration tests" integration "$v"
   step "PostgreSQL $v: untyped parameters from node-postgres" clients "$v"
   stop_clusters "$v"
-  if [ "$v" = 17 ]; then
-    step "PostgreSQL 17: Citus, a coordinator and two workers" citus "$v"
+  if [ "$v" -ge 16 ]; then
+    step "PostgreSQL $v: Citus, a coordinator and two workers" citus "$v"
   fi
   if [ "$v" = 15 ]; then
     step "PostgreSQL 15: PL/Proxy, a router and two partitions" plproxy "$v"
@@ -253,5 +255,6 @@ for v in "${VERSIONS[@]}"; do
 done
 
 echo
+echo "took $((SECONDS / 60)) min $((SECONDS % 60)) s"
 echo "summary: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -37,8 +37,10 @@ cluster_stop "$v" "$dir"
 trap 'cluster_stop "$v" "$dir"' EXIT # an interrupted run stops its server
 rm -rf "$dir"
 current=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
-# every released version but the current one (which a fresh install is)
-mapfile -t released < <(grep -v '^#' sql/RELEASED | awk -v cur="$current" 'NF && $1 != cur { print $1 " " $2 }')
+# every released version but the current one (which a fresh install is) whose library builds on this
+# PostgreSQL version (sql/RELEASED's third column): only those can be installed here to be updated
+mapfile -t released < <(grep -v '^#' sql/RELEASED |
+  awk -v cur="$current" -v pg="$v" 'NF && $1 != cur && ("," $3 ",") ~ ("," pg ",") { print $1 " " $2 }')
 for line in "${released[@]}"; do
   read -r version commit <<<"$line"
   src="$TEST_ROOT/old-sources/$version"
@@ -49,6 +51,10 @@ for line in "${released[@]}"; do
     git archive "$commit" | tar -x -m -C "$src"
     echo "$commit" >"$src/.commit"
   fi
+  # releases before 0.4.0 name no feature for PostgreSQL 14 and 16; they were built with the same pgrx,
+  # which supports both: give the tree the feature this version builds with
+  grep -q "^pg$v = " "$src/Cargo.toml" ||
+    sed -i "/^\[features\]/a pg$v = [\"pgrx/pg$v\", \"pgrx-tests/pg$v\"]" "$src/Cargo.toml"
   echo "installing released $version ($commit)"
   cluster_stop "$v" "$dir"
   install_library "$src" "$TEST_ROOT/old-target-$version"
@@ -84,5 +90,8 @@ for line in "${released[@]}"; do
     { echo "FAILED: the pg_regress examples in the database updated from $version"; status=1; }
 done
 cluster_stop "$v" "$dir"
-[ "$status" = 0 ] && echo "updated from every released version: ${released[*]}"
+if [ ${#released[@]} = 0 ]; then
+  echo "no released version builds on PostgreSQL $v (sql/RELEASED): only a fresh install exists here"
+fi
+[ "$status" = 0 ] && echo "updated from every released version that builds on PostgreSQL $v: ${released[*]}"
 exit "$status"
