@@ -80,6 +80,8 @@ GRANT USAGE ON SCHEMA rate_limit TO PUBLIC;
 REVOKE ALL ON TABLE rate_limit.bucket_state FROM PUBLIC;
 REVOKE ALL ON TABLE rate_limit.dropped_policies FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.policies_dropped() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.policies_changed() IS
+    'Trigger: every change of rate_limit.policies invalidates every backend''s policy cache; a direct call is refused';
 COMMENT ON FUNCTION rate_limit.policies_dropped() IS
     'Trigger: records dropped policies in rate_limit.dropped_policies, for the memory store';
 REVOKE ALL ON TABLE rate_limit.buckets FROM PUBLIC;
@@ -186,11 +188,11 @@ COMMENT ON FUNCTION rate_limit.stats_rows() IS 'Internal: the rows of rate_limit
 COMMENT ON FUNCTION rate_limit.clock_shift() IS
     'How far the table store''s clock is behind clock_timestamp() (non-zero after promoting a standby whose clock was off)';
 COMMENT ON FUNCTION rate_limit.node_stats_rows() IS
-    'This node''s own rows of rate_limit.stats (on a Citus coordinator the view merges every node''s)';
+    'This node''s own rows of rate_limit.stats (on a Citus coordinator the view merges every node''s); owner only';
 COMMENT ON FUNCTION rate_limit.node_top_limited_rows() IS
-    'This node''s own rows of rate_limit.top_limited (on a Citus coordinator the view merges every node''s)';
+    'This node''s own rows of rate_limit.top_limited (on a Citus coordinator the view merges every node''s); owner only';
 COMMENT ON FUNCTION rate_limit.node_memory_buckets() IS
-    'This node''s own memory-store buckets (on a Citus coordinator rate_limit.buckets lists every node''s)';
+    'This node''s own memory-store buckets (on a Citus coordinator rate_limit.buckets lists every node''s); owner only';
 COMMENT ON FUNCTION rate_limit.top_limited_rows() IS 'Internal: the rows of rate_limit.top_limited';
 COMMENT ON FUNCTION rate_limit.reset_stats(text) IS
     'Zero the statistics and top limited keys of a policy in this database; owner only';

@@ -185,11 +185,11 @@ REVOKE EXECUTE ON FUNCTION rate_limit.node_stats_rows() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.node_top_limited_rows() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.node_memory_buckets() FROM PUBLIC;
 COMMENT ON FUNCTION rate_limit.node_stats_rows() IS
-    'This node''s own rows of rate_limit.stats (on a Citus coordinator the view merges every node''s)';
+    'This node''s own rows of rate_limit.stats (on a Citus coordinator the view merges every node''s); owner only';
 COMMENT ON FUNCTION rate_limit.node_top_limited_rows() IS
-    'This node''s own rows of rate_limit.top_limited (on a Citus coordinator the view merges every node''s)';
+    'This node''s own rows of rate_limit.top_limited (on a Citus coordinator the view merges every node''s); owner only';
 COMMENT ON FUNCTION rate_limit.node_memory_buckets() IS
-    'This node''s own memory-store buckets (on a Citus coordinator rate_limit.buckets lists every node''s)';
+    'This node''s own memory-store buckets (on a Citus coordinator rate_limit.buckets lists every node''s); owner only';
 
 -- The table store's clock shift (a promoted standby whose clock was off its primary's keeps reading rows on
 -- the clock they were written on), and the buckets view's tokens on that clock.
@@ -342,3 +342,7 @@ AS 'MODULE_PATHNAME', 'unblock_wrapper';
 REVOKE EXECUTE ON FUNCTION rate_limit.unblock(text, text) FROM PUBLIC;
 COMMENT ON FUNCTION rate_limit.unblock(text, text) IS
     'Lift the block of key under a policy and forget its penalty box count; true if it was blocked; owner only';
+
+-- Every function has a comment (the SQL surface's catalog test checks it): the policy cache's trigger too.
+COMMENT ON FUNCTION rate_limit.policies_changed() IS
+    'Trigger: every change of rate_limit.policies invalidates every backend''s policy cache; a direct call is refused';

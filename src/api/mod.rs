@@ -22,6 +22,7 @@ pub mod limits;
 pub mod policies;
 pub mod request;
 pub mod stats;
+pub mod surface;
 pub mod trigger_call;
 pub mod triggers;
 

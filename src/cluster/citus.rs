@@ -7,9 +7,9 @@
 //! 2. `create_distributed_table('rate_limit.bucket_state', 'key', shard_count => …)`: a key's buckets, under
 //!    every policy, live in one shard.
 //! 3. `create_distributed_function(f, key argument, colocate_with => 'rate_limit.bucket_state',
-//!    force_delegation => true)` for every function that names one key ([`KEYED`]): a call is run on the
-//!    node that holds the key's shard, inside transaction blocks too (Citus then makes the transaction a
-//!    distributed one).
+//!    force_delegation => true)` for every function that names one key (the keyed functions of
+//!    [`crate::api::surface`]): a call is run on the node that holds the key's shard, inside transaction
+//!    blocks too (Citus then makes the transaction a distributed one).
 //!
 //! The memory store under Citus ([`ensure_memory_bucket_here`]): a bucket must exist in exactly one node's
 //! shared memory, the node that holds its key's shard. Delegated calls run there. A call Citus does not
@@ -26,34 +26,8 @@ use pgrx::prelude::*;
 use pgrx::spi::{Spi, SpiClient};
 use pgrx::PgSqlErrorCode;
 
+use crate::api::surface;
 use crate::error;
-
-/// Every function that names one key, with the argument that holds it: Citus delegates a call to the
-/// node of the shard this argument hashes to. `@extschema@` is the extension's schema.
-pub const KEYED: &[(&str, &str)] = &[
-    (
-        "@extschema@.rate_limiting_request(text,integer,integer)",
-        "id",
-    ),
-    ("rate_limit.tokens(text,integer,integer)", "id"),
-    ("rate_limit.peek_request(text,integer,integer)", "id"),
-    ("rate_limit.reset_request(text)", "id"),
-    ("rate_limit.take(text,text,integer)", "key"),
-    ("rate_limit.peek(text,text)", "key"),
-    ("rate_limit.wait(text,text,integer,interval)", "key"),
-    ("rate_limit.refund(text,text,bigint)", "key"),
-    ("rate_limit.charge(text,text,bigint)", "key"),
-    ("rate_limit.acquire(text,text)", "key"),
-    ("rate_limit.release(text,text,bigint)", "key"),
-    ("rate_limit.reset(text,text)", "key"),
-    ("rate_limit.block(text,text,interval)", "key"),
-    ("rate_limit.unblock(text,text)", "key"),
-    (
-        "rate_limit.take_ad_hoc(text,bigint,interval,bigint,integer)",
-        "key",
-    ),
-    ("rate_limit.reset_ad_hoc(text)", "key"),
-];
 
 /// Whether the Citus extension exists in the current database. First whether the Citus library is loaded
 /// at all (a setting it defines exists: a hash lookup), so that a server without Citus pays nothing on the
@@ -239,13 +213,13 @@ fn distribute(
                 .and_then(|t| t.first().get(1)),
         )?;
         let schema = schema.unwrap_or_else(|| "public".to_string());
-        for (signature, argument) in KEYED {
+        for (signature, argument) in surface::keyed_functions() {
             let signature = &signature.replace("@extschema@", &schema);
             if is_distributed_function(function, client, signature)? {
                 step(signature, "already delegated by key");
                 continue;
             }
-            let args: [DatumWithOid<'_>; 2] = [signature.as_str().into(), (*argument).into()];
+            let args: [DatumWithOid<'_>; 2] = [signature.as_str().into(), argument.into()];
             execute(
                 function,
                 client,

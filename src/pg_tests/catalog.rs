@@ -1,11 +1,90 @@
-//! The SQL surface as the catalog holds it: no per-call settings, SECURITY DEFINER where state is
-//! touched, no same-arity overloads, and the buckets view naming kinds and policies as the model does.
+//! The SQL surface as the catalog holds it: exactly the functions of `api::surface`, with their privileges,
+//! comments and key parameters; no per-call settings, SECURITY DEFINER where state is touched, no
+//! same-arity overloads, and the buckets view naming kinds and policies as the model does.
 
 #[pgrx::pg_schema]
 mod tests {
     use pgrx::prelude::*;
 
+    use crate::api::surface::{Access, Schema, Use, FUNCTIONS};
     use crate::pg_tests::helpers::{int, text};
+
+    /// Every function the extension owns is in the surface's table and nothing else is; each one's
+    /// schema, EXECUTE for PUBLIC (as sql/finalize.sql grants it), comment, and key parameter are what the
+    /// table says. A new function fails here until it has its entry (and a comment).
+    #[pg_test]
+    fn the_surface_is_the_catalog() {
+        let query = "SELECT p.proname || '(' || pg_catalog.oidvectortypes(p.proargtypes) || ')', \
+                        n.nspname = 'rate_limit', \
+                        pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE'), \
+                        pg_catalog.obj_description(p.oid, 'pg_proc'), \
+                        coalesce(pg_catalog.array_to_string(p.proargnames, ','), '') \
+                     FROM pg_catalog.pg_proc p \
+                     JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace \
+                     JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_proc'::regclass \
+                       AND d.objid = p.oid AND d.deptype = 'e' \
+                     JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid AND e.extname = 'rate_limit' \
+                     WHERE n.nspname <> 'tests'";
+        type Row = (String, bool, bool, Option<String>, String);
+        let catalog: Vec<Row> = Spi::connect(|client| {
+            client
+                .select(query, None, &[])?
+                .map(|r| {
+                    Ok((
+                        r.get(1)?.unwrap_or_default(),
+                        r.get(2)?.unwrap_or_default(),
+                        r.get(3)?.unwrap_or_default(),
+                        r.get(4)?,
+                        r.get(5)?.unwrap_or_default(),
+                    ))
+                })
+                .collect::<Result<Vec<Row>, pgrx::spi::SpiError>>()
+        })
+        .expect("the catalog");
+        let mut listed: Vec<String> = FUNCTIONS.iter().map(|f| f.signature()).collect();
+        listed.sort();
+        // (the #[pg_test]s themselves are functions of this build, in schema tests)
+        let mut found: Vec<String> = catalog.iter().map(|r| r.0.clone()).collect();
+        found.sort();
+        assert_eq!(
+            found, listed,
+            "the extension's functions are the surface's table"
+        );
+        for (signature, in_rate_limit, public, comment, parameters) in catalog {
+            let f = FUNCTIONS
+                .iter()
+                .find(|f| f.signature() == signature)
+                .expect("listed");
+            assert_eq!(
+                in_rate_limit,
+                f.schema == Schema::RateLimit,
+                "{signature}: schema"
+            );
+            assert_eq!(
+                public,
+                f.access == Access::Public,
+                "{signature}: EXECUTE for PUBLIC"
+            );
+            let comment = comment.unwrap_or_else(|| panic!("{signature} has no comment"));
+            if f.purpose == Use::Internal {
+                assert!(comment.starts_with("Internal:"), "{signature}: {comment}");
+            }
+            if f.access == Access::Owner && f.purpose == Use::Call {
+                assert!(comment.ends_with("owner only"), "{signature}: {comment}");
+            }
+            if let Some(key) = f.key {
+                assert!(
+                    parameters.split(',').any(|p| p == key),
+                    "{signature}: no parameter {key}"
+                );
+            }
+            assert_eq!(
+                f.doc.is_some(),
+                matches!(f.purpose, Use::Call | Use::UserTrigger),
+                "{signature}: documented"
+            );
+        }
+    }
 
     /// The view's CASE for table rows and the model's `Kind::of_stored_name` (used for memory buckets and
     /// statistics) name every namespace alike.

@@ -100,6 +100,24 @@ test('every public function accepts untyped parameters', async () => {
     d = await one('SELECT * FROM rate_limit.take($1, $2)', ['api', 'mallory']);
     assert.equal(d.allowed, true);
     assert.equal((await one('SELECT rate_limit.clock_shift() = $1 AS r', ['0 seconds'])).r, true);
+
+    // the operator's functions: shares, statistics and this node's own rows (no Citus here)
+    const shares = await one('SELECT buckets FROM rate_limit.memory_shares() WHERE database = $1',
+      ['rl_js_untyped']);
+    assert.equal(shares.buckets, '2');
+    const stats = await one('SELECT count(*) AS n FROM rate_limit.node_stats_rows() WHERE policy = $1', ['api']);
+    assert.equal(stats.n, '1');
+    const top = await one('SELECT count(*) AS n FROM rate_limit.node_top_limited_rows() WHERE key = $1',
+      ['mallory']);
+    assert.equal(top.n, '1');
+    const mine = await one('SELECT count(*) AS n FROM rate_limit.node_memory_buckets() WHERE key = $1', ['mk']);
+    assert.equal(mine.n, '1');
+    await one('SELECT rate_limit.reset_stats($1)', ['api']);
+    assert.equal((await one('SELECT coalesce(sum(calls), 0) AS n FROM rate_limit.stats WHERE policy = $1',
+      ['api'])).n, '0');
+    await one('SELECT rate_limit.reset_stats()', []);
+    // distribute resolves with an untyped shard count, and says there is no Citus here
+    await assert.rejects(one('SELECT * FROM rate_limit.distribute($1)', [4]), { code: '0A000' });
     assert.equal((await one('SELECT rate_limit.drop_policy($1) AS r', ['org'])).r, true);
   } finally {
     await db.end();

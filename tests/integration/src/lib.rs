@@ -4,6 +4,11 @@
 
 use std::time::Duration;
 
+/// The SQL surface's table (`src/api/surface.rs`, this very file): what the router, the client test and the
+/// reference are checked against.
+#[path = "../../../src/api/surface.rs"]
+pub mod surface;
+
 use postgres::error::SqlState;
 use postgres::{Client, IsolationLevel, NoTls};
 

@@ -15,7 +15,9 @@
 //!   08006.
 //!
 //! - a role with only LOGIN takes through the router (and through a `fail_open` one while a partition is
-//!   down), and is refused the owner's calls (42501), as on one server.
+//!   down), and is refused the owner's calls (42501), as on one server;
+//! - the router forwards exactly the SQL surface's forwarded functions (`src/api/surface.rs`), each with
+//!   its signature, its route and its privilege.
 //!
 //! `RATE_LIMIT_TEST_PLPROXY` names the router's server and the two partitions' servers, separated by `;`
 //! (connection strings without a database); `none` skips these tests.
@@ -24,6 +26,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use postgres::error::SqlState;
 use postgres::{Client, NoTls};
+use rate_limit_integration::surface::{Access, Route, FUNCTIONS};
 use rate_limit_integration::{
     fresh_name, hammer_conserves_tokens, servers_or_skip, Caller, StoppedServer,
 };
@@ -585,4 +588,53 @@ fn a_login_only_role_takes_through_the_router_and_is_refused_the_owners_calls() 
         assert!(take(&mut user, &down).expect("fails open for the role too"));
     }
     set_mode(&mut r, servers, "fail_closed");
+}
+
+/// The router's `calls()` are the surface's forwarded functions: the same names and argument types (of the
+/// functions the router made), routed as the surface says, closed to PUBLIC where the surface's are.
+#[test]
+fn the_router_forwards_exactly_the_surfaces_forwarded_functions() {
+    let Some((_one_at_a_time, servers)) = router() else {
+        return;
+    };
+    let mut r = connect(&servers[0], ROUTER);
+    let mut forwarded: Vec<(String, String, String, String)> = r
+        .query(
+            "SELECT c.name, pg_catalog.oidvectortypes(p.proargtypes), c.route, \
+                    CASE c.kind WHEN 'owner' THEN 'owner' ELSE 'public' END \
+             FROM rate_limit_router.calls() AS c \
+             JOIN pg_proc p ON p.proname = c.name AND p.pronamespace = c.schema::regnamespace",
+            &[],
+        )
+        .expect("calls")
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2), row.get(3)))
+        .collect();
+    forwarded.sort();
+    let mut expected: Vec<(String, String, String, String)> = FUNCTIONS
+        .iter()
+        .filter(|f| f.route != Route::NotForwarded)
+        .map(|f| {
+            let route = match (f.route, f.key) {
+                (Route::KeysPartition, Some(key)) => format!("hashtext({key})"),
+                (Route::FirstKeysPartition, _) => "rate_limit_router.first_key_hash(keys)".into(),
+                (Route::EveryPartition, _) => "ALL".into(),
+                (Route::AnyPartition, _) => "ANY".into(),
+                (route, key) => panic!("{}: route {route:?} with key {key:?}", f.name),
+            };
+            let kind = if f.access == Access::Owner {
+                "owner"
+            } else {
+                "public"
+            };
+            (
+                f.name.to_string(),
+                f.arguments.to_string(),
+                route,
+                kind.to_string(),
+            )
+        })
+        .collect();
+    expected.sort();
+    assert_eq!(forwarded, expected);
 }
