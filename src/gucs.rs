@@ -16,6 +16,16 @@ pub enum Store {
     Memory,
 }
 
+impl Store {
+    /// Its name, as `rate_limit.store` and the policies' `store` column spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Store::Table => "table",
+            Store::Memory => "memory",
+        }
+    }
+}
+
 /// What the memory store does when a new bucket does not fit and no full bucket can be evicted.
 #[derive(PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
 pub enum OnFull {

@@ -8,8 +8,7 @@ use pgrx::spi::Spi;
 
 use crate::algorithm::{Algorithm, Policy};
 use crate::error;
-use crate::policies::{self, check_name, parse_algorithm, parse_store};
-use crate::time::calendar::anchor_us;
+use crate::policies::{self, check_name, parse_algorithm, parse_store, Lock, Row};
 
 fn required<T>(
     function: &'static str,
@@ -31,18 +30,6 @@ pub fn build_policy(
     policies::build(function, algorithm, rate, per, burst, None, None)
 }
 
-/// The `time_zone` and `anchor` columns of a policy: its calendar's zone (canonical name) and the anchor
-/// it was given (NULL: its step's default), both NULL without a calendar.
-fn calendar_columns(
-    policy: &Policy,
-    anchor: Option<Timestamp>,
-) -> (Option<String>, Option<Timestamp>) {
-    match policy.calendar_of() {
-        Some(c) => (Some(c.zone_name().to_string()), anchor),
-        None => (None, None),
-    }
-}
-
 fn spi_run(
     function: &'static str,
     query: &str,
@@ -52,20 +39,26 @@ fn spi_run(
         .map_err(|e| error::internal(function, e))
 }
 
-/// `algorithm, rate, per, burst, shadow, max_debt, time_zone, anchor, block_after, block_for` of a
-/// `rate_limit.policies` row.
-type StoredNumbers = (
-    Option<String>,
-    Option<i64>,
-    Option<Interval>,
-    Option<i64>,
-    Option<bool>,
-    Option<i64>,
-    Option<String>,
-    Option<Timestamp>,
-    Option<i64>,
-    Option<Interval>,
-);
+/// Now on the table store's clock (see `time::clock_shift`), as a policy row's timestamps are written.
+/// Read here and passed: Citus refuses a volatile function in an UPDATE of a distributed (here:
+/// reference) table.
+fn row_now(function: &'static str) -> Result<TimestampWithTimeZone, ErrorReport> {
+    TimestampWithTimeZone::try_from(crate::time::clock::table_now_us())
+        .map_err(|_| error::bug(function, "the clock is out of the timestamp range"))
+}
+
+/// The penalty box of a changed policy: `block_after => 0` removes it; otherwise each of its two settings
+/// is kept unless given.
+fn changed_penalty_box(
+    old: &Row,
+    block_after: Option<i64>,
+    block_for: Option<Interval>,
+) -> (Option<i64>, Option<Interval>) {
+    match block_after {
+        Some(0) => (None, None),
+        given => (given.or(old.block_after), block_for.or(old.block_for)),
+    }
+}
 
 /// Policy management, in schema `rate_limit`.
 #[pg_schema]
@@ -109,13 +102,6 @@ mod rate_limit {
             algorithm,
             "Pass 'token_bucket', 'fixed_window', 'sliding_window', 'calendar_window' or 'concurrency', or omit it.",
         )?;
-        let algorithm = parse_algorithm(F, algorithm)?;
-        let anchor_at = anchor.map(|a| anchor_us(F, a)).transpose()?;
-        let policy = policies::build(F, algorithm, rate, per, burst, time_zone, anchor_at)?;
-        let (time_zone, anchor) = calendar_columns(&policy, anchor);
-        if let Some(s) = store {
-            parse_store(F, s)?;
-        }
         let shadow = required(
             F,
             "shadow",
@@ -128,44 +114,29 @@ mod rate_limit {
             max_debt,
             "Pass 0 or more tokens, or omit it (0).",
         )?;
-        policy
-            .check_max_debt(max_debt)
-            .map_err(|e| policies::debt_error(F, e))?;
-        let blocking = policies::blocking(F, &policy, block_after, block_for)?;
-        crate::bounds::policy(F, &policy, max_debt, &blocking)?;
-        // the table store's clock, on which its rows are written (see crate::time::clock_shift)
-        let now = TimestampWithTimeZone::try_from(crate::time::clock::table_now_us())
-            .map_err(|_| error::bug(F, "the clock is out of the timestamp range"))?;
-        let args: [DatumWithOid<'_>; 13] = [
-            name.into(),
-            algorithm.name().into(),
-            policy.rate().into(),
-            per.into(),
-            policy.burst().into(),
-            store.into(),
-            now.into(),
-            shadow.into(),
-            max_debt.into(),
-            time_zone.into(),
-            anchor.into(),
-            block_after.into(),
-            block_for.into(),
-        ];
-        let inserted = spi_run(
+        let now = row_now(F)?;
+        let (named, row) = policies::checked(
             F,
-            "INSERT INTO rate_limit.policies (name, algorithm, rate, per, burst, store, created_at, \
-             changed_at, shadow, max_debt, time_zone, anchor, block_after, block_for) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9, $10, $11, $12, $13) \
-             ON CONFLICT (name) DO NOTHING RETURNING 1",
-            &args,
+            Row {
+                name: name.to_string(),
+                algorithm: parse_algorithm(F, algorithm)?,
+                rate,
+                per,
+                burst: burst.unwrap_or(rate),
+                store: store.map(|s| parse_store(F, s)).transpose()?,
+                created_at: now,
+                changed_at: now,
+                shadow,
+                max_debt,
+                time_zone: time_zone.map(str::to_string),
+                anchor,
+                block_after,
+                block_for,
+            },
         )?;
-        if inserted == 0 {
-            return Err(ErrorReport::new(
-                PgSqlErrorCode::ERRCODE_DUPLICATE_OBJECT,
-                format!("rate limit policy \"{name}\" already exists"),
-                F,
-            )
-            .set_hint("Change it with rate_limit.alter_policy(name, ...)."));
+        crate::bounds::policy(F, &named.policy, max_debt, &named.blocking)?;
+        if !row.insert(F)? {
+            return Err(policies::row::duplicate(F, name));
         }
         Ok(())
     }
@@ -201,109 +172,49 @@ mod rate_limit {
             || max_debt.is_some()
             || block_after.is_some_and(|n| n != 0)
             || block_for.is_some();
-        let current: Option<StoredNumbers> = Spi::connect_mut(|client| {
-            let args: [DatumWithOid<'_>; 1] = [name.into()];
-            let t = client.update(
-                "SELECT algorithm, rate, per, burst, shadow, max_debt, time_zone, anchor, block_after, \
-                     block_for FROM rate_limit.policies WHERE name OPERATOR(pg_catalog.=) $1 FOR UPDATE",
-                Some(1),
-                &args,
-            )?;
-            if t.is_empty() {
-                return Ok(None);
-            }
-            let r = t.first();
-            Ok::<_, pgrx::spi::SpiError>(Some((
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-                r.get(6)?,
-                r.get(7)?,
-                r.get(8)?,
-                r.get(9)?,
-                r.get(10)?,
-            )))
-        })
-        .map_err(|e| error::internal(F, e))?;
-        let (
-            old_alg,
-            old_rate,
-            old_per,
-            old_burst,
-            old_shadow,
-            old_max_debt,
-            old_zone,
-            old_anchor,
-            old_block_after,
-            old_block_for,
-        ) = current.ok_or_else(|| policies::unknown(F, name))?;
-        let corrupt = || error::corrupt_row(F, "rate_limit.policies has a NULL column");
+        let (old, _) =
+            Row::read(F, name, Lock::ForUpdate)?.ok_or_else(|| policies::unknown(F, name))?;
         let algorithm = match algorithm {
             Some(a) => parse_algorithm(F, a)?,
-            None => parse_algorithm(F, old_alg.as_deref().ok_or_else(corrupt)?)?,
+            None => old.algorithm,
         };
-        let rate = rate.or(old_rate).ok_or_else(corrupt)?;
-        let per = per.or(old_per).ok_or_else(corrupt)?;
+        let rate = rate.unwrap_or(old.rate);
         // Window algorithms allow `rate` per window: their burst follows the rate.
         let burst = match (burst, algorithm) {
-            (Some(b), _) => Some(b),
-            (None, Algorithm::TokenBucket) => old_burst,
-            (None, _) => None,
+            (Some(b), _) => b,
+            (None, Algorithm::TokenBucket) => old.burst,
+            (None, _) => rate,
         };
         // a calendar keeps its zone and anchor unless given; another algorithm has neither
-        let (zone, anchor) = match algorithm {
+        let (time_zone, anchor) = match algorithm {
             Algorithm::CalendarWindow => (
-                time_zone.map(str::to_string).or(old_zone),
-                anchor.or(old_anchor),
+                time_zone.map(str::to_string).or(old.time_zone.clone()),
+                anchor.or(old.anchor),
             ),
             _ => (time_zone.map(str::to_string), anchor),
         };
-        let anchor_at = anchor.map(|a| anchor_us(F, a)).transpose()?;
-        let policy = policies::build(F, algorithm, rate, per, burst, zone.as_deref(), anchor_at)?;
-        let (zone, anchor) = calendar_columns(&policy, anchor);
-        let shadow = shadow.or(old_shadow).ok_or_else(corrupt)?;
-        let max_debt = max_debt.or(old_max_debt).ok_or_else(corrupt)?;
-        policy
-            .check_max_debt(max_debt)
-            .map_err(|e| policies::debt_error(F, e))?;
-        // the penalty box: 0 removes it; otherwise each of its settings is kept unless given
-        let (block_after, block_for) = match block_after {
-            Some(0) => (None, None),
-            given => (given.or(old_block_after), block_for.or(old_block_for)),
-        };
-        let blocking = policies::blocking(F, &policy, block_after, block_for)?;
-        if sets_the_bound {
-            crate::bounds::policy(F, &policy, max_debt, &blocking)?;
-        }
-        // the clock is read here and passed: Citus refuses a volatile function in an UPDATE of a
-        // distributed (here: reference) table
-        let changed_at = TimestampWithTimeZone::try_from(crate::time::clock::table_now_us())
-            .map_err(|_| error::bug(F, "the clock is out of the timestamp range"))?;
-        let args: [DatumWithOid<'_>; 12] = [
-            name.into(),
-            algorithm.name().into(),
-            policy.rate().into(),
-            per.into(),
-            policy.burst().into(),
-            changed_at.into(),
-            shadow.into(),
-            max_debt.into(),
-            zone.into(),
-            anchor.into(),
-            block_after.into(),
-            block_for.into(),
-        ];
-        spi_run(
+        let (block_after, block_for) = changed_penalty_box(&old, block_after, block_for);
+        let (named, row) = policies::checked(
             F,
-            "UPDATE rate_limit.policies SET algorithm = $2, rate = $3, per = $4, burst = $5, \
-             changed_at = $6, shadow = $7, max_debt = $8, time_zone = $9, anchor = $10, \
-             block_after = $11, block_for = $12 \
-             WHERE name OPERATOR(pg_catalog.=) $1",
-            &args,
+            Row {
+                algorithm,
+                rate,
+                per: per.unwrap_or(old.per),
+                burst,
+                changed_at: row_now(F)?,
+                shadow: shadow.unwrap_or(old.shadow),
+                max_debt: max_debt.unwrap_or(old.max_debt),
+                time_zone,
+                anchor,
+                block_after,
+                block_for,
+                ..old
+            },
         )?;
-        Ok(())
+        if sets_the_bound {
+            crate::bounds::policy(F, &named.policy, named.max_debt, &named.blocking)?;
+        }
+        row.update(F)
     }
 
     /// Drops policy `name` and deletes its buckets of the table store; false if there was no such policy.

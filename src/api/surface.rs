@@ -100,25 +100,6 @@ impl Function {
     }
 }
 
-const fn keyed(
-    name: &'static str,
-    arguments: &'static str,
-    access: Access,
-    key: &'static str,
-    doc: &'static str,
-) -> Function {
-    Function {
-        name,
-        arguments,
-        schema: Schema::RateLimit,
-        access,
-        purpose: Use::Call,
-        key: Some(key),
-        route: Route::KeysPartition,
-        doc: Some(doc),
-    }
-}
-
 const fn call(
     name: &'static str,
     arguments: &'static str,
@@ -135,6 +116,19 @@ const fn call(
         key: None,
         route,
         doc: Some(doc),
+    }
+}
+
+const fn keyed(
+    name: &'static str,
+    arguments: &'static str,
+    access: Access,
+    key: &'static str,
+    doc: &'static str,
+) -> Function {
+    Function {
+        key: Some(key),
+        ..call(name, arguments, access, Route::KeysPartition, doc)
     }
 }
 

@@ -33,3 +33,8 @@ ROLLBACK TO SAVEPOINT s;
 SELECT rate_limit.limit_writes();
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
+
+-- the memory store is not transactional: the rollback kept the ad-hoc bucket, so it is reset by hand
+SET rate_limit.store = 'memory';
+SELECT rate_limit.reset_ad_hoc('bounds_ip') AS existed;
+RESET rate_limit.store;

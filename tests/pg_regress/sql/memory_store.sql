@@ -24,4 +24,6 @@ SELECT rate_limit.reset_request('mem_tx') AS existed;
 -- spare, and 16 bytes per bucket that count each database's and each role's buckets (the shares)
 SELECT slot_bytes, bytes_per_bucket <= 144 AS at_most_144_bytes_per_bucket
 FROM rate_limit.memory_usage();
+-- Not transactional, so reset by hand: this example leaves no bucket behind
+SELECT rate_limit.reset_request('mem_seed') AS seed_existed, rate_limit.reset_request('mem_ro') AS ro_existed;
 RESET rate_limit.store;

@@ -1,5 +1,7 @@
 -- Named policies and the decision record. Call the functions in FROM (SELECT * FROM rate_limit.take(...)):
 -- written as SELECT (rate_limit.take(...)).*, PostgreSQL would call the function once per column.
+-- (All in one transaction, rolled back at the end: later examples find none of these policies.)
+BEGIN;
 
 -- A policy is rate tokens per period, at most burst at once (burst defaults to rate).
 SELECT rate_limit.create_policy('api', rate => 10, per => '1 minute', burst => 5);
@@ -84,12 +86,13 @@ SELECT clock_timestamp() AS before \gset
 SELECT allowed FROM rate_limit.wait('tenth', 'judy', 1, timeout => '1 second');
 SELECT clock_timestamp() - :'before' BETWEEN interval '50 ms' AND interval '600 ms' AS slept_about_100_ms;
 
--- Transactions: with the table store a ROLLBACK refunds what the transaction took
-BEGIN;
+-- Transactions: with the table store a rollback refunds what the transaction took (here to a savepoint)
+SAVEPOINT before_kim;
 SELECT remaining FROM rate_limit.take('api', 'kim', 5);
-ROLLBACK;
+ROLLBACK TO SAVEPOINT before_kim;
 SELECT remaining FROM rate_limit.peek('api', 'kim');
 
 -- Dropping a policy deletes its buckets
 SELECT rate_limit.drop_policy('recent') AS dropped;
 SELECT count(*) FROM rate_limit.buckets WHERE policy = 'recent';
+ROLLBACK;
