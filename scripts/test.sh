@@ -24,8 +24,8 @@
 #      with default settings must print exactly what the documents show (scripts/doc-examples.py)
 #   5. upgrades: ALTER EXTENSION UPDATE from every released version (scripts/upgrade-test.sh)
 # and, for PostgreSQL 15 as root, the .deb on a Debian system without Rust (scripts/package-test.sh).
-# Lints (released upgrade scripts unchanged, no import circle among src/'s modules, cargo fmt --check, cargo
-# clippy -D warnings) run once first.
+# Lints (released upgrade scripts unchanged, no import circle among src/'s modules, no file over 600 lines nor
+# function over 80 outside tests, cargo fmt --check, cargo clippy -D warnings) run once first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -67,6 +67,7 @@ step() { # step NAME COMMAND...: runs a layer, counts it, keeps going so every f
 lint() {
   scripts/check-upgrade-scripts.sh &&
     python3 scripts/check-module-cycles.py &&
+    python3 scripts/check-sizes.py &&
     cargo fmt --all --check &&
     cargo clippy --all-targets -- -D warnings &&
     cargo clippy -p rate_limit_model --all-targets -- -D warnings &&

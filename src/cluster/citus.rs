@@ -113,11 +113,14 @@ fn without_citus(function: &'static str) -> ErrorReport {
     )
 }
 
+/// What `rate_limit.distribute` did: each object with its action.
+type Steps = Vec<(String, String)>;
+
 /// Runs the steps of `rate_limit.distribute`; returns each step with what it did.
 fn distribute(
     function: &'static str,
     shard_count_wanted: Option<i32>,
-) -> Result<Vec<(String, String)>, ErrorReport> {
+) -> Result<Steps, ErrorReport> {
     if !citus_installed() {
         return Err(without_citus(function));
     }
@@ -131,106 +134,144 @@ fn distribute(
         ));
     }
     Spi::connect_mut(|client| {
-        let coordinator: Option<i32> = spi(
-            function,
-            client
-                .select(
-                    "SELECT groupid FROM pg_catalog.pg_dist_local_group",
-                    Some(1),
-                    &[],
-                )
-                .and_then(|t| t.first().get(1)),
-        )?;
-        if coordinator != Some(0) {
-            return Err(ErrorReport::new(
-                PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-                "rate_limit.distribute must run on the Citus coordinator",
-                function,
-            )
-            .set_hint("Connect to the coordinator (group 0) and call it there."));
-        }
+        refuse_off_the_coordinator(function, client)?;
         let mut done = Vec::new();
-        let mut step =
-            |object: &str, action: &str| done.push((object.to_string(), action.to_string()));
-
-        if is_distributed(function, client, "rate_limit.policies")? {
-            step("rate_limit.policies", "already a reference table");
-        } else {
-            execute(
-                function,
-                client,
-                "SELECT pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true)",
-                &[],
-            )?;
-            execute(
-                function,
-                client,
-                "SELECT pg_catalog.create_reference_table('rate_limit.policies')",
-                &[],
-            )?;
-            step("rate_limit.policies", "made a reference table");
-        }
-
-        if is_distributed(function, client, "rate_limit.bucket_state")? {
-            let have = shard_count(function, client)?;
-            if let Some(want) = shard_count_wanted.filter(|w| i64::from(*w) != have) {
-                return Err(ErrorReport::new(
-                    PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-                    format!(
-                        "rate_limit.bucket_state is already distributed with {have} shards, not {want}"
-                    ),
-                    function,
-                )
-                .set_hint(
-                    "Call rate_limit.distribute() without a shard count, or change it with Citus's \
-                     alter_distributed_table('rate_limit.bucket_state', shard_count => …): buckets it \
-                     moves start full (see docs/scaling.md).",
-                ));
-            }
-            step("rate_limit.bucket_state", "already distributed by key");
-        } else {
-            let args: [DatumWithOid<'_>; 1] = [shard_count_wanted.into()];
-            execute(
-                function,
-                client,
-                "SELECT pg_catalog.create_distributed_table('rate_limit.bucket_state', 'key', \
-                     shard_count => $1)",
-                &args,
-            )?;
-            step("rate_limit.bucket_state", "distributed by key");
-        }
-
-        let schema: Option<String> = spi(
-            function,
-            client
-                .select(
-                    "SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e \
-                     JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace \
-                     WHERE e.extname OPERATOR(pg_catalog.=) 'rate_limit'",
-                    Some(1),
-                    &[],
-                )
-                .and_then(|t| t.first().get(1)),
-        )?;
-        let schema = schema.unwrap_or_else(|| "public".to_string());
-        for (signature, argument) in surface::keyed_functions() {
-            let signature = &signature.replace("@extschema@", &schema);
-            if is_distributed_function(function, client, signature)? {
-                step(signature, "already delegated by key");
-                continue;
-            }
-            let args: [DatumWithOid<'_>; 2] = [signature.as_str().into(), argument.into()];
-            execute(
-                function,
-                client,
-                "SELECT pg_catalog.create_distributed_function($1::pg_catalog.regprocedure, $2, \
-                     colocate_with => 'rate_limit.bucket_state', force_delegation => true)",
-                &args,
-            )?;
-            step(signature, "delegated by key");
-        }
+        make_policies_a_reference_table(function, client, &mut done)?;
+        distribute_the_state_by_key(function, client, shard_count_wanted, &mut done)?;
+        delegate_keyed_functions(function, client, &mut done)?;
         Ok(done)
     })
+}
+
+/// 55000 unless this node is the coordinator (group 0).
+fn refuse_off_the_coordinator(
+    function: &'static str,
+    client: &SpiClient<'_>,
+) -> Result<(), ErrorReport> {
+    let group: Option<i32> = spi(
+        function,
+        client
+            .select(
+                "SELECT groupid FROM pg_catalog.pg_dist_local_group",
+                Some(1),
+                &[],
+            )
+            .and_then(|t| t.first().get(1)),
+    )?;
+    if group == Some(0) {
+        return Ok(());
+    }
+    Err(ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        "rate_limit.distribute must run on the Citus coordinator",
+        function,
+    )
+    .set_hint("Connect to the coordinator (group 0) and call it there."))
+}
+
+/// Step 1: `rate_limit.policies` becomes a reference table, its triggers firing on every node's copy.
+fn make_policies_a_reference_table(
+    function: &'static str,
+    client: &mut SpiClient<'_>,
+    done: &mut Steps,
+) -> Result<(), ErrorReport> {
+    const TABLE: &str = "rate_limit.policies";
+    if is_distributed(function, client, TABLE)? {
+        done.push((TABLE.into(), "already a reference table".into()));
+        return Ok(());
+    }
+    execute(
+        function,
+        client,
+        "SELECT pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true)",
+        &[],
+    )?;
+    execute(
+        function,
+        client,
+        "SELECT pg_catalog.create_reference_table('rate_limit.policies')",
+        &[],
+    )?;
+    done.push((TABLE.into(), "made a reference table".into()));
+    Ok(())
+}
+
+/// Step 2: `rate_limit.bucket_state` is distributed by key (55000 if it already is, with another shard
+/// count than the one asked for).
+fn distribute_the_state_by_key(
+    function: &'static str,
+    client: &mut SpiClient<'_>,
+    shard_count_wanted: Option<i32>,
+    done: &mut Steps,
+) -> Result<(), ErrorReport> {
+    const TABLE: &str = "rate_limit.bucket_state";
+    if !is_distributed(function, client, TABLE)? {
+        let args: [DatumWithOid<'_>; 1] = [shard_count_wanted.into()];
+        execute(
+            function,
+            client,
+            "SELECT pg_catalog.create_distributed_table('rate_limit.bucket_state', 'key', \
+                 shard_count => $1)",
+            &args,
+        )?;
+        done.push((TABLE.into(), "distributed by key".into()));
+        return Ok(());
+    }
+    let have = shard_count(function, client)?;
+    if let Some(want) = shard_count_wanted.filter(|w| i64::from(*w) != have) {
+        return Err(ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "rate_limit.bucket_state is already distributed with {have} shards, not {want}"
+            ),
+            function,
+        )
+        .set_hint(
+            "Call rate_limit.distribute() without a shard count, or change it with Citus's \
+             alter_distributed_table('rate_limit.bucket_state', shard_count => …): buckets it \
+             moves start full (see docs/scaling.md).",
+        ));
+    }
+    done.push((TABLE.into(), "already distributed by key".into()));
+    Ok(())
+}
+
+/// Step 3: every keyed function of the SQL surface is delegated by its key, colocated with the state.
+fn delegate_keyed_functions(
+    function: &'static str,
+    client: &mut SpiClient<'_>,
+    done: &mut Steps,
+) -> Result<(), ErrorReport> {
+    let schema: Option<String> = spi(
+        function,
+        client
+            .select(
+                "SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e \
+                 JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace \
+                 WHERE e.extname OPERATOR(pg_catalog.=) 'rate_limit'",
+                Some(1),
+                &[],
+            )
+            .and_then(|t| t.first().get(1)),
+    )?;
+    let schema = schema.unwrap_or_else(|| "public".to_string());
+    for (signature, argument) in surface::keyed_functions() {
+        let signature = signature.replace("@extschema@", &schema);
+        if is_distributed_function(function, client, &signature)? {
+            done.push((signature, "already delegated by key".into()));
+            continue;
+        }
+        let args: [DatumWithOid<'_>; 2] = [signature.as_str().into(), argument.into()];
+        execute(
+            function,
+            client,
+            "SELECT pg_catalog.create_distributed_function($1::pg_catalog.regprocedure, $2, \
+                 colocate_with => 'rate_limit.bucket_state', force_delegation => true)",
+            &args,
+        )?;
+        done.push((signature, "delegated by key".into()));
+    }
+    Ok(())
 }
 
 /// A node of the cluster holding a bucket: its host and port, and whether it is this node.

@@ -29,74 +29,40 @@ pub(super) fn take_exclusive(
     parts: &[u32],
     ask: Ask,
 ) -> Result<Vec<Outcome>, ErrorReport> {
-    let n = targets.len();
-    let on_full = gucs::on_full();
-    let limit = table.header.limit_per_partition;
-    let caller = Caller {
-        database: current_database(),
-        role: current_role(),
-        database_cap: shares::cap(limit, gucs::database_share()),
-        role_cap: if role_is_superuser() {
-            limit
-        } else {
-            shares::cap(limit, gucs::role_share())
-        },
-    };
-    let lossy = on_full == OnFull::EvictOldest;
-    let mut outcomes = Vec::with_capacity(n);
+    let caller = this_caller(table.header.limit_per_partition);
+    let lossy = gucs::on_full() == OnFull::EvictOldest;
     let mut locked = Locked::lock(table, parts);
     let now = table.now();
-    for (i, t) in targets.iter().enumerate() {
-        let g = locked.guard(parts[i]);
-        let stored = match g.probe(&hashes[i]) {
-            Probe::Found(idx) => stored_of(&g.slots[idx]),
-            Probe::Empty(_) => None,
-        };
-        outcomes.push(t.answer(stored, now, ask));
-    }
+    let outcomes: Vec<Outcome> = targets
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let g = locked.guard(parts[i]);
+            let stored = match g.probe(&hashes[i]) {
+                Probe::Found(idx) => stored_of(&g.slots[idx]),
+                Probe::Empty(_) => None,
+            };
+            t.answer(stored, now, ask)
+        })
+        .collect();
     if !granted(targets, &outcomes) {
         return Ok(outcomes);
     }
     // Room for the new buckets first, so that nothing is written unless everything can be.
-    for i in 0..n {
+    for i in 0..targets.len() {
         let g = locked.guard(parts[i]);
-        let missing = (0..n)
+        let missing = (0..targets.len())
             .filter(|&j| {
                 parts[j] == parts[i]
                     && outcomes[j].allowed
                     && matches!(g.probe(&hashes[j]), Probe::Empty(_))
             })
             .count() as u32;
-        loop {
-            let room = Room::needed(&g.owners, g.header.count, g.limit, &caller, missing);
-            let own = Whose {
-                database: Some(caller.database),
-                role: Some(caller.role),
-            };
-            let (evict, why) = match room {
-                Room::Enough => break,
-                // a full bucket of the database, else (lossy) one the caller's role made there
-                Room::FromOwnDatabase => (
-                    Evict {
-                        full: Whose { role: None, ..own },
-                        oldest: lossy.then_some(own),
-                    },
-                    NoRoom::DatabaseShareFull,
-                ),
-                // a bucket of the role's own, in any database
-                Room::FromOwnRole => {
-                    let role = Whose {
-                        database: None,
-                        ..own
-                    };
-                    let evict = Evict {
-                        full: role,
-                        oldest: lossy.then_some(role),
-                    };
-                    (evict, NoRoom::RoleShareFull)
-                }
-                Room::FullBucketOfAnyone => (Evict::FULL_OF_ANYONE, NoRoom::StoreFull),
-            };
+        while let Some((evict, why)) = eviction(
+            Room::needed(&g.owners, g.header.count, g.limit, &caller, missing),
+            &caller,
+            lossy,
+        ) {
             if !g.make_room(now, evict, table.header, hashes) {
                 drop(locked);
                 table.header.refused_full.fetch_add(1, Ordering::Relaxed);
@@ -124,6 +90,55 @@ pub(super) fn take_exclusive(
         }
     }
     Ok(outcomes)
+}
+
+/// The session's database and login role, with their caps in a partition of `limit` buckets (a
+/// superuser's role is not held to `rate_limit.role_share`).
+fn this_caller(limit: u32) -> Caller {
+    Caller {
+        database: current_database(),
+        role: current_role(),
+        database_cap: shares::cap(limit, gucs::database_share()),
+        role_cap: if role_is_superuser() {
+            limit
+        } else {
+            shares::cap(limit, gucs::role_share())
+        },
+    }
+}
+
+/// What to evict to make the room `room` says is missing, and the refusal if nothing can be; `None`
+/// when there is room enough. `lossy` (`on_full = evict_oldest`) also lets the caller's own oldest
+/// bucket go.
+fn eviction(room: Room, caller: &Caller, lossy: bool) -> Option<(Evict, NoRoom)> {
+    let own = Whose {
+        database: Some(caller.database),
+        role: Some(caller.role),
+    };
+    match room {
+        Room::Enough => None,
+        // a full bucket of the database, else (lossy) one the caller's role made there
+        Room::FromOwnDatabase => Some((
+            Evict {
+                full: Whose { role: None, ..own },
+                oldest: lossy.then_some(own),
+            },
+            NoRoom::DatabaseShareFull,
+        )),
+        // a bucket of the role's own, in any database
+        Room::FromOwnRole => {
+            let role = Whose {
+                database: None,
+                ..own
+            };
+            let evict = Evict {
+                full: role,
+                oldest: lossy.then_some(role),
+            };
+            Some((evict, NoRoom::RoleShareFull))
+        }
+        Room::FullBucketOfAnyone => Some((Evict::FULL_OF_ANYONE, NoRoom::StoreFull)),
+    }
 }
 
 /// 53200 for a call whose new bucket found no room: its database's or its role's share is full, or the

@@ -81,52 +81,7 @@ pub fn load() {
         // Parse and check everything before touching shared memory: a damaged file changes nothing.
         let mut slots = Vec::new();
         for _ in 0..count {
-            let hash = [r.u64().ok_or(bad)?, r.u64().ok_or(bad)?];
-            let level = r.i64().ok_or(bad)?;
-            let at_wall = r.i64().ok_or(bad)?;
-            let (rate, period_us, burst) = (
-                r.i64().ok_or(bad)?,
-                r.i64().ok_or(bad)?,
-                r.i64().ok_or(bad)?,
-            );
-            let database = r.u32().ok_or(bad)?;
-            let role = if with_roles { r.u32().ok_or(bad)? } else { 0 };
-            let policy_tag = r.u32().ok_or(bad)?;
-            let flags = r.bytes(4).ok_or(bad)?;
-            let saved = r
-                .bytes(if with_roles { ID_PREFIX } else { ID_PREFIX_0_3 })
-                .ok_or(bad)?;
-            let (id_len, id_truncated) = (usize::from(flags[2]), flags[3]);
-            if id_len > saved.len() {
-                return Err(bad);
-            }
-            // a longer id of 0.3.0 is cut to what a slot keeps now, at a character boundary
-            let shown = String::from_utf8_lossy(&saved[..id_len]);
-            let (id_prefix, kept) = id_prefix(&shown);
-            let id_truncated = id_truncated | u8::from(usize::from(kept) < id_len);
-            let slot = Slot {
-                hash,
-                state: AtomicState::new(State {
-                    level,
-                    at: at_wall.saturating_sub(wall_offset).min(now),
-                }),
-                rate,
-                period_us,
-                burst,
-                database,
-                role,
-                policy_tag,
-                used: flags[0],
-                algorithm: flags[1],
-                id_len: kept,
-                id_truncated,
-                id_prefix,
-            };
-            let kind_ok = [KIND_REQUEST, KIND_AD_HOC, KIND_POLICY].contains(&slot.used);
-            if !kind_ok || slot_policy(&slot).is_none() {
-                return Err(bad);
-            }
-            slots.push(slot);
+            slots.push(read_slot(&mut r, with_roles, wall_offset, now)?);
         }
         if !r.at_end() {
             return Err(bad);
@@ -145,4 +100,61 @@ pub fn load() {
         }
         Ok(loaded)
     });
+}
+
+/// One saved slot, checked: its instant moved from the wall clock to the store's clock (never after
+/// `now`), and a longer id of 0.3.0 cut to what a slot keeps now, at a character boundary. `with_roles`:
+/// the file is of the current format (0.3.0's has no role, and a longer id prefix).
+fn read_slot(
+    r: &mut persist::Reader<'_>,
+    with_roles: bool,
+    wall_offset: i64,
+    now: i64,
+) -> Result<Slot, &'static str> {
+    let bad = "the payload is malformed";
+    let hash = [r.u64().ok_or(bad)?, r.u64().ok_or(bad)?];
+    let level = r.i64().ok_or(bad)?;
+    let at_wall = r.i64().ok_or(bad)?;
+    let (rate, period_us, burst) = (
+        r.i64().ok_or(bad)?,
+        r.i64().ok_or(bad)?,
+        r.i64().ok_or(bad)?,
+    );
+    let database = r.u32().ok_or(bad)?;
+    let role = if with_roles { r.u32().ok_or(bad)? } else { 0 };
+    let policy_tag = r.u32().ok_or(bad)?;
+    let flags = r.bytes(4).ok_or(bad)?;
+    let saved = r
+        .bytes(if with_roles { ID_PREFIX } else { ID_PREFIX_0_3 })
+        .ok_or(bad)?;
+    let (id_len, id_truncated) = (usize::from(flags[2]), flags[3]);
+    if id_len > saved.len() {
+        return Err(bad);
+    }
+    let shown = String::from_utf8_lossy(&saved[..id_len]);
+    let (id_prefix, kept) = id_prefix(&shown);
+    let id_truncated = id_truncated | u8::from(usize::from(kept) < id_len);
+    let slot = Slot {
+        hash,
+        state: AtomicState::new(State {
+            level,
+            at: at_wall.saturating_sub(wall_offset).min(now),
+        }),
+        rate,
+        period_us,
+        burst,
+        database,
+        role,
+        policy_tag,
+        used: flags[0],
+        algorithm: flags[1],
+        id_len: kept,
+        id_truncated,
+        id_prefix,
+    };
+    let kind_ok = [KIND_REQUEST, KIND_AD_HOC, KIND_POLICY].contains(&slot.used);
+    if !kind_ok || slot_policy(&slot).is_none() {
+        return Err(bad);
+    }
+    Ok(slot)
 }
