@@ -241,8 +241,9 @@ pub type Caller = Box<dyn FnMut() -> bool + Send>;
 /// Hammers `policy`/`key` (a new bucket refilling `rate` tokens per second, `burst` at most) from
 /// `threads` connections at once for `seconds`, each making its calls with `caller(i)`; then checks
 /// conservation: granted + whole tokens left = burst + rate × elapsed, within one token, elapsed bounded
-/// by the times measured around the first call and the final read. `first` makes the first call and the
-/// read, with `rate_limit.take` and `rate_limit.peek`, wherever it is connected.
+/// by the times measured around the first call and the final read. `first` makes the first call (which
+/// takes the whole burst, once every connection is made) and the read, with `rate_limit.take` and
+/// `rate_limit.peek`, wherever it is connected.
 pub fn hammer_conserves_tokens(
     first: &mut Client,
     (policy, key): (&str, &str),
@@ -254,21 +255,25 @@ pub fn hammer_conserves_tokens(
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::{Arc, Barrier};
     use std::time::Instant;
+    // every connection is made before the first call, which takes the whole burst: from then on the bucket
+    // holds fewer tokens than its burst, so no refill is lost at the cap, however late the threads start
+    let callers: Vec<Caller> = (0..threads).map(caller).collect();
+    let cost = i32::try_from(burst).expect("a burst that fits a cost");
     let before_first = Instant::now();
     let allowed: bool = first
         .query_one(
-            "SELECT allowed FROM rate_limit.take($1, $2)",
-            &[&policy, &key],
+            "SELECT allowed FROM rate_limit.take($1, $2, $3)",
+            &[&policy, &key, &cost],
         )
         .expect("the first call")
         .get(0);
     let after_first = Instant::now();
-    assert!(allowed, "a new bucket grants");
-    let granted = Arc::new(AtomicU64::new(1));
+    assert!(allowed, "a new bucket grants its burst");
+    let granted = Arc::new(AtomicU64::new(burst));
     let start = Arc::new(Barrier::new(threads));
-    let handles: Vec<_> = (0..threads)
-        .map(|i| {
-            let mut call = caller(i);
+    let handles: Vec<_> = callers
+        .into_iter()
+        .map(|mut call| {
             let (granted, start) = (granted.clone(), start.clone());
             std::thread::spawn(move || {
                 start.wait();
