@@ -2,12 +2,15 @@
 # Released upgrade scripts are never edited: every upgrade script the newest released version (sql/RELEASED)
 # shipped must be, byte for byte, the file its commit has (git show COMMIT:PATH); every released
 # version has its script to the next version, the newest one to the current version (Cargo.toml); each
-# script starts with the \echo ... \quit guard. And the pg_regress examples: every file of
+# script starts with the \echo ... \quit guard; the unreleased version's script is what sql/unreleased/*.sql
+# assemble to (scripts/assemble-upgrade.sh). And the pg_regress examples: every file of
 # tests/pg_regress/sql is in REGRESS_TESTS (scripts/cluster.sh) with an expected output, and every name
 # there has its file (pg_regress skips an example without expected output silently). Run by the lint step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 status=0
+# the unreleased version's script is what its fragments assemble to
+scripts/assemble-upgrade.sh --check >/dev/null || status=1
 fail() { echo "$*" >&2; status=1; }
 current=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
 mapfile -t released < <(grep -v '^#' sql/RELEASED | awk 'NF { print $1 " " $2 }')

@@ -1,5 +1,5 @@
--- rate_limit 0.3.0 -> 0.4.0 (the memory store closed to abuse). Never edit it once 0.4.0 is listed in
--- sql/RELEASED.
+-- rate_limit 0.3.0 -> 0.4.0. Assembled by scripts/assemble-upgrade.sh from sql/unreleased/*.sql,
+-- one fragment per change: edit those, then assemble again. Frozen once 0.4.0 is in sql/RELEASED.
 \echo Use "ALTER EXTENSION rate_limit UPDATE TO '0.4.0'" to load this file. \quit
 
 -- reset_stats(NULL) reset everything; now a NULL policy is 22004 and reset_stats() resets everything.
