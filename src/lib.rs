@@ -5,7 +5,8 @@
 //! reports. One store seam: `store` takes, peeks, refunds, resets, purges and lists the buckets of a call, in
 //! the table store or the memory store. `api` is the thin SQL surface, `policies` the coherent cache of
 //! named policies, `error` the SQLSTATE errors, `gucs` the settings, `time` the clocks, a standby's skew and
-//! calendar periods, `bounds` the bounds that numbers set, `cluster` Citus. For operators: `stats` counts
+//! calendar periods, `bounds` the bounds that numbers set, `cluster` Citus, `surface` the registry of every
+//! SQL function. For operators: `stats` counts
 //! calls per policy in shared memory, `worker` purges full buckets in the background, `hooks` wires the
 //! shared memory of both into PostgreSQL's hooks (`shmem` is the leaf of facts and helpers they share, and
 //! imports nothing of the crate) and `persist` keeps it across clean restarts. The hand-written SQL
@@ -25,6 +26,7 @@ pub mod policies;
 pub mod shmem;
 pub mod stats;
 pub mod store;
+pub mod surface;
 pub mod time;
 pub mod worker;
 

@@ -22,7 +22,6 @@ pub mod limits;
 pub mod policies;
 pub mod request;
 pub mod stats;
-pub mod surface;
 pub mod trigger_call;
 pub mod triggers;
 

@@ -8,7 +8,7 @@
 //!    every policy, live in one shard.
 //! 3. `create_distributed_function(f, key argument, colocate_with => 'rate_limit.bucket_state',
 //!    force_delegation => true)` for every function that names one key (the keyed functions of
-//!    [`crate::api::surface`]): a call is run on the node that holds the key's shard, inside transaction
+//!    [`crate::surface`]): a call is run on the node that holds the key's shard, inside transaction
 //!    blocks too (Citus then makes the transaction a distributed one).
 //!
 //! The memory store under Citus ([`ensure_memory_bucket_here`]): a bucket must exist in exactly one node's
@@ -26,8 +26,8 @@ use pgrx::prelude::*;
 use pgrx::spi::{Spi, SpiClient};
 use pgrx::PgSqlErrorCode;
 
-use crate::api::surface;
 use crate::error;
+use crate::surface;
 
 /// Whether the Citus extension exists in the current database. First whether the Citus library is loaded
 /// at all (a setting it defines exists: a hash lookup), so that a server without Citus pays nothing on the

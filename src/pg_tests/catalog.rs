@@ -1,4 +1,4 @@
-//! The SQL surface as the catalog holds it: exactly the functions of `api::surface`, with their privileges,
+//! The SQL surface as the catalog holds it: exactly the functions of `surface`, with their privileges,
 //! comments and key parameters; no per-call settings, SECURITY DEFINER where state is touched, no
 //! same-arity overloads, and the buckets view naming kinds and policies as the model does.
 
@@ -6,8 +6,8 @@
 mod tests {
     use pgrx::prelude::*;
 
-    use crate::api::surface::{Access, Schema, Use, FUNCTIONS};
     use crate::pg_tests::helpers::{int, text};
+    use crate::surface::{Access, Schema, Use, FUNCTIONS};
 
     /// Every function the extension owns is in the surface's table and nothing else is; each one's
     /// schema, EXECUTE for PUBLIC (as sql/finalize.sql grants it), comment, and key parameter are what the

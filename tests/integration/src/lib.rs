@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-/// The SQL surface's table (`src/api/surface.rs`, this very file): what the router, the client test and the
+/// The SQL surface's table (`src/surface.rs`, this very file): what the router, the client test and the
 /// reference are checked against.
-#[path = "../../../src/api/surface.rs"]
+#[path = "../../../src/surface.rs"]
 pub mod surface;
 
 use postgres::error::SqlState;

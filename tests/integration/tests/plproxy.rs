@@ -16,7 +16,7 @@
 //!
 //! - a role with only LOGIN takes through the router (and through a `fail_open` one while a partition is
 //!   down), and is refused the owner's calls (42501), as on one server;
-//! - the router forwards exactly the SQL surface's forwarded functions (`src/api/surface.rs`), each with
+//! - the router forwards exactly the SQL surface's forwarded functions (`src/surface.rs`), each with
 //!   its signature, its route and its privilege.
 //!
 //! `RATE_LIMIT_TEST_PLPROXY` names the router's server and the two partitions' servers, separated by `;`

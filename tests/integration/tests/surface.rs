@@ -1,4 +1,4 @@
-//! The SQL surface's table (`src/api/surface.rs`) against what is written by hand elsewhere, without a
+//! The SQL surface's table (`src/surface.rs`) against what is written by hand elsewhere, without a
 //! server: the reference's index and sections, and the untyped-parameter client test. (The catalog is
 //! checked by a `#[pg_test]`, the router's list by `plproxy.rs`, Citus's by being made from the table.)
 
