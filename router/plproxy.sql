@@ -132,11 +132,11 @@ VALUES
   ('headers', 'rate_limit', 'decision rate_limit.decision, policy text DEFAULT NULL', 'decision, policy',
    'jsonb', 'ANY', 'read', NULL),
   ('create_policy', 'rate_limit',
-   'name text, rate bigint, per interval, burst bigint DEFAULT NULL, algorithm text DEFAULT ''token_bucket'', store text DEFAULT NULL, shadow boolean DEFAULT false, max_debt bigint DEFAULT 0, time_zone text DEFAULT NULL, anchor timestamp DEFAULT NULL, block_after bigint DEFAULT NULL, block_for interval DEFAULT NULL',
-   'name, rate, per, burst, algorithm, store, shadow, max_debt, time_zone, anchor, block_after, block_for', 'void', 'ALL', 'owner', NULL),
+   'name text, rate bigint, per interval, burst bigint DEFAULT NULL, algorithm text DEFAULT ''token_bucket'', store text DEFAULT NULL, shadow boolean DEFAULT false, max_debt bigint DEFAULT 0, time_zone text DEFAULT NULL, anchor timestamp DEFAULT NULL, block_after bigint DEFAULT NULL, block_for interval DEFAULT NULL, options jsonb DEFAULT NULL',
+   'name, rate, per, burst, algorithm, store, shadow, max_debt, time_zone, anchor, block_after, block_for, options', 'void', 'ALL', 'owner', NULL),
   ('alter_policy', 'rate_limit',
-   'name text, rate bigint DEFAULT NULL, per interval DEFAULT NULL, burst bigint DEFAULT NULL, algorithm text DEFAULT NULL, shadow boolean DEFAULT NULL, max_debt bigint DEFAULT NULL, time_zone text DEFAULT NULL, anchor timestamp DEFAULT NULL, block_after bigint DEFAULT NULL, block_for interval DEFAULT NULL',
-   'name, rate, per, burst, algorithm, shadow, max_debt, time_zone, anchor, block_after, block_for', 'void', 'ALL', 'owner', NULL),
+   'name text, rate bigint DEFAULT NULL, per interval DEFAULT NULL, burst bigint DEFAULT NULL, algorithm text DEFAULT NULL, shadow boolean DEFAULT NULL, max_debt bigint DEFAULT NULL, time_zone text DEFAULT NULL, anchor timestamp DEFAULT NULL, block_after bigint DEFAULT NULL, block_for interval DEFAULT NULL, options jsonb DEFAULT NULL',
+   'name, rate, per, burst, algorithm, shadow, max_debt, time_zone, anchor, block_after, block_for, options', 'void', 'ALL', 'owner', NULL),
   ('drop_policy', 'rate_limit', 'name text', 'name', 'boolean', 'ALL', 'owner', NULL),
   ('purge', 'rate_limit', '', '', 'bigint', 'ALL', 'owner', NULL)
 $$;

@@ -63,6 +63,8 @@ CREATE TABLE rate_limit.policies (
     -- the penalty box: block_after denials of a key within one window (per) block it for block_for
     block_after bigint CHECK (block_after >= 1),
     block_for  interval CHECK (block_for > interval '0'),
+    -- options (create_policy / alter_policy's options jsonb, one column each):
+    description text CHECK (pg_catalog.length(description) <= 1000), -- for the people who run it
     CONSTRAINT policies_calendar_check
         CHECK ((algorithm = 'calendar_window') = (time_zone IS NOT NULL) AND (anchor IS NULL OR time_zone IS NOT NULL)),
     CONSTRAINT policies_block_check CHECK ((block_after IS NULL) = (block_for IS NULL))

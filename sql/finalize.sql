@@ -94,12 +94,8 @@ REVOKE EXECUTE ON FUNCTION rate_limit.reset(text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.reset_ad_hoc(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.refund(text, text, bigint) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.purge() FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint, text, timestamp,
-    bigint, interval)
-    FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint, text, timestamp,
-    bigint, interval)
-    FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.create_policy FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.alter_policy FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.drop_policy(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.block(text, text, interval) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.unblock(text, text) FROM PUBLIC;
@@ -159,12 +155,10 @@ COMMENT ON FUNCTION rate_limit.reset(text, text) IS 'Delete bucket key of a poli
 COMMENT ON FUNCTION rate_limit.reset_ad_hoc(text) IS 'Delete the ad-hoc bucket key, making it full; owner only';
 COMMENT ON FUNCTION rate_limit.headers(rate_limit.decision, text) IS
     'RateLimit, RateLimit-Policy and Retry-After HTTP field values for a decision, as jsonb';
-COMMENT ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint, text, timestamp,
-    bigint, interval) IS
-    'Create a named policy: rate tokens per per, at most burst; algorithm, store, shadow, max_debt, time_zone, anchor, block_after, block_for optional; owner only';
-COMMENT ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint, text, timestamp,
-    bigint, interval) IS
-    'Change a policy (NULL keeps a value); buckets carry their tokens over, never gaining any; owner only';
+COMMENT ON FUNCTION rate_limit.create_policy IS
+    'Create a named policy: rate tokens per per, at most burst; algorithm, store, shadow, max_debt, time_zone, anchor, block_after, block_for and options (jsonb, by name) optional; owner only';
+COMMENT ON FUNCTION rate_limit.alter_policy IS
+    'Change a policy (NULL keeps a value; in options, an option left out keeps its value and null clears it); buckets carry their tokens over, never gaining any; owner only';
 COMMENT ON FUNCTION rate_limit.drop_policy(text) IS 'Drop a policy and its table-store buckets; owner only';
 COMMENT ON FUNCTION rate_limit.memory_usage() IS
     'Size and use of the memory store: buckets, slots, bytes per bucket, evictions, this database''s and this role''s shares';

@@ -254,17 +254,15 @@ CREATE FUNCTION rate_limit."create_policy"(
     "time_zone" TEXT DEFAULT NULL,
     "anchor" timestamp DEFAULT NULL,
     "block_after" bigint DEFAULT NULL,
-    "block_for" interval DEFAULT NULL
+    "block_for" interval DEFAULT NULL,
+    "options" jsonb DEFAULT NULL
 ) RETURNS VOID
 VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'create_policy_wrapper';
-REVOKE EXECUTE ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint, text, timestamp,
-    bigint, interval)
-    FROM PUBLIC;
-COMMENT ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint, text, timestamp,
-    bigint, interval) IS
-    'Create a named policy: rate tokens per per, at most burst; algorithm, store, shadow, max_debt, time_zone, anchor, block_after, block_for optional; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.create_policy FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.create_policy IS
+    'Create a named policy: rate tokens per per, at most burst; algorithm, store, shadow, max_debt, time_zone, anchor, block_after, block_for and options (jsonb, by name) optional; owner only';
 DROP FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text);
 CREATE FUNCTION rate_limit."alter_policy"(
     "name" TEXT,
@@ -277,17 +275,15 @@ CREATE FUNCTION rate_limit."alter_policy"(
     "time_zone" TEXT DEFAULT NULL,
     "anchor" timestamp DEFAULT NULL,
     "block_after" bigint DEFAULT NULL,
-    "block_for" interval DEFAULT NULL
+    "block_for" interval DEFAULT NULL,
+    "options" jsonb DEFAULT NULL
 ) RETURNS VOID
 VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'alter_policy_wrapper';
-REVOKE EXECUTE ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint, text, timestamp,
-    bigint, interval)
-    FROM PUBLIC;
-COMMENT ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint, text, timestamp,
-    bigint, interval) IS
-    'Change a policy (NULL keeps a value); buckets carry their tokens over, never gaining any; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.alter_policy FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.alter_policy IS
+    'Change a policy (NULL keeps a value; in options, an option left out keeps its value and null clears it); buckets carry their tokens over, never gaining any; owner only';
 CREATE FUNCTION rate_limit."charge"(
     "policy" TEXT,
     "key" TEXT,
@@ -346,3 +342,7 @@ COMMENT ON FUNCTION rate_limit.unblock(text, text) IS
 -- Every function has a comment (the SQL surface's catalog test checks it): the policy cache's trigger too.
 COMMENT ON FUNCTION rate_limit.policies_changed() IS
     'Trigger: every change of rate_limit.policies invalidates every backend''s policy cache; a direct call is refused';
+
+-- Policy options (create_policy / alter_policy's options jsonb): one column each, the first `description`.
+ALTER TABLE rate_limit.policies
+    ADD COLUMN description text CHECK (pg_catalog.length(description) <= 1000);

@@ -255,7 +255,7 @@ pub const FUNCTIONS: &[Function] = &[
     call(
         "create_policy",
         "text, bigint, interval, bigint, text, text, boolean, bigint, text, timestamp without time zone, \
-         bigint, interval",
+         bigint, interval, jsonb",
         Access::Owner,
         Route::EveryPartition,
         "#policies",
@@ -263,7 +263,7 @@ pub const FUNCTIONS: &[Function] = &[
     call(
         "alter_policy",
         "text, bigint, interval, bigint, text, boolean, bigint, text, timestamp without time zone, bigint, \
-         interval",
+         interval, jsonb",
         Access::Owner,
         Route::EveryPartition,
         "#policies",

@@ -19,6 +19,18 @@ SELECT rate_limit.create_policy('hourly', 1000, '1 hour', algorithm => 'fixed_wi
 SELECT rate_limit.create_policy('per_org', 1000, '1 hour', store => 'table');
 SELECT name, algorithm, rate, per, burst, store FROM rate_limit.policies ORDER BY name;
 
+--@ block reference-policy-options
+--@ hide
+SELECT rate_limit.create_policy('partner', 600, '1 minute',
+                                options => '{"description": "Partner API, owned by the integrations team"}');
+-- options left out keep their values
+--@ hide
+SELECT rate_limit.alter_policy('partner', rate => 1200);
+SELECT name, rate, description FROM rate_limit.policies WHERE name = 'partner';
+--@ hide
+SELECT rate_limit.alter_policy('partner', options => '{"description": null}');
+SELECT description IS NULL AS cleared FROM rate_limit.policies WHERE name = 'partner';
+
 --@ block reference-take
 SELECT allowed, remaining, "limit", retry_after, reset_after, policy FROM rate_limit.take('api', 'alice');
 SELECT allowed, remaining, ceil(extract(epoch FROM retry_after)) AS retry_s FROM rate_limit.take('api', 'alice', 5);

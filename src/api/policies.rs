@@ -1,14 +1,14 @@
 //! SQL functions that manage named policies (owner only), and the trigger that keeps every backend's policy
 //! cache coherent. Every statement names its objects and operators with their schema.
 
-use pgrx::datum::{DatumWithOid, Interval, Timestamp, TimestampWithTimeZone};
+use pgrx::datum::{DatumWithOid, Interval, JsonB, Timestamp, TimestampWithTimeZone};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::spi::Spi;
 
 use crate::algorithm::{Algorithm, Policy};
 use crate::error;
-use crate::policies::{self, check_name, parse_algorithm, parse_store, Lock, Row};
+use crate::policies::{self, check_name, options, parse_algorithm, parse_store, Lock, Row};
 
 fn required<T>(
     function: &'static str,
@@ -69,7 +69,8 @@ mod rate_limit {
     /// `shadow`, it never denies (would-be denials are reported and counted); `max_debt` is how many
     /// tokens below zero `rate_limit.charge` may drive a bucket. A `calendar_window` policy's windows start
     /// at `anchor + k × per` (whole days or months) on `time_zone`'s clocks. The penalty box: `block_after`
-    /// denials of a key within one window (`per`) block it for `block_for` (both, or neither).
+    /// denials of a key within one window (`per`) block it for `block_for` (both, or neither). `options` (a
+    /// JSON object) holds the options added since 0.4.0 by name ([`options::OPTIONS`]).
     #[pg_extern(volatile, parallel_unsafe, security_definer)]
     #[allow(clippy::too_many_arguments)] // SQL's named arguments, each with its default
     fn create_policy(
@@ -85,6 +86,7 @@ mod rate_limit {
         anchor: default!(Option<Timestamp>, "NULL"),
         block_after: default!(Option<i64>, "NULL"),
         block_for: default!(Option<Interval>, "NULL"),
+        options: default!(Option<JsonB>, "NULL"),
     ) -> Result<(), ErrorReport> {
         const F: &str = "rate_limit.create_policy";
         let name = required(F, "name", name, "Pass the policy's name, e.g. 'api'.")?;
@@ -115,25 +117,25 @@ mod rate_limit {
             "Pass 0 or more tokens, or omit it (0).",
         )?;
         let now = row_now(F)?;
-        let (named, row) = policies::checked(
-            F,
-            Row {
-                name: name.to_string(),
-                algorithm: parse_algorithm(F, algorithm)?,
-                rate,
-                per,
-                burst: burst.unwrap_or(rate),
-                store: store.map(|s| parse_store(F, s)).transpose()?,
-                created_at: now,
-                changed_at: now,
-                shadow,
-                max_debt,
-                time_zone: time_zone.map(str::to_string),
-                anchor,
-                block_after,
-                block_for,
-            },
-        )?;
+        let mut row = Row {
+            name: name.to_string(),
+            algorithm: parse_algorithm(F, algorithm)?,
+            rate,
+            per,
+            burst: burst.unwrap_or(rate),
+            store: store.map(|s| parse_store(F, s)).transpose()?,
+            created_at: now,
+            changed_at: now,
+            shadow,
+            max_debt,
+            time_zone: time_zone.map(str::to_string),
+            anchor,
+            block_after,
+            block_for,
+            description: None,
+        };
+        options::apply(F, &mut row, options.as_ref().map(|o| &o.0))?;
+        let (named, row) = policies::checked(F, row)?;
         crate::bounds::policy(F, &named.policy, max_debt, &named.blocking)?;
         if !row.insert(F)? {
             return Err(policies::row::duplicate(F, name));
@@ -145,7 +147,8 @@ mod rate_limit {
     /// capped at the new burst; a full bucket stays full; a debt stays) and refill under the new numbers
     /// from now on. `shadow` switches shadow mode on or off, live. A new `time_zone` or `anchor` of a
     /// calendar window applies from each bucket's next window. `block_after => 0` removes the penalty box;
-    /// blocks already started keep their end.
+    /// blocks already started keep their end. In `options`, an option left out keeps its value and JSON
+    /// `null` clears it.
     #[pg_extern(volatile, parallel_unsafe, security_definer)]
     #[allow(clippy::too_many_arguments)] // SQL's named arguments, each with its default
     fn alter_policy(
@@ -160,6 +163,7 @@ mod rate_limit {
         anchor: default!(Option<Timestamp>, "NULL"),
         block_after: default!(Option<i64>, "NULL"),
         block_for: default!(Option<Interval>, "NULL"),
+        options: default!(Option<JsonB>, "NULL"),
     ) -> Result<(), ErrorReport> {
         const F: &str = "rate_limit.alter_policy";
         let name = required(F, "name", name, "Pass the name of an existing policy.")?;
@@ -194,23 +198,22 @@ mod rate_limit {
             _ => (time_zone.map(str::to_string), anchor),
         };
         let (block_after, block_for) = changed_penalty_box(&old, block_after, block_for);
-        let (named, row) = policies::checked(
-            F,
-            Row {
-                algorithm,
-                rate,
-                per: per.unwrap_or(old.per),
-                burst,
-                changed_at: row_now(F)?,
-                shadow: shadow.unwrap_or(old.shadow),
-                max_debt: max_debt.unwrap_or(old.max_debt),
-                time_zone,
-                anchor,
-                block_after,
-                block_for,
-                ..old
-            },
-        )?;
+        let mut row = Row {
+            algorithm,
+            rate,
+            per: per.unwrap_or(old.per),
+            burst,
+            changed_at: row_now(F)?,
+            shadow: shadow.unwrap_or(old.shadow),
+            max_debt: max_debt.unwrap_or(old.max_debt),
+            time_zone,
+            anchor,
+            block_after,
+            block_for,
+            ..old
+        };
+        options::apply(F, &mut row, options.as_ref().map(|o| &o.0))?;
+        let (named, row) = policies::checked(F, row)?;
         if sets_the_bound {
             crate::bounds::policy(F, &named.policy, named.max_debt, &named.blocking)?;
         }

@@ -9,4 +9,5 @@ mod helpers;
 mod kinds;
 mod limiter;
 mod memory_store;
+mod options;
 mod requests;

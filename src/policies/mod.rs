@@ -32,6 +32,7 @@ use crate::target::Blocking;
 use crate::time::calendar;
 
 mod checks;
+pub mod options;
 pub mod row;
 
 pub use checks::{

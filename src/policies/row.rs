@@ -1,7 +1,8 @@
 //! One row of `rate_limit.policies`, typed: its column list, its one reader and its one writer. The policy
 //! cache, `create_policy` and `alter_policy` all go through here, so a new column is added in one place
-//! (with its check in `checked`, its parameter in the two functions, and the upgrade script's `ALTER
-//! TABLE`). Every statement names its table and operators with their schema.
+//! (with its entry in [`super::options`], which sets it from the functions' `options`, and its `ALTER
+//! TABLE` in a fragment of the next upgrade script). Every statement names its table and operators with
+//! their schema.
 
 use pgrx::datum::{DatumWithOid, Interval, Timestamp, TimestampWithTimeZone};
 use pgrx::pg_sys::panic::ErrorReport;
@@ -17,7 +18,7 @@ use crate::gucs::Store;
 /// The columns of `rate_limit.policies`, in the order of [`Row`]'s fields and of its writer's parameters.
 const COLUMNS: &str =
     "name, algorithm, rate, per, burst, store, created_at, changed_at, shadow, max_debt, \
-                       time_zone, anchor, block_after, block_for";
+                       time_zone, anchor, block_after, block_for, description";
 
 /// A policy as stored: each column with its type. Read from the table it is as the table's constraints
 /// allow; made by a caller it is checked by [`super::checked`] before it is written.
@@ -51,6 +52,8 @@ pub struct Row {
     pub block_after: Option<i64>,
     /// The penalty box: how long a key is then blocked.
     pub block_for: Option<Interval>,
+    /// Free text for the people who run it (option `description`, see [`super::options`]).
+    pub description: Option<String>,
 }
 
 /// Whether a read locks the row against concurrent changes.
@@ -83,7 +86,7 @@ impl Row {
                 return Ok(None);
             }
             let row = table.first();
-            Ok::<_, pgrx::spi::SpiError>(Some((columns(&row)?, row.get::<pg_sys::Oid>(15)?)))
+            Ok::<_, pgrx::spi::SpiError>(Some((columns(&row)?, row.get::<pg_sys::Oid>(16)?)))
         };
         // a plain read runs read-only, on the active snapshot (the cache pushes the latest one); a locking
         // read is a write to SPI
@@ -107,7 +110,7 @@ impl Row {
     pub fn insert(&self, function: &'static str) -> Result<bool, ErrorReport> {
         let query = format!(
             "INSERT INTO rate_limit.policies ({COLUMNS}) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
              ON CONFLICT (name) DO NOTHING RETURNING 1"
         );
         Ok(self.write(function, &query)? > 0)
@@ -118,7 +121,7 @@ impl Row {
         let query =
             "UPDATE rate_limit.policies SET algorithm = $2, rate = $3, per = $4, burst = $5, \
                      store = $6, changed_at = $8, shadow = $9, max_debt = $10, time_zone = $11, \
-                     anchor = $12, block_after = $13, block_for = $14 \
+                     anchor = $12, block_after = $13, block_for = $14, description = $15 \
                      WHERE name OPERATOR(pg_catalog.=) $1 RETURNING 1";
         match self.write(function, query)? {
             0 => Err(unknown(function, &self.name)),
@@ -126,10 +129,10 @@ impl Row {
         }
     }
 
-    /// Runs `query` with the row's columns as `$1` … `$14`, in [`COLUMNS`]' order; the rows it returned.
+    /// Runs `query` with the row's columns as `$1` … `$15`, in [`COLUMNS`]' order; the rows it returned.
     fn write(&self, function: &'static str, query: &str) -> Result<usize, ErrorReport> {
         let store = self.store.map(|s| s.name());
-        let args: [DatumWithOid<'_>; 14] = [
+        let args: [DatumWithOid<'_>; 15] = [
             self.name.as_str().into(),
             self.algorithm.name().into(),
             self.rate.into(),
@@ -144,6 +147,7 @@ impl Row {
             self.anchor.into(),
             self.block_after.into(),
             self.block_for.into(),
+            self.description.as_deref().into(),
         ];
         Spi::connect_mut(|client| client.update(query, None, &args).map(|t| t.len()))
             .map_err(|e| error::internal(function, e))
@@ -182,6 +186,7 @@ impl Row {
             anchor: c.anchor,
             block_after: c.block_after,
             block_for: c.block_for,
+            description: c.description,
         })
     }
 }
@@ -202,9 +207,10 @@ struct Columns {
     anchor: Option<Timestamp>,
     block_after: Option<i64>,
     block_for: Option<Interval>,
+    description: Option<String>,
 }
 
-/// The first 14 columns of the row `row` is on, in [`COLUMNS`]' order.
+/// The first 15 columns of the row `row` is on, in [`COLUMNS`]' order.
 fn columns(row: &SpiTupleTable<'_>) -> SpiResult<Columns> {
     Ok(Columns {
         name: row.get(1)?,
@@ -221,6 +227,7 @@ fn columns(row: &SpiTupleTable<'_>) -> SpiResult<Columns> {
         anchor: row.get(12)?,
         block_after: row.get(13)?,
         block_for: row.get(14)?,
+        description: row.get(15)?,
     })
 }
 

@@ -31,6 +31,11 @@ test('every public function accepts untyped parameters', async () => {
     await one('SELECT rate_limit.create_policy($1, $2, $3, $4, $5, $6)',
       ['org', 100, '1 minute', 100, 'token_bucket', null]);
     await one('SELECT rate_limit.alter_policy($1, $2)', ['org', 50]);
+    // policy options: an untyped text parameter read as jsonb, by name
+    await one('SELECT rate_limit.alter_policy($1, options => $2)',
+      ['org', JSON.stringify({ description: 'per organisation' })]);
+    assert.equal((await one('SELECT description FROM rate_limit.policies WHERE name = $1', ['org'])).description,
+      'per organisation');
 
     assert.equal((await one('SELECT rate_limiting_request($1, $2, $3) AS r', ['u', 1, 10])).r, 9);
     assert.equal((await one('SELECT rate_limiting_request($1, $2) AS r', ['u2', 1])).r, 59);

@@ -1,0 +1,183 @@
+//! Policy options passed by name in one JSON object: `create_policy(…, options => '{"description": "…"}')`
+//! and `alter_policy(name, options => …)`. The two functions' typed parameters stay as 0.4.0 made them;
+//! every option added after it is one entry of [`OPTIONS`] (its name, what it takes, how it is set on the
+//! [`Row`]) beside its column, so adding one changes no signature, no grant, no router and no upgrade
+//! script beyond its `ALTER TABLE`. Why JSON and not `VARIADIC` pairs or a composite type: a driver sends an
+//! untyped parameter as text, which `jsonb` parses (a composite type would need every field spelt and a new
+//! type per option, pairs lose their types), and `jsonb_build_object` builds it in PL/pgSQL.
+//!
+//! In `alter_policy`, an option left out keeps its value and JSON `null` clears it.
+
+use pgrx::pg_sys::panic::ErrorReport;
+use serde_json::Value;
+
+use super::Row;
+use crate::error;
+
+/// One option a policy takes in `options`.
+pub struct PolicyOption {
+    /// Its name, the JSON object's key.
+    pub name: &'static str,
+    /// What its value must be, as the hints and the reference say it.
+    pub takes: &'static str,
+    /// A value it takes, as JSON, for hints.
+    example: &'static str,
+    /// Sets it on a row from its JSON value (`null` clears it); 22023 for a value it does not take.
+    set: fn(&'static str, &mut Row, &Value) -> Result<(), ErrorReport>,
+}
+
+/// Every option `options` takes, in the order the reference lists them.
+pub const OPTIONS: &[PolicyOption] = &[DESCRIPTION];
+
+/// Free text for the people who run a policy (why it exists, who owns it); no effect on decisions.
+const DESCRIPTION: PolicyOption = PolicyOption {
+    name: "description",
+    takes: "a string of at most 1000 characters, or null",
+    example: "\"Partner API, owned by the integrations team\"",
+    set: set_description,
+};
+
+/// The most characters of a policy's description.
+pub const MAX_DESCRIPTION_CHARS: usize = 1000;
+
+/// Sets on `row` every option of `options` (a JSON object; SQL NULL sets none): 22023 with a hint for
+/// something else than an object, an option nobody knows, or a value an option does not take.
+pub fn apply(
+    function: &'static str,
+    row: &mut Row,
+    options: Option<&Value>,
+) -> Result<(), ErrorReport> {
+    let Some(options) = options else {
+        return Ok(());
+    };
+    let Value::Object(given) = options else {
+        return Err(error::invalid_value(
+            function,
+            format!(
+                "options must be a JSON object, got {}",
+                json_type_name(options)
+            ),
+            &format!(
+                "Pass options by name, e.g. options => '{{\"description\": \"…\"}}'; known options: {}.",
+                known()
+            ),
+        ));
+    };
+    for (name, value) in given {
+        let Some(option) = OPTIONS.iter().find(|o| o.name == name) else {
+            return Err(error::invalid_value(
+                function,
+                format!("unknown policy option \"{}\"", shown(name)),
+                &format!("Known options: {}.", known()),
+            ));
+        };
+        (option.set)(function, row, value)?;
+    }
+    Ok(())
+}
+
+/// The known options' names, for hints.
+fn known() -> String {
+    OPTIONS
+        .iter()
+        .map(|o| o.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// At most the first 64 characters of a caller's option name, for a message.
+fn shown(name: &str) -> String {
+    let mut chars = name.chars();
+    let head: String = chars.by_ref().take(64).collect();
+    if chars.next().is_some() {
+        format!("{head}…")
+    } else {
+        head
+    }
+}
+
+/// The JSON type of `value`, as jsonb_typeof names it.
+fn json_type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// 22023: option `option` does not take `value`.
+fn wrong_value(function: &'static str, option: &PolicyOption, value: &Value) -> ErrorReport {
+    error::invalid_value(
+        function,
+        format!(
+            "policy option \"{}\" takes {}, got a {}",
+            option.name,
+            option.takes,
+            json_type_name(value)
+        ),
+        &format!(
+            "Pass e.g. options => '{{\"{}\": {}}}'.",
+            option.name, option.example
+        ),
+    )
+}
+
+/// Sets [`DESCRIPTION`].
+fn set_description(
+    function: &'static str,
+    row: &mut Row,
+    value: &Value,
+) -> Result<(), ErrorReport> {
+    row.description = match value {
+        Value::Null => None,
+        Value::String(s) if s.chars().count() <= MAX_DESCRIPTION_CHARS => Some(s.clone()),
+        Value::String(s) => {
+            return Err(error::invalid_value(
+                function,
+                format!(
+                    "policy option \"description\" takes at most {MAX_DESCRIPTION_CHARS} characters, got {}",
+                    s.chars().count()
+                ),
+                "Shorten it; link to a longer text if needed.",
+            ))
+        }
+        other => return Err(wrong_value(function, &DESCRIPTION, other)),
+    };
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn option_names_are_unique_lowercase_identifiers() {
+        for (i, o) in OPTIONS.iter().enumerate() {
+            assert!(
+                o.name.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
+                "{}",
+                o.name
+            );
+            assert!(OPTIONS[..i].iter().all(|p| p.name != o.name), "{}", o.name);
+        }
+    }
+
+    /// The reference's table of options has a row for each, saying what it takes.
+    #[test]
+    fn the_reference_lists_every_option() {
+        let reference = include_str!("../../docs/reference.md");
+        for o in OPTIONS {
+            let row = format!("| `{}` | {} |", o.name, o.takes.replace("null", "`null`"));
+            assert!(reference.contains(&row), "docs/reference.md lacks: {row}");
+        }
+    }
+
+    #[test]
+    fn long_names_are_cut_in_messages() {
+        assert_eq!(shown("abc"), "abc");
+        assert_eq!(shown(&"x".repeat(65)), format!("{}…", "x".repeat(64)));
+    }
+}
