@@ -63,6 +63,9 @@ CREATE TABLE rate_limit.policies (
     -- the penalty box: block_after denials of a key within one window (per) block it for block_for
     block_after bigint CHECK (block_after >= 1),
     block_for  interval CHECK (block_for > interval '0'),
+    -- set by the first rate_limit.block of a key and by removing the penalty box: calls read a key's block
+    -- only for a policy with a penalty box or with this
+    blocks_by_hand boolean NOT NULL DEFAULT false,
     -- options (create_policy / alter_policy's options jsonb, one column each):
     description text CHECK (pg_catalog.length(description) <= 1000), -- for the people who run it
     CONSTRAINT policies_calendar_check

@@ -343,6 +343,11 @@ COMMENT ON FUNCTION rate_limit.unblock(text, text) IS
 COMMENT ON FUNCTION rate_limit.policies_changed() IS
     'Trigger: every change of rate_limit.policies invalidates every backend''s policy cache; a direct call is refused';
 
+-- A key's block is read only where one can exist: for a policy with a penalty box, or once a key of it was
+-- blocked by hand (or its penalty box removed). No policy of 0.3.0 has a block.
+ALTER TABLE rate_limit.policies
+    ADD COLUMN blocks_by_hand boolean NOT NULL DEFAULT false;
+
 -- Policy options (create_policy / alter_policy's options jsonb): one column each, the first `description`.
 ALTER TABLE rate_limit.policies
     ADD COLUMN description text CHECK (pg_catalog.length(description) <= 1000);

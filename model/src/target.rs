@@ -176,6 +176,17 @@ pub struct Blocking {
     /// The penalty box: how long (µs) the block lasts that `bucket.rate()` denials within one window
     /// start; `None` when the policy has no penalty box (its keys are blocked only by hand).
     pub penalty_for: Option<i64>,
+    /// Whether a key may hold a block its penalty box did not make: one was blocked by hand, or the
+    /// policy's penalty box was removed (the blocks it made then end as blocks by hand do).
+    pub blocks_by_hand: bool,
+}
+
+impl Blocking {
+    /// Whether a key of the policy may be blocked, so that a call must read its block bucket: with a
+    /// penalty box, or once a key may hold a block by hand. Otherwise no block bucket can hold a block.
+    pub fn may_be_blocked(&self) -> bool {
+        self.penalty_for.is_some() || self.blocks_by_hand
+    }
 }
 
 /// Tokens asked of one bucket.

@@ -132,6 +132,7 @@ mod rate_limit {
             anchor,
             block_after,
             block_for,
+            blocks_by_hand: false,
             description: None,
         };
         options::apply(F, &mut row, options.as_ref().map(|o| &o.0))?;
@@ -198,6 +199,9 @@ mod rate_limit {
             _ => (time_zone.map(str::to_string), anchor),
         };
         let (block_after, block_for) = changed_penalty_box(&old, block_after, block_for);
+        // the blocks a removed penalty box made end as blocks by hand do: calls keep reading them
+        let blocks_by_hand =
+            old.blocks_by_hand || (old.block_after.is_some() && block_after.is_none());
         let mut row = Row {
             algorithm,
             rate,
@@ -210,6 +214,7 @@ mod rate_limit {
             anchor,
             block_after,
             block_for,
+            blocks_by_hand,
             ..old
         };
         options::apply(F, &mut row, options.as_ref().map(|o| &o.0))?;

@@ -32,7 +32,7 @@ use crate::surface;
 /// Whether the Citus extension exists in the current database. First whether the Citus library is loaded
 /// at all (a setting it defines exists: a hash lookup), so that a server without Citus pays nothing on the
 /// memory store's path; then a catalog lookup, no query.
-fn citus_installed() -> bool {
+pub fn citus_installed() -> bool {
     // SAFETY: GetConfigOption with missing_ok returns NULL for an unknown setting instead of raising an
     // error; the name is a valid C string; the result is only compared with NULL.
     let loaded =

@@ -52,12 +52,13 @@ pub fn build(
 
 /// How the keys of `policy` are blocked, with the penalty box `block_after` denials within one of its
 /// windows block a key for `block_for`: both NULL (no penalty box: blocks by hand only) or both given
-/// (22023 otherwise, and for values out of range).
+/// (22023 otherwise, and for values out of range); `blocks_by_hand` as the policy's row says.
 pub fn blocking(
     function: &'static str,
     policy: &Policy,
     block_after: Option<i64>,
     block_for: Option<Interval>,
+    blocks_by_hand: bool,
 ) -> Result<Blocking, ErrorReport> {
     let hint = "Pass both block_after (denials within one window of the policy) and block_for (how long \
                 the key is then blocked), e.g. block_after => 10, block_for => interval '15 minutes'; \
@@ -89,6 +90,7 @@ pub fn blocking(
     Ok(Blocking {
         bucket,
         penalty_for,
+        blocks_by_hand,
     })
 }
 

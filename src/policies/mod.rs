@@ -126,7 +126,9 @@ pub fn unknown(function: &'static str, name: &str) -> ErrorReport {
 /// The policy called `name`, from the cache or `rate_limit.policies` (see the module comment).
 pub fn get(function: &'static str, name: &str) -> Result<Rc<Named>, ErrorReport> {
     if let Some(found) = CACHE.with(|c| c.borrow().policies.get(name).cloned()) {
-        return Ok(found);
+        if found.blocking.may_be_blocked() || !changed_since_cached() {
+            return Ok(found);
+        }
     }
     // SAFETY: accepting invalidation messages is allowed anywhere inside a transaction; it may run the
     // relcache callback above, which only touches this module's thread-locals.
@@ -142,6 +144,19 @@ pub fn get(function: &'static str, name: &str) -> Result<Rc<Named>, ErrorReport>
         });
     }
     Ok(named)
+}
+
+/// Whether a change of `rate_limit.policies` committed since the cache was filled (which empties it), such
+/// as the first block by hand of a policy's key: a policy's calls read no block while its cached row says
+/// none can exist, and a block must apply to the next call of every backend, as it did when every call
+/// read it (in a fresh snapshot). A cheap check: PostgreSQL's shared invalidation queue is read without
+/// a lock when it holds nothing for this backend.
+fn changed_since_cached() -> bool {
+    let generation = GENERATION.with(Cell::get);
+    // SAFETY: accepting invalidation messages is allowed anywhere inside a transaction; it may run the
+    // relcache callback above, which only touches this module's thread-locals (no borrow is held here).
+    unsafe { pg_sys::AcceptInvalidationMessages() };
+    GENERATION.with(Cell::get) != generation
 }
 
 /// [`load`] under the latest snapshot, which sees every change committed before it was taken.
@@ -191,7 +206,13 @@ pub fn checked(function: &'static str, row: Row) -> Result<(Named, Row), ErrorRe
     policy
         .check_max_debt(row.max_debt)
         .map_err(|e| debt_error(function, e))?;
-    let blocking = blocking(function, &policy, row.block_after, row.block_for)?;
+    let blocking = blocking(
+        function,
+        &policy,
+        row.block_after,
+        row.block_for,
+        row.blocks_by_hand,
+    )?;
     let (time_zone, anchor) = match policy.calendar_of() {
         Some(c) => (Some(c.zone_name().to_string()), row.anchor),
         None => (None, None),

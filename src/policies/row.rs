@@ -18,7 +18,7 @@ use crate::gucs::Store;
 /// The columns of `rate_limit.policies`, in the order of [`Row`]'s fields and of its writer's parameters.
 const COLUMNS: &str =
     "name, algorithm, rate, per, burst, store, created_at, changed_at, shadow, max_debt, \
-                       time_zone, anchor, block_after, block_for, description";
+                       time_zone, anchor, block_after, block_for, blocks_by_hand, description";
 
 /// A policy as stored: each column with its type. Read from the table it is as the table's constraints
 /// allow; made by a caller it is checked by [`super::checked`] before it is written.
@@ -52,6 +52,9 @@ pub struct Row {
     pub block_after: Option<i64>,
     /// The penalty box: how long a key is then blocked.
     pub block_for: Option<Interval>,
+    /// Whether a key may hold a block its penalty box did not make ([`crate::target::Blocking`]): set by
+    /// the first block by hand ([`mark_blocked_by_hand`]) and by removing a penalty box, never cleared.
+    pub blocks_by_hand: bool,
     /// Free text for the people who run it (option `description`, see [`super::options`]).
     pub description: Option<String>,
 }
@@ -86,7 +89,7 @@ impl Row {
                 return Ok(None);
             }
             let row = table.first();
-            Ok::<_, pgrx::spi::SpiError>(Some((columns(&row)?, row.get::<pg_sys::Oid>(16)?)))
+            Ok::<_, pgrx::spi::SpiError>(Some((columns(&row)?, row.get::<pg_sys::Oid>(17)?)))
         };
         // a plain read runs read-only, on the active snapshot (the cache pushes the latest one); a locking
         // read is a write to SPI
@@ -110,7 +113,7 @@ impl Row {
     pub fn insert(&self, function: &'static str) -> Result<bool, ErrorReport> {
         let query = format!(
             "INSERT INTO rate_limit.policies ({COLUMNS}) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
              ON CONFLICT (name) DO NOTHING RETURNING 1"
         );
         Ok(self.write(function, &query)? > 0)
@@ -121,7 +124,8 @@ impl Row {
         let query =
             "UPDATE rate_limit.policies SET algorithm = $2, rate = $3, per = $4, burst = $5, \
                      store = $6, changed_at = $8, shadow = $9, max_debt = $10, time_zone = $11, \
-                     anchor = $12, block_after = $13, block_for = $14, description = $15 \
+                     anchor = $12, block_after = $13, block_for = $14, blocks_by_hand = $15, \
+                     description = $16 \
                      WHERE name OPERATOR(pg_catalog.=) $1 RETURNING 1";
         match self.write(function, query)? {
             0 => Err(unknown(function, &self.name)),
@@ -129,10 +133,10 @@ impl Row {
         }
     }
 
-    /// Runs `query` with the row's columns as `$1` … `$15`, in [`COLUMNS`]' order; the rows it returned.
+    /// Runs `query` with the row's columns as `$1` … `$16`, in [`COLUMNS`]' order; the rows it returned.
     fn write(&self, function: &'static str, query: &str) -> Result<usize, ErrorReport> {
         let store = self.store.map(|s| s.name());
-        let args: [DatumWithOid<'_>; 15] = [
+        let args: [DatumWithOid<'_>; 16] = [
             self.name.as_str().into(),
             self.algorithm.name().into(),
             self.rate.into(),
@@ -147,6 +151,7 @@ impl Row {
             self.anchor.into(),
             self.block_after.into(),
             self.block_for.into(),
+            self.blocks_by_hand.into(),
             self.description.as_deref().into(),
         ];
         Spi::connect_mut(|client| client.update(query, None, &args).map(|t| t.len()))
@@ -186,6 +191,9 @@ impl Row {
             anchor: c.anchor,
             block_after: c.block_after,
             block_for: c.block_for,
+            blocks_by_hand: c
+                .blocks_by_hand
+                .ok_or_else(required("policy blocks_by_hand is NULL"))?,
             description: c.description,
         })
     }
@@ -207,10 +215,11 @@ struct Columns {
     anchor: Option<Timestamp>,
     block_after: Option<i64>,
     block_for: Option<Interval>,
+    blocks_by_hand: Option<bool>,
     description: Option<String>,
 }
 
-/// The first 15 columns of the row `row` is on, in [`COLUMNS`]' order.
+/// The first 16 columns of the row `row` is on, in [`COLUMNS`]' order.
 fn columns(row: &SpiTupleTable<'_>) -> SpiResult<Columns> {
     Ok(Columns {
         name: row.get(1)?,
@@ -227,8 +236,26 @@ fn columns(row: &SpiTupleTable<'_>) -> SpiResult<Columns> {
         anchor: row.get(12)?,
         block_after: row.get(13)?,
         block_for: row.get(14)?,
-        description: row.get(15)?,
+        blocks_by_hand: row.get(15)?,
+        description: row.get(16)?,
     })
+}
+
+/// Notes in the row of policy `name` that a key of it was blocked by hand, in the caller's transaction
+/// (nothing if it says so already): from then on every call on the policy reads its key's block.
+pub fn mark_blocked_by_hand(function: &'static str, name: &str) -> Result<(), ErrorReport> {
+    let args: [DatumWithOid<'_>; 1] = [name.into()];
+    Spi::connect_mut(|client| {
+        client
+            .update(
+                "UPDATE rate_limit.policies SET blocks_by_hand = true \
+             WHERE name OPERATOR(pg_catalog.=) $1 AND NOT blocks_by_hand",
+                None,
+                &args,
+            )
+            .map(|_| ())
+    })
+    .map_err(|e| error::internal(function, e))
 }
 
 /// 42710 for a second policy of one name, from `create_policy`.

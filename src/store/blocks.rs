@@ -21,11 +21,25 @@
 //! store like any other, is listed in `rate_limit.buckets` under its policy (algorithm `block`), deleted
 //! with its policy, and purged once clear.
 
+use std::cell::Cell;
+
 use pgrx::pg_sys::panic::ErrorReport;
 
-use super::{memory, memory_take_one, table, Store};
+use super::buckets::Buckets;
 use crate::algorithm::{block_namespace, shadow_block_namespace, Outcome};
 use crate::target::{Ask, Blocking, Namespace, Target};
+
+thread_local! {
+    /// How many calls read block buckets in this backend (for the tests that they are read only where a
+    /// block can exist).
+    static BLOCK_READS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// How many calls have read block buckets in this backend.
+#[cfg(any(test, feature = "pg_test"))]
+pub fn block_reads() -> u64 {
+    BLOCK_READS.with(Cell::get)
+}
 
 /// The namespace of the block bucket of `target` and how it is blocked; `None` when it cannot be. `shadow`
 /// names the one its penalty box counts in under shadow mode.
@@ -67,14 +81,18 @@ fn block_target<'a>(target: &Target<'a>, name: &'a str, blocking: &Blocking) -> 
 /// Reads the block buckets of `targets` (nothing is written): for each target, the outcome of its block
 /// when its key is blocked (denied, `retry_after` the block's end), `None` otherwise.
 pub(super) fn blocked(
+    s: &impl Buckets,
     function: &'static str,
-    store: Store,
     targets: &[Target<'_>],
 ) -> Result<Vec<Option<Outcome>>, ErrorReport> {
+    // a key of a policy without a penalty box holds no block unless one was made by hand
+    let unblockable = |t: &Target<'_>| t.blocking.is_some_and(|b| !b.may_be_blocked());
+    let every = targets.iter().any(unblockable) && s.reads_every_block(function)?;
     // a shadowed call reads the block its shadowed penalty box would have made too
     let blocks: Vec<(usize, (String, Blocking))> = targets
         .iter()
         .enumerate()
+        .filter(|(_, t)| every || !unblockable(t))
         .flat_map(|(i, t)| {
             let shadow = if t.shadow { block_in(t, true) } else { None };
             [block_of(t), shadow]
@@ -93,11 +111,9 @@ pub(super) fn blocked(
     if buckets.is_empty() {
         return Ok(found);
     }
-    let outcomes = match store {
-        // fresh: a block committed since the caller's transaction began applies at once
-        Store::Table => table::peek_fresh(function, &buckets)?,
-        Store::Memory => memory::take(function, &buckets, Ask::Take(0))?,
-    };
+    BLOCK_READS.with(|c| c.set(c.get() + 1));
+    // fresh: a block committed since the caller's transaction began applies at once
+    let outcomes = s.peek_fresh(function, &buckets)?;
     for (i, o) in index.into_iter().zip(outcomes) {
         if !o.allowed && found[i].is_none() {
             found[i] = Some(o);
@@ -111,15 +127,15 @@ pub(super) fn blocked(
 /// again. A denial that starts a block is reported as the block (its `retry_after` the block's end).
 /// Nothing in a read-only transaction of the table store (see the module comment).
 pub(super) fn count_denials(
+    s: &impl Buckets,
     function: &'static str,
-    store: Store,
     targets: &[Target<'_>],
     outcomes: &mut [Outcome],
     blocked: &[Option<Outcome>],
 ) -> Result<(), ErrorReport> {
     // in the seam's lock order: the keys' buckets in (namespace, key) order, each before its block bucket
     if targets.len() == 1 {
-        return count_denial(function, store, &targets[0], &mut outcomes[0], &blocked[0]);
+        return count_denial(s, function, &targets[0], &mut outcomes[0], &blocked[0]);
     }
     let mut order: Vec<usize> = (0..targets.len()).collect();
     order.sort_by(|&a, &b| {
@@ -127,7 +143,7 @@ pub(super) fn count_denials(
         (ta.namespace.stored_name(), ta.key).cmp(&(tb.namespace.stored_name(), tb.key))
     });
     for i in order {
-        count_denial(function, store, &targets[i], &mut outcomes[i], &blocked[i])?;
+        count_denial(s, function, &targets[i], &mut outcomes[i], &blocked[i])?;
     }
     Ok(())
 }
@@ -135,8 +151,8 @@ pub(super) fn count_denials(
 /// Counts the denial `o` of target `t` in its penalty box, if it has one and `blocked` (its block's
 /// outcome) did not deny it already (see [`count_denials`]).
 fn count_denial(
+    s: &impl Buckets,
     function: &'static str,
-    store: Store,
     t: &Target<'_>,
     o: &mut Outcome,
     blocked: &Option<Outcome>,
@@ -144,18 +160,18 @@ fn count_denial(
     let Some(block_for) = t.blocking.and_then(|b| b.penalty_for) else {
         return Ok(());
     };
-    if o.allowed || blocked.is_some() || (store == Store::Table && table::read_only()) {
+    if o.allowed || blocked.is_some() {
         return Ok(());
     }
     let Some((name, blocking)) = block_in(t, t.shadow) else {
         return Ok(());
     };
     let bucket = block_target(t, &name, &blocking);
-    if store == Store::Table {
-        // the lock order (see the seam): the policy's bucket before its block bucket
-        table::lock_row(function, t)?;
+    // the lock order (see the seam): the policy's bucket before its block bucket
+    if !s.prepare_count(function, t)? {
+        return Ok(());
     }
-    let counted = write(function, store, &bucket, Ask::CountDenial { block_for })?;
+    let counted = s.write(function, &bucket, Ask::CountDenial { block_for })?;
     // the count reports its bucket: a retry_after means the key is blocked now; this backend's memory of
     // its short bucket must not answer for it any more
     if counted.retry_after.is_some() {
@@ -168,26 +184,11 @@ fn count_denial(
     Ok(())
 }
 
-/// Answers `ask` (a count or a block) in a block bucket, creating it when missing: the bucket afterwards.
-fn write(
-    function: &'static str,
-    store: Store,
-    bucket: &Target<'_>,
-    ask: Ask,
-) -> Result<Outcome, ErrorReport> {
-    match store {
-        Store::Table => table::upsert(function, bucket, |stored, now| {
-            bucket.answer(stored, now, ask)
-        }),
-        Store::Memory => memory_take_one(function, bucket, ask),
-    }
-}
-
 /// Blocks the key of `target` (a named policy's bucket) for `duration` µs from now, replacing any block or
 /// count it had; returns its block bucket afterwards.
 pub(super) fn block(
+    s: &impl Buckets,
     function: &'static str,
-    store: Store,
     target: &Target<'_>,
     duration: i64,
 ) -> Result<Outcome, ErrorReport> {
@@ -195,14 +196,16 @@ pub(super) fn block(
         return Err(crate::error::bug(function, "this bucket cannot be blocked"));
     };
     let bucket = block_target(target, &name, &blocking);
-    write(function, store, &bucket, Ask::Block { duration })
+    let blocked = s.write(function, &bucket, Ask::Block { duration })?;
+    s.note_block_by_hand(function, target)?;
+    Ok(blocked)
 }
 
 /// Lifts the block of the key of `target` and forgets the denials its penalty box counted, in shadow mode
 /// too: true if the key was blocked (or would have been, under shadow mode).
 pub(super) fn unblock(
+    s: &impl Buckets,
     function: &'static str,
-    store: Store,
     target: &Target<'_>,
 ) -> Result<bool, ErrorReport> {
     // the real block, and the one a shadowed penalty box would have made
@@ -217,10 +220,7 @@ pub(super) fn unblock(
             let blocked = !bucket.evaluate(stored, now, 0).allowed;
             (stored.map(|_| bucket.policy.full(now)), blocked)
         };
-        was_blocked |= match store {
-            Store::Table => table::update(function, &bucket, step)?,
-            Store::Memory => memory::update(function, &bucket, step)?,
-        };
+        was_blocked |= s.update(function, &bucket, step)?;
     }
     Ok(was_blocked)
 }

@@ -7,8 +7,10 @@
 //! take paths differ on purpose: the table store takes with one conditional UPDATE per bucket so that a
 //! denial writes nothing, the memory store under its partitions' locks (see each store's contract).
 //!
-//! Under Citus, a memory bucket lives only on the node of its key's shard: every memory-store call on a key
-//! checks that first ([`cluster::citus::ensure_memory_bucket_here`]).
+//! Each store implements one primitive, [`buckets::Buckets`] (take, peek, write, update, acquire, reset),
+//! and every flow here is written once over it; `with_store!` is the one `match` on the store. Under
+//! Citus, a memory bucket lives only on the node of its key's shard: the memory store's primitive checks
+//! that itself.
 //!
 //! The fast path that needs no store at all lives here, so that every call gets it: a bucket this backend
 //! saw short is denied from the backend's own memory ([`short`]), with exact figures computed from the
@@ -29,11 +31,14 @@
 //! `tests/integration/tests/blocks.rs` runs the interleavings of two callers of one key.
 
 mod blocks;
+mod buckets;
 mod dropped;
 mod memory;
 pub mod short;
 mod table;
 
+#[cfg(any(test, feature = "pg_test"))]
+pub use blocks::block_reads;
 pub use memory::{
     attach_or_create as attach_memory, available as memory_available, load_saved as load_memory,
     request_shmem as request_memory, save as save_memory, Usage as MemoryUsage,
@@ -43,21 +48,12 @@ pub use table::evaluations as table_evaluations;
 
 use pgrx::pg_sys::panic::ErrorReport;
 
+use buckets::{with_store, Buckets};
+
 use crate::algorithm::{Outcome, State};
-use crate::cluster;
 use crate::gucs::Store;
 use crate::stats;
 use crate::target::{Ask, Kind, Namespace, Target};
-use crate::time::clock;
-
-/// Now on the clock of `store`: the wall clock for the table store, the memory store's own clock (55000
-/// when it is not available).
-fn now(function: &'static str, store: Store) -> Result<i64, ErrorReport> {
-    match store {
-        Store::Table => Ok(clock::table_now_us()),
-        Store::Memory => memory::now(function),
-    }
-}
 
 /// Asks every target for `cost` tokens, all or nothing (cost 0 only reports); returns one outcome per
 /// target. When a call is denied ([`target::granted`] is false), at least one outcome of a bucket not in
@@ -75,23 +71,30 @@ pub fn take(
     targets: &[Target<'_>],
     cost: i64,
 ) -> Result<Vec<Outcome>, ErrorReport> {
-    if store == Store::Memory {
-        for t in targets {
-            cluster::citus::ensure_memory_bucket_here(function, t.key)?;
-        }
-    }
-    let (mut outcomes, blocked) = match known_short(function, store, targets, cost)? {
+    with_store!(store, s => take_in(s, function, targets, cost))
+}
+
+/// [`take`] in the store `s`.
+fn take_in(
+    s: &impl Buckets,
+    function: &'static str,
+    targets: &[Target<'_>],
+    cost: i64,
+) -> Result<Vec<Outcome>, ErrorReport> {
+    // before this backend's memory answers for a bucket that may not be this node's
+    s.ensure_here(function, targets)?;
+    let (mut outcomes, blocked) = match known_short(s, function, targets, cost)? {
         Some(outcomes) => (outcomes, vec![None; targets.len()]),
         None => {
-            let blocked = blocks::blocked(function, store, targets)?;
+            let blocked = blocks::blocked(s, function, targets)?;
             (
-                take_unless_blocked(function, store, targets, cost, &blocked)?,
+                take_unless_blocked(s, function, targets, cost, &blocked)?,
                 blocked,
             )
         }
     };
     if cost > 0 {
-        blocks::count_denials(function, store, targets, &mut outcomes, &blocked)?;
+        blocks::count_denials(s, function, targets, &mut outcomes, &blocked)?;
         stats::record(targets, &outcomes, cost);
     }
     Ok(outcomes)
@@ -99,18 +102,18 @@ pub fn take(
 
 /// The outcomes of a call that a bucket this backend remembers short denies (a bucket in shadow mode never
 /// denies a call, whatever this backend remembers of it); `None` when it knows of none.
-fn known_short(
+fn known_short<S: Buckets>(
+    s: &S,
     function: &'static str,
-    store: Store,
     targets: &[Target<'_>],
     cost: i64,
 ) -> Result<Option<Vec<Outcome>>, ErrorReport> {
     if cost == 0 {
         return Ok(None);
     }
-    let now = now(function, store)?;
+    let now = s.now(function)?;
     for (i, t) in targets.iter().enumerate().filter(|(_, t)| !t.shadow) {
-        if let Some(denied) = short::denial(store, t, now, cost) {
+        if let Some(denied) = short::denial(S::STORE, t, now, cost) {
             let mut outcomes = vec![not_looked_at(); targets.len()];
             outcomes[i] = denied;
             return Ok(Some(outcomes));
@@ -121,8 +124,8 @@ fn known_short(
 
 /// [`take`] from the store, given the blocks of the targets (`blocked[i]` is `targets[i]`'s).
 fn take_unless_blocked(
+    s: &impl Buckets,
     function: &'static str,
-    store: Store,
     targets: &[Target<'_>],
     cost: i64,
     blocked: &[Option<Outcome>],
@@ -138,7 +141,7 @@ fn take_unless_blocked(
         return Ok(outcomes);
     }
     if blocked.iter().all(Option::is_none) {
-        return take_from_store(function, store, targets, cost);
+        return take_from_store(s, function, targets, cost);
     }
     // only keys in shadow mode are blocked: their buckets are left alone, the others are asked
     let open: Vec<Target<'_>> = targets
@@ -147,7 +150,7 @@ fn take_unless_blocked(
         .filter(|(_, b)| b.is_none())
         .map(|(t, _)| *t)
         .collect();
-    let mut asked = take_from_store(function, store, &open, cost)?.into_iter();
+    let mut asked = take_from_store(s, function, &open, cost)?.into_iter();
     Ok(blocked
         .iter()
         .map(|b| b.or_else(|| asked.next()).unwrap_or_else(not_looked_at))
@@ -155,39 +158,24 @@ fn take_unless_blocked(
 }
 
 /// Asks the store, and remembers the buckets it found short.
-fn take_from_store(
+fn take_from_store<S: Buckets>(
+    s: &S,
     function: &'static str,
-    store: Store,
     targets: &[Target<'_>],
     cost: i64,
 ) -> Result<Vec<Outcome>, ErrorReport> {
     if targets.is_empty() {
         return Ok(Vec::new());
     }
-    let outcomes = match store {
-        Store::Table => table::take(function, targets, cost)?,
-        Store::Memory => memory::take(function, targets, Ask::Take(cost))?,
-    };
+    let outcomes = s.take(function, targets, cost)?;
     if cost > 0 {
         for (t, o) in targets.iter().zip(&outcomes) {
             if !o.allowed {
-                short::remember(store, t, o.state);
+                short::remember(S::STORE, t, o.state);
             }
         }
     }
     Ok(outcomes)
-}
-
-/// Answers `ask` for one bucket of the memory store.
-fn memory_take_one(
-    function: &'static str,
-    target: &Target<'_>,
-    ask: Ask,
-) -> Result<Outcome, ErrorReport> {
-    memory::take(function, std::slice::from_ref(target), ask)?
-        .first()
-        .copied()
-        .ok_or_else(|| crate::error::bug(function, "the store returned no outcome"))
 }
 
 /// The outcome reported for a bucket a denied call did not look at.
@@ -203,9 +191,8 @@ fn not_looked_at() -> Outcome {
 
 /// Charges `cost` tokens to the bucket of `target`, whatever it holds, down to `max_debt` tokens below
 /// zero ([`crate::algorithm::Policy::charge`]); creates the bucket if it is missing. Always allowed;
-/// returns the bucket afterwards. The table store locks, reads and writes or inserts the row
-/// ([`table::upsert`]); the memory store answers the charge on its take paths (lock-free for an existing
-/// bucket).
+/// returns the bucket afterwards. The table store locks, reads and writes or inserts the row; the memory
+/// store answers the charge on its take paths (lock-free for an existing bucket).
 pub fn charge(
     function: &'static str,
     store: Store,
@@ -214,15 +201,7 @@ pub fn charge(
     max_debt: i64,
 ) -> Result<Outcome, ErrorReport> {
     let ask = Ask::Charge { cost, max_debt };
-    let outcome = match store {
-        Store::Table => table::upsert(function, target, |stored, now| {
-            target.answer(stored, now, ask)
-        })?,
-        Store::Memory => {
-            cluster::citus::ensure_memory_bucket_here(function, target.key)?;
-            memory_take_one(function, target, ask)?
-        }
-    };
+    let outcome = with_store!(store, s => s.write(function, target, ask))?;
     if cost > 0 {
         stats::record(std::slice::from_ref(target), &[outcome], cost);
     }
@@ -266,12 +245,22 @@ pub fn acquire(
     target: &Target<'_>,
     random: u64,
 ) -> Result<(Outcome, Option<i64>), ErrorReport> {
+    with_store!(store, s => acquire_in(s, function, target, random))
+}
+
+/// [`acquire`] in the store `s`.
+fn acquire_in(
+    s: &impl Buckets,
+    function: &'static str,
+    target: &Target<'_>,
+    random: u64,
+) -> Result<(Outcome, Option<i64>), ErrorReport> {
     let one = std::slice::from_ref(target);
     // a blocked key gets no lease (under shadow mode, acquires ignore blocks: they never deny)
     let blocked = if target.shadow {
         vec![None]
     } else {
-        blocks::blocked(function, store, one)?
+        blocks::blocked(s, function, one)?
     };
     if let Some(o) = blocked.first().copied().flatten() {
         stats::record(one, &[o], 1);
@@ -279,33 +268,12 @@ pub fn acquire(
     }
     let names = slot_names(target);
     let slots = slot_targets(target, &names);
-    let (states, granted, now) = match store {
-        Store::Table => table::acquire(function, &slots, random)?,
-        Store::Memory => {
-            cluster::citus::ensure_memory_bucket_here(function, target.key)?;
-            let mut states = Vec::with_capacity(slots.len());
-            let mut granted = None;
-            for (slot, t) in (0_i64..).zip(&slots) {
-                let ask = match granted {
-                    None => Ask::Acquire {
-                        lease: crate::algorithm::lease_id(random, slot),
-                    },
-                    Some(_) => Ask::Take(0),
-                };
-                let o = memory_take_one(function, t, ask)?;
-                if granted.is_none() && o.allowed {
-                    granted = Some(o.state);
-                }
-                states.push(o.state);
-            }
-            (states, granted, memory::now(function)?)
-        }
-    };
+    let (states, granted, now) = s.acquire(function, &slots, random)?;
     let mut outcome =
         crate::algorithm::leases_outcome(&target.policy, &states, now, granted.is_some(), granted);
     blocks::count_denials(
+        s,
         function,
-        store,
         one,
         std::slice::from_mut(&mut outcome),
         &blocked,
@@ -316,7 +284,7 @@ pub fn acquire(
 
 /// Releases lease `lease` of the key of `target` (a concurrency policy's bucket): true if it was held and
 /// is now free; false if it had expired, was released already, or is not this key's. The table store
-/// writes in the caller's transaction.
+/// writes in the caller's transaction; the slot is locked, read, and written only when released.
 pub fn release(
     function: &'static str,
     store: Store,
@@ -331,18 +299,11 @@ pub fn release(
     let names = [name];
     let t = &slot_targets(target, &names)[0];
     let ask = Ask::Release { lease };
-    let outcome = match store {
-        // the slot's row locked, read, and written only when released
-        Store::Table => table::update(function, t, |stored, now| {
-            let o = t.answer(stored, now, ask);
-            (o.allowed.then_some(o.state), o.allowed)
-        })?,
-        Store::Memory => {
-            cluster::citus::ensure_memory_bucket_here(function, target.key)?;
-            memory_take_one(function, t, ask)?.allowed
-        }
+    let step = |stored, now| {
+        let o = t.answer(stored, now, ask);
+        (o.allowed.then_some(o.state), o.allowed)
     };
-    Ok(outcome)
+    with_store!(store, s => s.update(function, t, step))
 }
 
 /// Blocks the key of `target` (a named policy's bucket) for `duration` µs from now, replacing any block it
@@ -354,12 +315,12 @@ pub fn block(
     target: &Target<'_>,
     duration: i64,
 ) -> Result<Outcome, ErrorReport> {
-    if store == Store::Memory {
-        cluster::citus::ensure_memory_bucket_here(function, target.key)?;
-    }
-    // this backend's memory of the key's bucket would answer before the block is read
-    short::forget(&target.namespace, target.key);
-    blocks::block(function, store, target, duration)
+    with_store!(store, s => {
+        s.ensure_here(function, std::slice::from_ref(target))?;
+        // this backend's memory of the key's bucket would answer before the block is read
+        short::forget(&target.namespace, target.key);
+        blocks::block(s, function, target, duration)
+    })
 }
 
 /// Lifts the block of the key of `target` and forgets its penalty box's count; true if it was blocked.
@@ -368,15 +329,11 @@ pub fn unblock(
     store: Store,
     target: &Target<'_>,
 ) -> Result<bool, ErrorReport> {
-    if store == Store::Memory {
-        cluster::citus::ensure_memory_bucket_here(function, target.key)?;
-    }
-    blocks::unblock(function, store, target)
+    with_store!(store, s => blocks::unblock(s, function, target))
 }
 
 /// Puts up to `tokens` back into the bucket of `target` (never above its capacity); returns the bucket. One
-/// flow for both stores: their lock-read-write step ([`table::update`], [`memory::update`]) around the
-/// model's refund arithmetic.
+/// flow for both stores: their lock-read-write step around the model's refund arithmetic.
 pub fn refund(
     function: &'static str,
     store: Store,
@@ -385,13 +342,7 @@ pub fn refund(
 ) -> Result<Outcome, ErrorReport> {
     short::forget(&target.namespace, target.key);
     let step = |stored, now| target.refund(stored, now, tokens);
-    match store {
-        Store::Table => table::update(function, target, step),
-        Store::Memory => {
-            cluster::citus::ensure_memory_bucket_here(function, target.key)?;
-            memory::update(function, target, step)
-        }
-    }
+    with_store!(store, s => s.update(function, target, step))
 }
 
 /// Deletes the bucket (it is full again); true if it existed.
@@ -402,13 +353,7 @@ pub fn reset(
     key: &str,
 ) -> Result<bool, ErrorReport> {
     short::forget(namespace, key);
-    match store {
-        Store::Table => table::reset(function, namespace, key),
-        Store::Memory => {
-            cluster::citus::ensure_memory_bucket_here(function, key)?;
-            memory::reset(function, namespace, key)
-        }
-    }
+    with_store!(store, s => s.reset(function, namespace, key))
 }
 
 /// Deletes every bucket of the current database that is full now from both stores (the memory store when

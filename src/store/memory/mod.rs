@@ -81,6 +81,25 @@ pub fn now(function: &'static str) -> Result<i64, ErrorReport> {
     Ok(Table::attach(function)?.now())
 }
 
+/// Notes that a key was blocked by hand in this store (see [`segment::Header::blocks_by_hand`]).
+pub fn note_block_by_hand(function: &'static str) -> Result<(), ErrorReport> {
+    let table = Table::attach(function)?;
+    table
+        .header
+        .blocks_by_hand
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    Ok(())
+}
+
+/// Whether a key may have been blocked by hand in this store (see [`segment::Header::blocks_by_hand`]).
+pub fn blocks_by_hand(function: &'static str) -> Result<bool, ErrorReport> {
+    let table = Table::attach(function)?;
+    Ok(table
+        .header
+        .blocks_by_hand
+        .load(std::sync::atomic::Ordering::Relaxed))
+}
+
 /// Answers `ask` for every target (policy and ad-hoc buckets): takes tokens all or nothing (cost 0 only
 /// reports, under shared locks, writing nothing), or charges them. One existing bucket takes the lock-free
 /// path; everything else the exclusive one.

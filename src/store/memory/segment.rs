@@ -9,7 +9,7 @@
 use std::ffi::CStr;
 use std::hash::Hasher;
 use std::ptr;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::ErrorReport;
@@ -41,6 +41,9 @@ pub(super) struct Header {
     pub lossless_evictions: AtomicU64,
     pub lossy_evictions: AtomicU64,
     pub refused_full: AtomicU64,
+    /// Whether a key of any database was blocked by hand in this store since it started (or a block bucket
+    /// was loaded at start): calls read the block buckets of policies without a penalty box only then.
+    pub blocks_by_hand: AtomicBool,
 }
 
 impl Header {
@@ -58,6 +61,7 @@ impl Header {
             lossless_evictions: AtomicU64::new(0),
             lossy_evictions: AtomicU64::new(0),
             refused_full: AtomicU64::new(0),
+            blocks_by_hand: AtomicBool::new(false),
         }
     }
 
@@ -163,6 +167,7 @@ pub unsafe fn attach_or_create() -> bool {
                 lossless_evictions: AtomicU64::new(0),
                 lossy_evictions: AtomicU64::new(0),
                 refused_full: AtomicU64::new(0),
+                blocks_by_hand: AtomicBool::new(false),
             });
         }
     }

@@ -11,12 +11,14 @@
 //! they start full. A file of 0.3.0 ([`MAGIC_0_3`]: no role, 28 bytes of id) is read too: its buckets are
 //! counted for role 0, which no session has, so they count against no role's share.
 
+use std::sync::atomic::Ordering;
+
 use super::cas::AtomicState;
 use super::segment::{Table, SEGMENT};
 use super::slots::{
     id_prefix, slot_policy, Probe, Slot, ID_PREFIX, KIND_AD_HOC, KIND_POLICY, KIND_REQUEST,
 };
-use crate::algorithm::State;
+use crate::algorithm::{Algorithm, State};
 use crate::persist;
 
 const FILE: &str = "pg_stat/rate_limit.memory";
@@ -89,6 +91,13 @@ pub fn load() {
         // SAFETY: SEGMENT points at the header just created (attach succeeded); we are in the postmaster
         // at start, before any backend exists and before any slot is hashed with the new key.
         unsafe { (*SEGMENT).seed = seed };
+        // a saved block bucket may hold a block by hand: calls must read the block buckets
+        if slots
+            .iter()
+            .any(|s| slot_policy(s).is_some_and(|p| p.algorithm() == Algorithm::Block))
+        {
+            table.header.blocks_by_hand.store(true, Ordering::Relaxed);
+        }
         let mut loaded = 0;
         for slot in slots {
             let mut part = table.lock_exclusive(table.partition_of(&slot.hash));

@@ -1,0 +1,103 @@
+//! A key's block bucket is read only where a block can exist: for a policy with a penalty box, or once a
+//! key of the policy was blocked by hand (or its penalty box removed); the decisions are the same.
+
+#[pgrx::pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    use crate::pg_tests::helpers::{int, text};
+    use crate::store::block_reads;
+
+    /// The block reads of `n` takes of `key` under `policy`, and whether the last was allowed.
+    fn takes(policy: &str, key: &str, n: usize) -> (u64, bool) {
+        let before = block_reads();
+        let mut allowed = false;
+        for _ in 0..n {
+            allowed = text(&format!(
+                "SELECT allowed::text FROM rate_limit.take('{policy}', '{key}')"
+            ))
+            .as_deref()
+                == Some("true");
+        }
+        (block_reads() - before, allowed)
+    }
+
+    fn blocks_by_hand(policy: &str) -> bool {
+        text(&format!(
+            "SELECT blocks_by_hand::text FROM rate_limit.policies WHERE name = '{policy}'"
+        ))
+        .as_deref()
+            == Some("true")
+    }
+
+    #[pg_test]
+    fn a_policy_nobody_blocked_reads_no_block_in_the_table_store() {
+        Spi::run(
+            "SELECT rate_limit.create_policy('br_plain', 100, '1 minute', store => 'table'); \
+             SELECT rate_limit.create_policy('br_box', 100, '1 minute', store => 'table', \
+                                             block_after => 5, block_for => '1 hour')",
+        )
+        .expect("policies");
+        assert_eq!(takes("br_plain", "k", 3), (0, true));
+        assert_eq!(takes("br_box", "k", 3), (3, true));
+        // take_many over policies nobody blocked reads no block either
+        let before = block_reads();
+        assert_eq!(
+            text(
+                "SELECT allowed::text FROM rate_limit.take_many(ARRAY['br_plain', 'br_plain'], ARRAY['a', 'b'])"
+            )
+            .as_deref(),
+            Some("true")
+        );
+        assert_eq!(block_reads() - before, 0);
+
+        // a block by hand notes it in the policy; from then on its keys' blocks are read, and enforced
+        assert!(!blocks_by_hand("br_plain"));
+        Spi::run("SELECT rate_limit.block('br_plain', 'bad', '1 hour')").expect("block");
+        assert!(blocks_by_hand("br_plain"));
+        assert_eq!(takes("br_plain", "bad", 1), (1, false));
+        assert_eq!(takes("br_plain", "k", 1), (1, true));
+        Spi::run("SELECT rate_limit.unblock('br_plain', 'bad')").expect("unblock");
+        assert_eq!(takes("br_plain", "bad", 1), (1, true));
+    }
+
+    /// Removing a penalty box leaves the blocks it made in place until their end: the policy then reads
+    /// its keys' blocks as for blocks by hand.
+    #[pg_test]
+    fn a_removed_penalty_box_keeps_its_blocks() {
+        for store in ["table", "memory"] {
+            let p = format!("br_removed_{store}");
+            Spi::run(&format!(
+                "SELECT rate_limit.create_policy('{p}', 1, '1 hour', store => '{store}', \
+                 block_after => 1, block_for => '1 day')"
+            ))
+            .expect("policy");
+            assert!(takes(&p, "k", 1).1);
+            assert!(!takes(&p, "k", 1).1); // the denial that starts the block
+            Spi::run(&format!(
+                "SELECT rate_limit.alter_policy('{p}', rate => 1000, block_after => 0)"
+            ))
+            .expect("penalty box removed");
+            assert!(blocks_by_hand(&p), "{store}");
+            let retry = int(&format!(
+                "SELECT extract(epoch FROM retry_after)::bigint FROM rate_limit.take('{p}', 'k')"
+            ));
+            assert!(retry > 86_000, "{store}: still blocked, {retry} s left");
+        }
+    }
+
+    /// The memory store notes a block by hand at once, whatever the caller's transaction does next (as it
+    /// keeps the block): a policy's row would forget a note its ROLLBACK undid.
+    #[pg_test]
+    fn a_block_by_hand_in_the_memory_store_is_read_from_then_on() {
+        Spi::run("SELECT rate_limit.create_policy('br_mem', 100, '1 minute', store => 'memory')")
+            .expect("policy");
+        Spi::run("SELECT rate_limit.block('br_mem', 'bad', '1 hour')").expect("block");
+        assert!(
+            !blocks_by_hand("br_mem"),
+            "noted in shared memory, not the row"
+        );
+        assert_eq!(takes("br_mem", "bad", 1), (1, false));
+        assert_eq!(takes("br_mem", "k", 1), (1, true));
+    }
+}
