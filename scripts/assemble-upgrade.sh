@@ -18,6 +18,10 @@ if [ ${#fragments[@]} = 0 ]; then
   echo "no fragment in sql/unreleased: nothing to assemble"
   exit 0
 fi
+if [ "$released" = "$current" ]; then
+  echo "$current is released: name the next version in Cargo.toml before its first fragment" >&2
+  exit 1
+fi
 assembled() {
   echo "-- rate_limit $released -> $current. Assembled by scripts/assemble-upgrade.sh from sql/unreleased/*.sql,"
   echo "-- one fragment per change: edit those, then assemble again. Frozen once $current is in sql/RELEASED."
