@@ -30,6 +30,13 @@ for script in "${shipped[@]}"; do
     fail "$script was edited after it was released with $newest (differs from $newest_commit:$script)"
   fi
 done
+# a release's tag, where the clone has it, names the commit sql/RELEASED names
+for line in "${released[@]}"; do
+  read -r version commit <<<"$line"
+  tagged=$(git rev-parse -q --verify "refs/tags/v$version^{commit}" 2>/dev/null) || continue
+  [ "$tagged" = "$(git rev-parse "$commit")" ] ||
+    fail "tag v$version is $tagged, but sql/RELEASED says $version is $commit"
+done
 versions+=("$current")
 for ((i = 0; i + 1 < ${#versions[@]}; i++)); do
   from=${versions[i]} to=${versions[i + 1]}
