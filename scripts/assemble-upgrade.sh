@@ -14,11 +14,11 @@ released=$(grep -v '^#' sql/RELEASED | awk 'NF { v = $1 } END { print v }')
 script="sql/rate_limit--$released--$current.sql"
 shopt -s nullglob
 fragments=(sql/unreleased/*.sql)
-if [ ${#fragments[@]} = 0 ]; then
-  echo "no fragment in sql/unreleased: nothing to assemble"
-  exit 0
-fi
 if [ "$released" = "$current" ]; then
+  if [ ${#fragments[@]} = 0 ]; then
+    echo "$current is released and no fragment is in sql/unreleased: nothing to assemble"
+    exit 0
+  fi
   echo "$current is released: name the next version in Cargo.toml before its first fragment" >&2
   exit 1
 fi
@@ -31,6 +31,10 @@ assembled() {
     echo
     cat "$f"
   done
+  if [ ${#fragments[@]} = 0 ]; then
+    echo
+    echo "-- No SQL object has changed since $released yet."
+  fi
 }
 if [ "${1:-}" = --check ]; then
   if ! cmp -s <(assembled) "$script"; then
