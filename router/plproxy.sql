@@ -4,10 +4,12 @@
 --
 --   psql -d router -f router/plproxy.sql
 --   SELECT rate_limit_router.create_router('rate_limit',
---            ARRAY['host=db0 dbname=app', 'host=db1 dbname=app'], on_partition_down => 'fail_closed');
+--            ARRAY['host=db0 dbname=app', 'host=db1 dbname=app'], on_partition_down => 'fail_closed',
+--            timeout => '2 seconds');
 --
 -- Every partition is a database with the rate_limit extension (version 0.4.0 or later). The router database
--- has PL/Proxy and NOT the extension: it gets functions with the extension's names, arguments and results,
+-- has PL/Proxy and NOT the extension (it loads rate_limit's library, from the package, for the deadline of
+-- its calls only): it gets functions with the extension's names, arguments and results,
 -- each forwarding a call to the partition of its key (hashtext(key), PL/Proxy's power-of-two mapping), so an
 -- application moves from one server to the router by changing its connection string only.
 --
@@ -51,20 +53,39 @@ CREATE TABLE IF NOT EXISTS rate_limit_router.settings (
     partitions integer NOT NULL,
     on_partition_down text NOT NULL CHECK (on_partition_down IN ('fail_closed', 'fail_open'))
 );
+-- how long a call may wait for its partitions (a router set up before 0.5.0 gets the default)
+ALTER TABLE rate_limit_router.settings
+    ADD COLUMN IF NOT EXISTS timeout interval NOT NULL DEFAULT interval '2 seconds'
+        CHECK (timeout >= interval '1 millisecond' AND timeout <= interval '1 day');
+
+-- The deadline of every forwarded call (src/cluster/router.rs says why it is PostgreSQL's lock timeout):
+-- armed before the call, cleared after it; when it passes, the call fails with 55P03, which the wrapper
+-- turns into a partition that is down. From the rate_limit library, which the router loads without the
+-- extension (no preloading).
+CREATE OR REPLACE FUNCTION rate_limit_router.arm_deadline(milliseconds integer) RETURNS void
+LANGUAGE c VOLATILE AS '$libdir/rate_limit', 'router_arm_deadline_wrapper';
+CREATE OR REPLACE FUNCTION rate_limit_router.disarm_deadline() RETURNS void
+LANGUAGE c VOLATILE AS '$libdir/rate_limit', 'router_disarm_deadline_wrapper';
+-- value, after clearing the deadline: how a wrapper returns what its partition answered
+CREATE OR REPLACE FUNCTION rate_limit_router.disarmed(value anyelement) RETURNS anyelement
+LANGUAGE plpgsql AS 'BEGIN PERFORM rate_limit_router.disarm_deadline(); RETURN value; END';
 
 -- Calls a fail_open router allowed because their partition was down (not transactional: a rolled-back
 -- caller's allowed call stays counted).
 CREATE SEQUENCE IF NOT EXISTS rate_limit_router.allowed_while_down;
 
 -- Turns PL/Proxy's failure to reach a partition (XX000, "PL/Proxy function …: … PQconnectPoll: …" and the
--- like) into 08006, or, when allow is true, counts it and returns so that the caller answers "allowed".
--- Any other error is raised again as it was: errors a partition raised keep their own SQLSTATE.
+-- like), and the router's deadline (55P03 raised here, not by a partition: its message has no "PL/Proxy"),
+-- into 08006, or, when allow is true, counts it and returns so that the caller answers "allowed". Any other
+-- error is raised again as it was: errors a partition raised keep their own SQLSTATE.
 -- SECURITY DEFINER: callers of a fail_open router count in the sequence without rights on it (every name
 -- in it is qualified).
 CREATE OR REPLACE FUNCTION rate_limit_router.partition_down(message text, state text, allow boolean)
 RETURNS void LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    late boolean := state = '55P03' AND message = 'canceling statement due to lock timeout';
 BEGIN
-    IF state <> 'XX000' OR message !~ '^PL/Proxy function .*(PQconnect|PQconsumeInput|PQsendQuery|PQflush|connect timeout|query timeout|check_old_conn)' THEN
+    IF NOT late AND (state <> 'XX000' OR message !~ '^PL/Proxy function .*(PQconnect|PQconsumeInput|PQsendQuery|PQflush|connect timeout|query timeout|check_old_conn)') THEN
         RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message;
     END IF;
     IF allow THEN
@@ -72,8 +93,10 @@ BEGIN
         RETURN;
     END IF;
     RAISE EXCEPTION USING ERRCODE = 'connection_failure',
-        MESSAGE = 'rate_limit: a partition this call needs is down',
-        DETAIL = message,
+        MESSAGE = CASE WHEN late
+                       THEN 'rate_limit: a partition this call needs did not answer within the router''s timeout'
+                       ELSE 'rate_limit: a partition this call needs is down' END,
+        DETAIL = CASE WHEN late THEN 'rate_limit_router.settings.timeout passed' ELSE message END,
         HINT = 'Nothing was granted, denied or changed on it. This router fails closed (docs/scaling.md#plproxy).';
 END
 $$;
@@ -144,10 +167,10 @@ $$;
 -- How the answers of every partition (RUN ON ALL) become one: NULL for calls routed to one partition.
 CREATE OR REPLACE FUNCTION rate_limit_router.combined(name text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
 SELECT CASE name
-    WHEN 'create_policy' THEN 'PERFORM %s; RETURN;'
-    WHEN 'alter_policy' THEN 'PERFORM %s; RETURN;'
-    WHEN 'drop_policy' THEN 'RETURN (SELECT bool_or(r) FROM %s AS r);'
-    WHEN 'purge' THEN 'RETURN (SELECT sum(r)::bigint FROM %s AS r);'
+    WHEN 'create_policy' THEN 'PERFORM %s; PERFORM rate_limit_router.disarm_deadline(); RETURN;'
+    WHEN 'alter_policy' THEN 'PERFORM %s; PERFORM rate_limit_router.disarm_deadline(); RETURN;'
+    WHEN 'drop_policy' THEN 'RETURN rate_limit_router.disarmed((SELECT bool_or(r) FROM %s AS r));'
+    WHEN 'purge' THEN 'RETURN rate_limit_router.disarmed((SELECT sum(r)::bigint FROM %s AS r));'
 END
 $$;
 
@@ -173,8 +196,12 @@ REVOKE ALL ON FUNCTION rate_limit_router.drop_every_overload(text, text) FROM PU
 -- reaches the partitions as itself, so they check its rights), and the forwarding functions. on_partition_down
 -- is 'fail_closed' (a call whose partition is down raises 08006) or 'fail_open' (calls that take tokens are
 -- allowed and counted in rate_limit_router.allowed_while_down; reads and the owner's calls still fail closed).
+-- timeout bounds every call: a partition that has not answered by then is down for that call, whether it
+-- refused the connection or stopped answering on one (a frozen server).
+DROP FUNCTION IF EXISTS rate_limit_router.create_router(text, text[], text);
 CREATE OR REPLACE FUNCTION rate_limit_router.create_router(
-    cluster text, partitions text[], on_partition_down text DEFAULT 'fail_closed')
+    cluster text, partitions text[], on_partition_down text DEFAULT 'fail_closed',
+    timeout interval DEFAULT interval '2 seconds')
 RETURNS TABLE (object text, action text) LANGUAGE plpgsql AS $$
 DECLARE
     n integer := coalesce(cardinality(partitions), 0);
@@ -183,9 +210,14 @@ DECLARE
     remote_result text;
     body text;
 BEGIN
-    IF cluster IS NULL OR partitions IS NULL OR on_partition_down IS NULL THEN
+    IF cluster IS NULL OR partitions IS NULL OR on_partition_down IS NULL OR timeout IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'null_value_not_allowed', MESSAGE = 'create_router: NULL argument',
-            HINT = 'Name the cluster, list the partitions'' connection strings and choose fail_closed or fail_open.';
+            HINT = 'Name the cluster, list the partitions'' connection strings, choose fail_closed or fail_open and a timeout.';
+    END IF;
+    IF timeout < interval '1 millisecond' OR timeout > interval '1 day' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = format('create_router: timeout is %s', timeout),
+            HINT = 'Give how long a call may wait for its partitions, from 1 millisecond to 1 day, e.g. interval ''2 seconds''.';
     END IF;
     IF n < 1 OR n & (n - 1) <> 0 OR array_position(partitions, NULL) IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
@@ -201,7 +233,6 @@ BEGIN
     SELECT string_agg(format('p%s %L', i - 1, partitions[i]), ', ' ORDER BY i) INTO options
     FROM generate_subscripts(partitions, 1) AS i;
     EXECUTE format('DROP SERVER IF EXISTS %I CASCADE', cluster);
-    -- connect_timeout bounds how long a call waits for a partition that is down
     EXECUTE format('CREATE SERVER %I FOREIGN DATA WRAPPER plproxy OPTIONS (connection_lifetime %L, %s)',
                    cluster, '1800', options);
     EXECUTE format('CREATE USER MAPPING FOR PUBLIC SERVER %I', cluster);
@@ -209,7 +240,8 @@ BEGIN
     object := cluster; action := format('PL/Proxy cluster of %s partitions', n); RETURN NEXT;
 
     DELETE FROM rate_limit_router.settings;
-    INSERT INTO rate_limit_router.settings VALUES (true, cluster, n, on_partition_down);
+    INSERT INTO rate_limit_router.settings (one, cluster, partitions, on_partition_down, timeout)
+    VALUES (true, cluster, n, on_partition_down, timeout);
 
     FOR c IN SELECT * FROM rate_limit_router.calls() LOOP
         -- the PL/Proxy function: runs the extension's call on the key's partition (or on all, or any)
@@ -235,7 +267,8 @@ BEGIN
             WHEN c.route = 'ALL' THEN
                 format(rate_limit_router.combined(c.name),
                        format('rate_limit_router.%I(%s)', c.name || '_remote', c.arguments))
-            ELSE format('RETURN rate_limit_router.%I(%s);', c.name || '_remote', c.arguments) END;
+            ELSE format('RETURN rate_limit_router.disarmed(rate_limit_router.%I(%s));', c.name || '_remote',
+                        c.arguments) END;
         IF c.name = 'take_many' THEN
             body := format(
                 'IF (SELECT count(DISTINCT hashtext(k) & %s) FROM unnest(keys) AS k) > 1 THEN '
@@ -249,9 +282,12 @@ BEGIN
         EXECUTE format(
             'CREATE FUNCTION %I.%I(%s) RETURNS %s LANGUAGE plpgsql AS %L',
             c.schema, c.name, c.parameters, c.result,
-            format('BEGIN %s EXCEPTION WHEN internal_error THEN '
-                   'PERFORM rate_limit_router.partition_down(SQLERRM, SQLSTATE, %s); RETURN %s; END',
-                   body,
+            format('BEGIN PERFORM rate_limit_router.arm_deadline(%s); %s '
+                   'EXCEPTION WHEN internal_error OR lock_not_available THEN '
+                   'PERFORM rate_limit_router.disarm_deadline(); '
+                   'PERFORM rate_limit_router.partition_down(SQLERRM, SQLSTATE, %s); RETURN %s; '
+                   'WHEN OTHERS THEN PERFORM rate_limit_router.disarm_deadline(); RAISE; END',
+                   ceil(extract(epoch FROM timeout) * 1000)::integer, body,
                    CASE WHEN c.kind = 'take' AND on_partition_down = 'fail_open' THEN 'true' ELSE 'false' END,
                    coalesce(c.open_answer, CASE WHEN c.result = 'void' THEN '' ELSE 'NULL' END)));
         IF c.kind = 'owner' THEN
@@ -291,7 +327,7 @@ BEGIN
     RETURN NEXT;
 END
 $$;
-REVOKE ALL ON FUNCTION rate_limit_router.create_router(text, text[], text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION rate_limit_router.create_router(text, text[], text, interval) FROM PUBLIC;
 
 -- Placeholders until create_router replaces them (the views need them to exist).
 DO $$
@@ -316,9 +352,17 @@ $$;
 CREATE OR REPLACE FUNCTION rate_limit_router.every_partition(what text) RETURNS SETOF json
 LANGUAGE plpgsql AS $$
 BEGIN
+    PERFORM rate_limit_router.arm_deadline(coalesce(
+        (SELECT ceil(extract(epoch FROM timeout) * 1000)::integer FROM rate_limit_router.settings), 2000));
     RETURN QUERY EXECUTE format('SELECT row_to_json(r) FROM rate_limit_router.%I() AS r', what || '_remote');
-EXCEPTION WHEN internal_error THEN
-    PERFORM rate_limit_router.partition_down(SQLERRM, SQLSTATE, false);
+    PERFORM rate_limit_router.disarm_deadline();
+EXCEPTION
+    WHEN internal_error OR lock_not_available THEN
+        PERFORM rate_limit_router.disarm_deadline();
+        PERFORM rate_limit_router.partition_down(SQLERRM, SQLSTATE, false);
+    WHEN OTHERS THEN
+        PERFORM rate_limit_router.disarm_deadline();
+        RAISE;
 END
 $$;
 REVOKE ALL ON FUNCTION rate_limit_router.every_partition(text) FROM PUBLIC;
@@ -352,5 +396,6 @@ REVOKE ALL ON rate_limit.stats, rate_limit.top_limited, rate_limit.buckets FROM 
 CREATE OR REPLACE VIEW rate_limit_router.status AS
 SELECT s.cluster, s.partitions, s.on_partition_down,
        (SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM rate_limit_router.allowed_while_down)
-         AS allowed_while_down
+         AS allowed_while_down,
+       s.timeout
 FROM rate_limit_router.settings AS s;

@@ -143,6 +143,7 @@ plproxy() { # plproxy VERSION: a router server (PL/Proxy) and two partitions (ra
   RATE_LIMIT_TEST_PLPROXY="$(IFS=';'; echo "${servers[*]}")" \
   RATE_LIMIT_TEST_PLPROXY_PARTITION1_STOP="$(pg_ctl_command "$v" "$dir" stop)" \
   RATE_LIMIT_TEST_PLPROXY_PARTITION1_START="$(pg_ctl_command "$v" "$dir" start)" \
+  RATE_LIMIT_TEST_PLPROXY_PARTITION1_DATA="$dir" \
     cargo test -p rate_limit_integration --test plproxy -- --test-threads=1 || status=$?
   for i in 0 1 2; do cluster_stop "$v" "$TEST_ROOT/${PLPROXY_SERVERS[i]}-$v"; done
   return "$status"

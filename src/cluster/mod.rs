@@ -7,6 +7,9 @@
 //!   a second copy.
 //! - [`merged`]: on the coordinator, the statistics, top limited keys and memory buckets of every node,
 //!   merged into one answer.
+//! - [`router`]: the deadline of the PL/Proxy router's calls (`router/plproxy.sql`), loaded into the router
+//!   database.
 
 pub mod citus;
 pub mod merged;
+pub mod router;

@@ -81,6 +81,53 @@ impl Drop for StoppedServer {
     }
 }
 
+/// A server a test froze: its postmaster and every process it started stopped with SIGSTOP (the sockets
+/// stay open and the kernel keeps accepting connections, but nothing answers: a hung server), resumed with
+/// SIGCONT when this is dropped.
+pub struct FrozenServer {
+    pids: Vec<String>,
+}
+
+impl FrozenServer {
+    /// Freezes the server whose data directory setting `data_dir` names.
+    pub fn freeze(data_dir: &str) -> FrozenServer {
+        let pid_file = format!("{}/postmaster.pid", env(data_dir));
+        let postmaster = std::fs::read_to_string(&pid_file)
+            .expect("postmaster.pid")
+            .lines()
+            .next()
+            .expect("the postmaster's pid")
+            .trim()
+            .to_string();
+        let children = std::process::Command::new("pgrep")
+            .args(["-P", &postmaster])
+            .output()
+            .expect("pgrep");
+        let mut pids: Vec<String> = String::from_utf8_lossy(&children.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        pids.push(postmaster);
+        signal("-STOP", &pids);
+        FrozenServer { pids }
+    }
+}
+
+impl Drop for FrozenServer {
+    fn drop(&mut self) {
+        signal("-CONT", &self.pids);
+    }
+}
+
+fn signal(which: &str, pids: &[String]) {
+    let status = std::process::Command::new("kill")
+        .arg(which)
+        .args(pids)
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {which} {pids:?}");
+}
+
 /// A database of its own for one test, dropped when the test ends.
 pub struct TestDb {
     name: String,

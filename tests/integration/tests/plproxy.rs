@@ -14,6 +14,9 @@
 //!   with 08006; on a `fail_open` one the calls that take are allowed and counted, reads still fail with
 //!   08006.
 //!
+//! - a partition that is frozen (SIGSTOP: it accepts connections and never answers) ends every call within
+//!   the router's timeout, from a session that had reached it and from a new one, with 08006 or allowed as
+//!   the router chose, and is used again once it resumes;
 //! - a role with only LOGIN takes through the router (and through a `fail_open` one while a partition is
 //!   down), and is refused the owner's calls (42501), as on one server;
 //! - the router forwards exactly the SQL surface's forwarded functions (`src/surface.rs`), each with
@@ -28,7 +31,7 @@ use postgres::error::SqlState;
 use postgres::{Client, NoTls};
 use rate_limit_integration::surface::{Access, Route, FUNCTIONS};
 use rate_limit_integration::{
-    fresh_name, hammer_conserves_tokens, servers_or_skip, Caller, StoppedServer,
+    fresh_name, hammer_conserves_tokens, servers_or_skip, Caller, FrozenServer, StoppedServer,
 };
 
 const ROUTER: &str = "rl_router";
@@ -93,10 +96,15 @@ fn router() -> Option<(MutexGuard<'static, ()>, &'static [String])> {
 }
 
 fn set_mode(router: &mut Client, servers: &[String], mode: &str) {
+    set_up(router, servers, mode, "2 seconds");
+}
+
+/// Sets the router up with `mode` and `timeout`.
+fn set_up(router: &mut Client, servers: &[String], mode: &str, timeout: &str) {
     let steps = router
         .query(
-            "SELECT * FROM rate_limit_router.create_router('rate_limit', $1, $2)",
-            &[&partitions(servers), &mode],
+            "SELECT * FROM rate_limit_router.create_router('rate_limit', $1, $2, $3::text::interval)",
+            &[&partitions(servers), &mode, &timeout],
         )
         .expect("create_router");
     assert_eq!(
@@ -637,4 +645,80 @@ fn the_router_forwards_exactly_the_surfaces_forwarded_functions() {
         .collect();
     expected.sort();
     assert_eq!(forwarded, expected);
+}
+
+/// A partition frozen mid-flight (SIGSTOP) never hangs the router: with a timeout of 1 second, every call
+/// that needs it ends well within 10 seconds (it hung for 627 s before, in PL/Proxy's blocking cancel
+/// request), from a session whose connection to it was open and from a new one; with 08006 on a
+/// fail_closed router, allowed on a fail_open one; the merged views fail with 08006 too. The other
+/// partition serves meanwhile, and the frozen one is used again once it resumes.
+#[test]
+fn a_frozen_partition_ends_every_call_within_the_timeout() {
+    let Some((_one, servers)) = router() else {
+        return;
+    };
+    let mut r = connect(&servers[0], ROUTER);
+    set_up(&mut r, servers, "fail_closed", "1 second");
+    let policy = fresh_name("frozen");
+    r.query(
+        "SELECT rate_limit.create_policy($1, 1000, '1 hour')",
+        &[&policy],
+    )
+    .expect("policy");
+    let (up, frozen) = (key_on(&mut r, 0, "up"), key_on(&mut r, 1, "frozen"));
+    let take = |c: &mut Client, key: &str| -> (Result<bool, postgres::Error>, f64) {
+        let started = std::time::Instant::now();
+        let answer = c
+            .query_one(
+                "SELECT allowed FROM rate_limit.take($1, $2)",
+                &[&policy, &key],
+            )
+            .map(|row| row.get(0));
+        (answer, started.elapsed().as_secs_f64())
+    };
+    // a session whose connection to the partition is open before it freezes
+    let mut old = connect(&servers[0], ROUTER);
+    assert!(take(&mut old, &frozen).0.expect("before the freeze"));
+    let ice = FrozenServer::freeze("RATE_LIMIT_TEST_PLPROXY_PARTITION1_DATA");
+    let mut new = connect(&servers[0], ROUTER);
+    for (who, c) in [("old session", &mut old), ("new session", &mut new)] {
+        for attempt in 1..=2 {
+            let (answer, seconds) = take(c, &frozen);
+            let e = answer.expect_err("fails closed");
+            assert_eq!(
+                e.code(),
+                Some(&SqlState::CONNECTION_FAILURE),
+                "{who} {attempt}: {e:?}"
+            );
+            assert!(seconds < 10.0, "{who} {attempt}: {seconds} s");
+        }
+        assert!(take(c, &up).0.expect("the other partition serves"), "{who}");
+    }
+    let started = std::time::Instant::now();
+    let e = new
+        .query("SELECT * FROM rate_limit.stats", &[])
+        .expect_err("merged views need every partition");
+    assert_eq!(e.code(), Some(&SqlState::CONNECTION_FAILURE), "{e:?}");
+    assert!(started.elapsed().as_secs_f64() < 10.0);
+    set_up(&mut new, servers, "fail_open", "1 second");
+    let (answer, seconds) = take(&mut new, &frozen);
+    assert!(answer.expect("fails open"), "allowed");
+    assert!(seconds < 10.0, "{seconds} s");
+    drop(ice);
+    // resumed: used again (its backends may need a moment to answer what waited)
+    set_mode(&mut new, servers, "fail_closed");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match take(&mut old, &frozen).0 {
+            Ok(allowed) => {
+                assert!(allowed);
+                break;
+            }
+            Err(e) if std::time::Instant::now() < deadline => {
+                eprintln!("not yet: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            Err(e) => panic!("the resumed partition is not used again: {e:?}"),
+        }
+    }
 }
