@@ -108,10 +108,12 @@ citus() { # citus VERSION: three fresh nodes with Citus and rate_limit preloaded
     cluster_stop "$v" "$TEST_ROOT/${CITUS_NODES[i]}-$v"
     rm -rf "$TEST_ROOT/${CITUS_NODES[i]}-$v"
     # two-phase commit for transactions that write on both workers; no background purge unless a test
-    # turns it on; the node reaches itself (a shard move does) on the socket, as it listens on no TCP port
+    # turns it on; the node reaches itself (a shard move does) on the socket, as it listens on no TCP port;
+    # logical WAL for the shard moves that replicate logically
     cluster_start "$v" "$TEST_ROOT/${CITUS_NODES[i]}-$v" "$(citus_port "$v" "$i")" "fsync = off" \
       "shared_preload_libraries = 'citus,rate_limit'" "max_prepared_transactions = 100" \
-      "rate_limit.purge_interval = 0" "citus.local_hostname = '$RATE_LIMIT_SOCKET_DIR'"
+      "rate_limit.purge_interval = 0" "citus.local_hostname = '$RATE_LIMIT_SOCKET_DIR'" \
+      "wal_level = logical"
     nodes+=("$(conninfo "$(citus_port "$v" "$i")")")
   done
   RATE_LIMIT_TEST_CITUS_NODES="$(IFS=';'; echo "${nodes[*]}")" \

@@ -62,13 +62,14 @@ pub extern "C-unwind" fn _PG_init() {
     policies::register_invalidation();
 }
 
-/// A rolled-back transaction may refund tokens: forget the buckets remembered as short. At every end of a
-/// transaction, add this backend's pending denials to the statistics once they are old enough.
+/// A rolled-back transaction may refund tokens: forget the buckets remembered as short. Forget what the
+/// cluster module remembers for one transaction. At every end of a transaction, add this backend's pending denials to the statistics once they are old enough.
 #[pg_guard]
 unsafe extern "C-unwind" fn on_xact_event(
     event: pg_sys::XactEvent::Type,
     _arg: *mut std::ffi::c_void,
 ) {
+    cluster::forget_transaction_memos();
     if event == pg_sys::XactEvent::XACT_EVENT_ABORT
         || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT
     {
@@ -89,6 +90,7 @@ unsafe extern "C-unwind" fn on_subxact_event(
     _arg: *mut std::ffi::c_void,
 ) {
     if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
+        cluster::forget_transaction_memos();
         store::short::forget_all();
     }
 }

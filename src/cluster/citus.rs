@@ -26,21 +26,12 @@ use pgrx::prelude::*;
 use pgrx::spi::{Spi, SpiClient};
 use pgrx::PgSqlErrorCode;
 
+use super::shards;
 use crate::error;
 use crate::surface;
 
-/// Whether the Citus extension exists in the current database. First whether the Citus library is loaded
-/// at all (a setting it defines exists: a hash lookup), so that a server without Citus pays nothing on the
-/// memory store's path; then a catalog lookup, no query.
-pub fn citus_installed() -> bool {
-    // SAFETY: GetConfigOption with missing_ok returns NULL for an unknown setting instead of raising an
-    // error; the name is a valid C string; the result is only compared with NULL.
-    let loaded =
-        unsafe { !pg_sys::GetConfigOption(c"citus.shard_count".as_ptr(), true, false).is_null() };
-    // SAFETY: get_extension_oid reads pg_extension inside the current transaction; with missing_ok it
-    // returns InvalidOid instead of raising an error.
-    loaded && unsafe { pg_sys::get_extension_oid(c"citus".as_ptr(), true) != pg_sys::InvalidOid }
-}
+pub use super::installed::citus_installed;
+use super::installed::{citus_extension_exists, citus_loaded};
 
 fn spi<T>(function: &'static str, r: Result<T, pgrx::spi::SpiError>) -> Result<T, ErrorReport> {
     r.map_err(|e| error::internal(function, e))
@@ -121,7 +112,8 @@ fn distribute(
     function: &'static str,
     shard_count_wanted: Option<i32>,
 ) -> Result<Steps, ErrorReport> {
-    if !citus_installed() {
+    // read now, not remembered: Citus may have been created earlier in this transaction
+    if !(citus_loaded() && citus_extension_exists()) {
         return Err(without_citus(function));
     }
     if let Some(n) = shard_count_wanted.filter(|n| *n < 1) {
@@ -310,6 +302,14 @@ fn ensure_bucket_on_this_node(
     detail: &str,
     hint: &str,
 ) -> Result<(), ErrorReport> {
+    // the common answer from the catalogs, no query; the node's name only for the error
+    let placed_here = match shards::shard_of(key) {
+        None => true,
+        Some(shard) => super::citus_catalog::is_placed_here(shard.id),
+    };
+    if placed_here {
+        return Ok(());
+    }
     match bucket_node(function, key)? {
         None | Some((_, _, Some(true))) => Ok(()),
         Some((host, port, _)) => Err(ErrorReport::new(

@@ -11,5 +11,14 @@
 //!   database.
 
 pub mod citus;
+pub mod citus_catalog;
+pub mod installed;
 pub mod merged;
 pub mod router;
+pub mod shards;
+
+/// Forgets what this module remembers for one transaction (the last key's shard): called at every end of a
+/// transaction and every aborted subtransaction.
+pub fn forget_transaction_memos() {
+    shards::forget();
+}

@@ -22,62 +22,17 @@
 //! would write).
 
 use pgrx::datum::DatumWithOid;
+use pgrx::pg_sys;
 use pgrx::pg_sys::panic::ErrorReport;
-use pgrx::pg_sys::{self, PgOid};
-use pgrx::spi::{OwnedPreparedStatement, Spi, SpiClient, SpiError};
+use pgrx::spi::Spi;
 use siphasher::sip128::{Hasher128, SipHasher13};
-use std::cell::Cell;
 use std::hash::Hasher;
 
-use super::{
-    plans, read, read_only, read_with, row_args, spi, timestamptz, write, COLUMNS, WHERE_BUCKET,
-};
+use super::{one_key, plans_for, read, read_only, read_with, row_args, spi, timestamptz, write};
 use crate::algorithm::{lease_id, State};
 use crate::error;
 use crate::target::{Ask, Target};
 use crate::time::clock;
-
-/// The leases' own saved plans.
-struct LeasePlans {
-    /// Read and lock one row if its slot is free at `$3` (released, or its lease expired), unless another
-    /// transaction holds the row: a held lease's row is never locked, so its release never waits.
-    lock_skip: OwnedPreparedStatement,
-}
-
-thread_local! {
-    /// Prepared on first use and kept for the life of the backend.
-    static LEASE_PLANS: Cell<Option<&'static LeasePlans>> = const { Cell::new(None) };
-}
-
-fn prepare(client: &SpiClient<'_>) -> Result<LeasePlans, SpiError> {
-    let text = PgOid::from(pg_sys::TEXTOID);
-    let tstz = PgOid::from(pg_sys::TIMESTAMPTZOID);
-    Ok(LeasePlans {
-        lock_skip: client
-            .prepare_mut(
-                &format!(
-                    "SELECT {COLUMNS} FROM rate_limit.bucket_state {WHERE_BUCKET} \
-                     AND rate_limit.state_is_full(level, updated_at, algorithm, rate, per_us, burst, $3) \
-                     FOR UPDATE SKIP LOCKED"
-                ),
-                &[text, text, tstz],
-            )?
-            .keep(),
-    })
-}
-
-fn lease_plans(
-    function: &'static str,
-    client: &SpiClient<'_>,
-) -> Result<&'static LeasePlans, ErrorReport> {
-    if let Some(p) = LEASE_PLANS.with(Cell::get) {
-        return Ok(p);
-    }
-    // Leaked on purpose: one small struct per backend, alive as long as the backend.
-    let p: &'static LeasePlans = Box::leak(Box::new(spi(function, prepare(client))?));
-    LEASE_PLANS.with(|cell| cell.set(Some(p)));
-    Ok(p)
-}
 
 /// Whether this transaction got the lock of the slot `target` (see the module comment): tried, never
 /// waited for, held until the transaction ends.
@@ -125,8 +80,7 @@ pub fn acquire(
     random: u64,
 ) -> Result<(Vec<State>, Option<State>, i64), ErrorReport> {
     Spi::connect_mut(|client| {
-        let plans = plans(function, client)?;
-        let lease_plans = lease_plans(function, client)?;
+        let plans = plans_for(function, client, one_key(slots))?;
         let now = clock::table_now_us();
         let ro = read_only();
         let mut states = Vec::with_capacity(slots.len());
@@ -157,7 +111,7 @@ pub fn acquire(
                 t.key.into(),
                 timestamptz(function, now)?.into(),
             ];
-            if let Some(stored) = read_with(client, &lease_plans.lock_skip, function, &args)? {
+            if let Some(stored) = read_with(client, &plans.lock_skip, function, &args)? {
                 let o = t.answer(Some(stored), now, ask);
                 if o.allowed {
                     write(client, plans, function, t, o.state)?;

@@ -31,18 +31,19 @@
 //!   nobody having changed the row. That rebase is the one write a denied call may make.
 
 mod leases;
+mod plans;
 mod sql;
+
+use plans::{one_key, plans_for, Plans};
 
 pub use leases::acquire;
 
 #[cfg(any(test, feature = "pg_test"))]
 pub use sql::evaluations;
 
-use std::cell::Cell;
-
 use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
+use pgrx::pg_sys;
 use pgrx::pg_sys::panic::ErrorReport;
-use pgrx::pg_sys::{self, PgOid};
 use pgrx::spi::{OwnedPreparedStatement, Spi, SpiClient, SpiError};
 use pgrx::PgSqlErrorCode;
 
@@ -85,75 +86,6 @@ const PURGE_BATCH: &str = "DELETE FROM rate_limit.bucket_state AS s \
          WHERE rate_limit.state_is_full(f.level, f.updated_at, f.algorithm, f.rate, f.per_us, f.burst, $1) \
          LIMIT $2 FOR UPDATE SKIP LOCKED)) \
        AND rate_limit.state_is_full(s.level, s.updated_at, s.algorithm, s.rate, s.per_us, s.burst, $1)";
-
-/// The saved plans of this backend.
-struct Plans {
-    /// Read one row in the caller's snapshot (peek).
-    read: OwnedPreparedStatement,
-    /// Read one row in a fresh snapshot.
-    read_fresh: OwnedPreparedStatement,
-    /// Read and lock one row (refund).
-    lock: OwnedPreparedStatement,
-    take: OwnedPreparedStatement,
-    insert: OwnedPreparedStatement,
-    /// Write a row's state unconditionally (the row is locked by this call).
-    write: OwnedPreparedStatement,
-    /// Write a rebased state if the row still holds what was read.
-    rebase: OwnedPreparedStatement,
-    delete: OwnedPreparedStatement,
-}
-
-thread_local! {
-    /// Prepared on first use and kept for the life of the backend (PostgreSQL's plan cache revalidates them
-    /// if the table is altered or recreated).
-    static PLANS: Cell<Option<&'static Plans>> = const { Cell::new(None) };
-}
-
-fn prepare_plans(client: &SpiClient<'_>) -> Result<Plans, SpiError> {
-    let text = PgOid::from(pg_sys::TEXTOID);
-    let int8 = PgOid::from(pg_sys::INT8OID);
-    let tstz = PgOid::from(pg_sys::TIMESTAMPTZOID);
-    let key = [text, text];
-    let row = [text, text, int8, tstz, text, int8, int8, int8];
-    let read = format!("SELECT {COLUMNS} FROM rate_limit.bucket_state {WHERE_BUCKET}");
-    let rebase = format!(
-        "{SET_STATE} {WHERE_BUCKET} AND level OPERATOR(pg_catalog.=) $9 \
-         AND updated_at OPERATOR(pg_catalog.=) $10"
-    );
-    let mut rebase_types = row.to_vec();
-    rebase_types.extend([int8, tstz]);
-    Ok(Plans {
-        read: client.prepare(&read, &key)?.keep(),
-        read_fresh: client.prepare_mut(&read, &key)?.keep(),
-        lock: client
-            .prepare_mut(&format!("{read} FOR UPDATE"), &key)?
-            .keep(),
-        take: client
-            .prepare_mut(
-                TAKE,
-                &[text, text, text, int8, int8, int8, tstz, tstz, int8, tstz],
-            )?
-            .keep(),
-        insert: client.prepare_mut(INSERT, &row)?.keep(),
-        write: client
-            .prepare_mut(&format!("{SET_STATE} {WHERE_BUCKET}"), &row)?
-            .keep(),
-        rebase: client.prepare_mut(&rebase, &rebase_types)?.keep(),
-        delete: client
-            .prepare_mut(&format!("{DELETE} {WHERE_BUCKET}"), &key)?
-            .keep(),
-    })
-}
-
-fn plans(function: &'static str, client: &SpiClient<'_>) -> Result<&'static Plans, ErrorReport> {
-    if let Some(plans) = PLANS.with(Cell::get) {
-        return Ok(plans);
-    }
-    // Leaked on purpose: one small struct per backend, alive as long as the backend.
-    let plans: &'static Plans = Box::leak(Box::new(spi(function, prepare_plans(client))?));
-    PLANS.with(|cell| cell.set(Some(plans)));
-    Ok(plans)
-}
 
 /// An SPI failure as XX000 (only a bug or a damaged installation can cause one).
 fn spi<T>(function: &'static str, r: Result<T, SpiError>) -> Result<T, ErrorReport> {
@@ -300,7 +232,7 @@ pub fn take(
     cost: i64,
 ) -> Result<Vec<Outcome>, ErrorReport> {
     Spi::connect_mut(|client| {
-        let plans = plans(function, client)?;
+        let plans = plans_for(function, client, one_key(targets))?;
         if cost == 0 || read_only() {
             let plan = if cost == 0 {
                 &plans.read
@@ -333,7 +265,7 @@ pub fn peek_fresh(
     targets: &[Target<'_>],
 ) -> Result<Vec<Outcome>, ErrorReport> {
     Spi::connect_mut(|client| {
-        let plans = plans(function, client)?;
+        let plans = plans_for(function, client, one_key(targets))?;
         let mut stored = Vec::with_capacity(targets.len());
         for t in targets {
             stored.push(read(client, &plans.read_fresh, function, t)?);
@@ -476,7 +408,7 @@ pub fn update<R>(
         return Err(error::read_only(function));
     }
     Spi::connect_mut(|client| {
-        let plans = plans(function, client)?;
+        let plans = plans_for(function, client, Some(target.key))?;
         let stored = read(client, &plans.lock, function, target)?;
         let (state, result) = step(stored, clock::table_now_us());
         if let Some(state) = state {
@@ -490,7 +422,7 @@ pub fn update<R>(
 /// that holds it), if it has one: the first step of the seam's lock order before its block bucket.
 pub fn lock_row(function: &'static str, target: &Target<'_>) -> Result<(), ErrorReport> {
     Spi::connect_mut(|client| {
-        let plans = plans(function, client)?;
+        let plans = plans_for(function, client, Some(target.key))?;
         read(client, &plans.lock, function, target).map(|_| ())
     })
 }
@@ -508,7 +440,7 @@ pub fn upsert(
         return Err(error::read_only(function));
     }
     Spi::connect_mut(|client| {
-        let plans = plans(function, client)?;
+        let plans = plans_for(function, client, Some(target.key))?;
         for _ in 0..MAX_ATTEMPTS {
             let stored = read(client, &plans.lock, function, target)?;
             let outcome = step(stored, clock::table_now_us());
@@ -535,7 +467,7 @@ pub fn reset(
         return Err(error::read_only(function));
     }
     Spi::connect_mut(|client| {
-        let plans = plans(function, client)?;
+        let plans = plans_for(function, client, Some(key))?;
         let args: [DatumWithOid<'_>; 2] = [namespace.stored_name().into(), key.into()];
         Ok(!spi(function, client.select(&plans.delete, None, &args))?.is_empty())
     })

@@ -14,7 +14,9 @@
 //! - policies changed on the coordinator are used by the next call on every node;
 //! - `limit_writes` on a table of the coordinator limits rows by keys that live on the workers, and on a
 //!   distributed table colocated with the state table, written from every node;
-//! - each node's background worker purges only the buckets of the shards it holds.
+//! - each node's background worker purges only the buckets of the shards it holds;
+//! - a key hammered while its shard moves (writes blocked, or logical replication) conserves its tokens in
+//!   the table store, and grants at most one burst more in the memory store.
 //!
 //! `RATE_LIMIT_TEST_CITUS_NODES` names the nodes, coordinator first, separated by `;` (each a connection
 //! string with `host` and `port`, no database). `none` skips these tests: `scripts/test.sh` says so for every
@@ -27,7 +29,7 @@ use std::time::{Duration, Instant};
 use postgres::error::SqlState;
 use postgres::{Client, NoTls};
 use rate_limit_integration::{
-    fresh_name, hammer_conserves_tokens, servers_or_skip, Caller, StoppedServer,
+    fresh_name, hammer_conserves_tokens_within, servers_or_skip, Caller, StoppedServer,
 };
 
 const DATABASE: &str = "rl_citus";
@@ -139,6 +141,35 @@ const SECONDS: u64 = 3;
 /// Hammers `policy`/`key` (a new bucket, [`RATE`] and [`BURST`]) from `per_node` connections on every
 /// node, each way of `ways` in turn, for [`SECONDS`], and checks that it conserves tokens.
 fn hammer_is_exact(nodes: &[String], policy: &str, key: &str, ways: &[Way], per_node: usize) {
+    let allowance = Allowance {
+        burst: BURST,
+        extra: 0,
+        refusals: &[],
+    };
+    hammer_is_exact_within(nodes, policy, key, ways, per_node, &allowance);
+}
+
+/// What a hammering allows beyond [`hammer_is_exact`]'s defaults.
+struct Allowance {
+    /// The bucket's burst (the policy's), instead of [`BURST`].
+    burst: u64,
+    /// Tokens granted beyond conservation.
+    extra: u64,
+    /// Errors counted as a denial (a call racing a shard move: 40001 when it waited for the move, 0A000
+    /// when a memory-store call reached the node its key just left).
+    refusals: &'static [SqlState],
+}
+
+/// [`hammer_is_exact`], with `allowance`.
+fn hammer_is_exact_within(
+    nodes: &[String],
+    policy: &str,
+    key: &str,
+    ways: &[Way],
+    per_node: usize,
+    allowance: &Allowance,
+) {
+    let refusals = allowance.refusals;
     let caller = |i: usize| -> Caller {
         let node = nodes[i % nodes.len()].clone();
         let way = ways[(i / nodes.len()) % ways.len()];
@@ -165,16 +196,21 @@ fn hammer_is_exact(nodes: &[String], policy: &str, key: &str, ways: &[Way], per_
                     .query_one("SELECT public.take_in_plpgsql($1, $2)", &[&policy, &key])
                     .map(|r| r.get(0)),
             }
+            .or_else(|e| match e.code() {
+                Some(code) if refusals.contains(code) => Ok(false),
+                _ => Err(e),
+            })
             .unwrap_or_else(|e| panic!("{way:?} on {node}: {e:?}"))
         })
     };
-    hammer_conserves_tokens(
+    hammer_conserves_tokens_within(
         &mut connect(&nodes[0]),
         (policy, key),
-        (RATE, BURST),
+        (RATE, allowance.burst),
         SECONDS,
         nodes.len() * per_node,
         caller,
+        allowance.extra,
     );
 }
 
@@ -821,15 +857,96 @@ fn each_nodes_worker_purges_only_the_shards_it_holds() {
 /// Moves the shard that holds `key` (and the shards colocated with it) to the worker at `to`, a connection
 /// string, copying its rows while writes wait (`block_writes`: no logical replication needed).
 fn move_shard_of(coordinator: &mut Client, key: &str, to: &str) {
+    move_shard_by(coordinator, key, to, "block_writes");
+}
+
+/// [`move_shard_of`] in the transfer mode `mode`: `block_writes`, or `force_logical` (the rows copied while
+/// writes go on, logical replication catching up, writes blocked only at the cutover).
+fn move_shard_by(coordinator: &mut Client, key: &str, to: &str, mode: &str) {
     coordinator
         .query(
             "SELECT citus_move_shard_placement(s.shardid, n.nodename, n.nodeport, $2, $3::int, \
-                 shard_transfer_mode => 'block_writes') \
+                 shard_transfer_mode => $4::text::citus.shard_transfer_mode) \
              FROM (SELECT get_shard_id_for_distribution_column('rate_limit.bucket_state', $1::text) AS shardid) s \
              JOIN pg_dist_placement p USING (shardid) JOIN pg_dist_node n USING (groupid)",
-            &[&key, &part(to, "host"), &part(to, "port").parse::<i32>().expect("port")],
+            &[&key, &part(to, "host"), &part(to, "port").parse::<i32>().expect("port"), &mode],
         )
         .expect("move the key's shard");
+}
+
+/// The burst of a key hammered while its shard moves: 5 seconds of [`RATE`], longer than a move blocks its
+/// writes here, so that the bucket never refills to its cap (where refill is rightly lost, and
+/// conservation would not hold) while every caller waits for the cutover.
+const MOVING_BURST: u64 = 5 * RATE;
+
+/// Hammers a new key of worker 1 in `store` from every node (calls Citus delegates) while its shard moves
+/// to worker 2 in `mode`, a second after the hammering starts; then moves it back. The table store
+/// conserves tokens exactly across the move (its row moves with the shard, and its direct writes to the
+/// shard wait for the cutover like Citus's own); the memory store within one more burst (a bucket starts
+/// full on its new node), as docs/scaling.md says. A call that waited for the move's cutover on the old
+/// node is refused with 40001 (retry), counted as denied.
+fn hammer_while_the_shard_moves(nodes: &[String], store: &str, mode: &str) {
+    let mut c = connect(&nodes[0]);
+    c.batch_execute(HELPER).expect("helper");
+    let policy = fresh_name(&format!("moving_{store}"));
+    c.query(
+        "SELECT rate_limit.create_policy($1, $2::int, '1 second', burst => $3::int, store => $4)",
+        &[&policy, &(RATE as i32), &(MOVING_BURST as i32), &store],
+    )
+    .expect("policy");
+    let key = key_on_worker(&mut c, nodes, 1, &fresh_name("mv"));
+    let mover = {
+        let (coordinator, key, to, mode) = (
+            nodes[0].clone(),
+            key.clone(),
+            nodes[2].clone(),
+            mode.to_string(),
+        );
+        thread::spawn(move || {
+            thread::sleep(Duration::from_secs(1));
+            let started = Instant::now();
+            move_shard_by(&mut connect(&coordinator), &key, &to, &mode);
+            started.elapsed()
+        })
+    };
+    let allowance = Allowance {
+        burst: MOVING_BURST,
+        extra: if store == "memory" { MOVING_BURST } else { 0 },
+        refusals: if store == "memory" {
+            &[
+                SqlState::T_R_SERIALIZATION_FAILURE,
+                SqlState::FEATURE_NOT_SUPPORTED,
+            ]
+        } else {
+            &[SqlState::T_R_SERIALIZATION_FAILURE]
+        },
+    };
+    let ways = [Way::TopLevel, Way::InTransaction];
+    hammer_is_exact_within(nodes, &policy, &key, &ways, 3, &allowance);
+    let took = mover.join().expect("the move");
+    assert!(
+        took < Duration::from_secs(SECONDS),
+        "the move ended under load: {took:?}"
+    );
+    move_shard_of(&mut c, &key, &nodes[1]);
+}
+
+#[test]
+fn a_shard_moved_under_load_conserves_table_buckets_with_writes_blocked() {
+    let Some(nodes) = cluster() else { return };
+    hammer_while_the_shard_moves(nodes, "table", "block_writes");
+}
+
+#[test]
+fn a_shard_moved_under_load_conserves_table_buckets_with_logical_replication() {
+    let Some(nodes) = cluster() else { return };
+    hammer_while_the_shard_moves(nodes, "table", "force_logical");
+}
+
+#[test]
+fn a_shard_moved_under_load_grants_memory_buckets_one_burst_more_at_most() {
+    let Some(nodes) = cluster() else { return };
+    hammer_while_the_shard_moves(nodes, "memory", "force_logical");
 }
 
 #[test]
