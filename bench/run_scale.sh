@@ -6,7 +6,8 @@
 #   - Citus: a coordinator and two workers (PostgreSQL 17, Citus 14.0.1), the call delegated by Citus from the
 #     coordinator, against the same call on a server without Citus, with SELECT 1 through the same paths
 #     (directly, and as a distributed PL/pgSQL function delegated by the same key: a SQL function would be
-#     inlined by the planner and never reach a worker).
+#     inlined by the planner and never reach a worker); and the call sent straight to its key's node (keys
+#     that rate_limit.nodes_of places on worker 1) against the same script on the server without Citus.
 # Every call is rate_limit.take('bench', random key of 100 000) on the table store, synchronous_commit off
 # (the figures measure routing, not fsync). Each figure is pgbench's tps with BENCH_CLIENTS clients for
 # BENCH_SECONDS, the median of BENCH_ROUNDS interleaved rounds. Writes bench/SCALE_RESULTS.md.
@@ -131,6 +132,21 @@ start b17 single 7109 "shared_preload_libraries = 'rate_limit'" "rate_limit.purg
 sql b17 7109 postgres -c "CREATE DATABASE app"
 sql b17 7109 app -c "CREATE EXTENSION rate_limit" \
   -c "SELECT rate_limit.create_policy('bench', 2, '1 second', burst => 120, store => 'table')" >/dev/null
+# straight to the key's node: the keys rate_limit.nodes_of places on worker 1, in a plain table of worker 1
+# and of the server without Citus, read by the same two-statement script on both
+keys_on_worker1="SELECT row_number() OVER () AS id, key AS k FROM rate_limit.nodes_of(ARRAY(
+  SELECT 'key' || i FROM generate_series(1, 100000) AS i)) WHERE port = 7101"
+sql b17 7100 app -c "COPY ($keys_on_worker1) TO STDOUT" >"$DIR/keys_on_worker1.tsv"
+chmod a+r "$DIR/keys_on_worker1.tsv"
+sql b17 7101 app -c "SET citus.enable_ddl_propagation = off" -c "CREATE TABLE bench_keys (id bigint PRIMARY KEY, k text)"
+sql b17 7109 app -c "CREATE TABLE bench_keys (id bigint PRIMARY KEY, k text)"
+for port in 7101 7109; do sql b17 $port app -c "\\copy bench_keys FROM '$DIR/keys_on_worker1.tsv'"; done
+{
+  echo "\\set r random(1, $(wc -l <"$DIR/keys_on_worker1.tsv"))"
+  echo "SELECT k FROM bench_keys WHERE id = :r \\gset"
+  echo "SELECT allowed FROM rate_limit.take('bench', :'k');"
+} >"$SCRIPTS/local_take.sql"
+chmod a+r "$SCRIPTS/local_take.sql"
 
 echo "== $ROUNDS rounds of $SECONDS_PER_ROUND s, $CLIENTS clients"
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -147,6 +163,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
   measure "citus direct SELECT 1" b17 7109 app select1.sql
   measure "citus delegated take" b17 7100 app take.sql
   measure "citus delegated SELECT 1" b17 7100 app select1_routed.sql
+  measure "citus routed take" b17 7101 app local_take.sql
+  measure "single routed-script take" b17 7109 app local_take.sql
 done
 
 python3 - "$RAW" "$ROOT/bench/SCALE_RESULTS.md" "$CLIENTS" "$SECONDS_PER_ROUND" "$ROUNDS" <<'EOF'
@@ -178,6 +196,24 @@ for label in ["plproxy direct take", "plproxy direct SELECT 1"] + \
 for label in ["citus direct take", "citus direct SELECT 1", "citus delegated take", "citus delegated SELECT 1"]:
     direct = "citus direct take" if label.endswith("take") else "citus direct SELECT 1"
     lines.append(row(label, direct, "citus direct SELECT 1"))
+for label in ["single routed-script take", "citus routed take"]:
+    lines.append(row(label, "single routed-script take", "citus direct SELECT 1"))
+def bound(path, floor, direct):
+    return med[path] * (1 / med[floor] + 1 / med[direct])
+lines += [
+    "",
+    "Against the additive bound 1 / (1/floor + 1/direct take), the floor being SELECT 1 through the same",
+    "path (the hop alone) and the direct take the same call on one server (the work alone):",
+    "",
+    "| path | of its additive bound |",
+    "| --- | ---: |",
+    f"| citus delegated take | {bound('citus delegated take', 'citus delegated SELECT 1', 'citus direct take'):.2f} |",
+    f"| plproxy router 1 take | {bound('plproxy router 1 take', 'plproxy router 1 SELECT 1', 'plproxy direct take'):.2f} |",
+    "",
+    "`citus routed take`: the call sent straight to its key's node (worker 1, keys placed there by",
+    "`rate_limit.nodes_of`), against the same script (a key read from a plain table, then the take) on the",
+    "server without Citus (`single routed-script take`).",
+]
 open(out, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 EOF

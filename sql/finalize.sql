@@ -167,6 +167,8 @@ COMMENT ON FUNCTION rate_limit.memory_shares() IS
 COMMENT ON FUNCTION rate_limit.distribute(integer) IS
     'On a Citus coordinator: policies as a reference table, state distributed by key, keyed calls delegated '
     'to the key''s node; idempotent; owner only';
+COMMENT ON FUNCTION rate_limit.nodes_of(text[]) IS
+    'Under Citus, the node (host, port) and shard that hold each key, in the order given: where to send its calls';
 COMMENT ON FUNCTION rate_limit.memory_buckets() IS 'Internal: buckets of the memory store, for rate_limit.buckets';
 COMMENT ON FUNCTION rate_limit.state_after_take(bigint, timestamptz, text, bigint, bigint, bigint,
     text, bigint, bigint, bigint, timestamptz, timestamptz, bigint, timestamptz) IS

@@ -325,6 +325,13 @@ pub const FUNCTIONS: &[Function] = &[
         "#rate_limitdistribute",
     ),
     call(
+        "nodes_of",
+        "text[]",
+        Access::Public,
+        Route::NotForwarded,
+        "#rate_limitnodes_of",
+    ),
+    call(
         "node_stats_rows",
         "",
         Access::Owner,

@@ -9,6 +9,7 @@
 //! - `triggers`: `limit_writes`, the row trigger that limits writes per key; `trigger_call` refuses
 //!   direct calls of trigger functions with 39P01;
 //! - `stats`: the statistics views' functions and their reset (owner only);
+//! - `nodes_of`: under Citus, the node that holds each key;
 //! - `internal`: helpers the extension's own statements and views use; not executable by PUBLIC.
 //!
 //! No function carries a `SET` clause: the statements they run name every object and operator with its
@@ -19,6 +20,7 @@ pub mod blocks;
 pub mod internal;
 pub mod leases;
 pub mod limits;
+pub mod nodes_of;
 pub mod policies;
 pub mod request;
 pub mod stats;

@@ -123,6 +123,8 @@ test('every public function accepts untyped parameters', async () => {
     await one('SELECT rate_limit.reset_stats()', []);
     // distribute resolves with an untyped shard count, and says there is no Citus here
     await assert.rejects(one('SELECT * FROM rate_limit.distribute($1)', [4]), { code: '0A000' });
+    // nodes_of resolves with an untyped array of keys, and says there is nothing distributed to locate
+    await assert.rejects(one('SELECT * FROM rate_limit.nodes_of($1)', [['k1', 'k2']]), { code: '0A000' });
     assert.equal((await one('SELECT rate_limit.drop_policy($1) AS r', ['org'])).r, true);
   } finally {
     await db.end();

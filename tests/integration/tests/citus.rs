@@ -16,7 +16,9 @@
 //!   distributed table colocated with the state table, written from every node;
 //! - each node's background worker purges only the buckets of the shards it holds;
 //! - a key hammered while its shard moves (writes blocked, or logical replication) conserves its tokens in
-//!   the table store, and grants at most one burst more in the memory store.
+//!   the table store, and grants at most one burst more in the memory store;
+//! - `rate_limit.nodes_of` names the node Citus routes each key to, from any node, and the example clients
+//!   of `examples/citus-routing/` send each call there.
 //!
 //! `RATE_LIMIT_TEST_CITUS_NODES` names the nodes, coordinator first, separated by `;` (each a connection
 //! string with `host` and `port`, no database). `none` skips these tests: `scripts/test.sh` says so for every
@@ -991,4 +993,77 @@ fn a_shard_move_keeps_table_buckets_and_starts_memory_buckets_full() {
     assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED), "{e:?}");
     // back where it was, for the other tests' layout
     move_shard_of(&mut c, &key, &nodes[1]);
+}
+
+#[test]
+fn nodes_of_names_the_node_citus_routes_each_key_to_from_any_node() {
+    let Some(nodes) = cluster() else { return };
+    let keys: Vec<String> = (0..2000).map(|i| format!("where-{i}")).collect();
+    for node in [&nodes[0], &nodes[2]] {
+        let mut c = connect(node);
+        // every key, in the order given, with the shard and the node Citus names for it
+        let agree: i64 = c
+            .query_one(
+                "SELECT count(*) FROM rate_limit.nodes_of($1) WITH ORDINALITY AS o(key, host, port, shard, i) \
+                 JOIN unnest($1) WITH ORDINALITY AS k(key, i) USING (i) \
+                 JOIN pg_dist_placement p ON p.shardid = \
+                      get_shard_id_for_distribution_column('rate_limit.bucket_state', k.key) \
+                 JOIN pg_dist_node n ON n.groupid = p.groupid \
+                 WHERE o.key = k.key AND o.shard = p.shardid AND o.host = n.nodename AND o.port = n.nodeport",
+                &[&keys],
+            )
+            .expect("nodes_of")
+            .get(0);
+        assert_eq!(agree, 2000, "on {node}");
+        let e = c
+            .query("SELECT * FROM rate_limit.nodes_of(ARRAY['a', NULL])", &[])
+            .expect_err("a NULL key");
+        assert_eq!(e.code(), Some(&SqlState::NULL_VALUE_NOT_ALLOWED), "{e:?}");
+    }
+}
+
+/// The example clients of `examples/citus-routing/` (Python with psycopg2, Node with node-postgres from the
+/// client tests' modules) route calls to their keys' nodes and check it; each prints what it routed.
+#[test]
+fn the_example_clients_send_each_call_to_its_keys_node() {
+    let Some(nodes) = cluster() else { return };
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let coordinator = &nodes[0];
+    let url = format!(
+        "postgresql:///{DATABASE}?host={}&port={}&user={}",
+        part(coordinator, "host"),
+        part(coordinator, "port"),
+        part(coordinator, "user")
+    );
+    let runs = [
+        (
+            // Debian's Python, where scripts/install-deps.sh installs psycopg2 (python3-psycopg2)
+            "/usr/bin/python3",
+            format!("{root}/examples/citus-routing/route.py"),
+            format!("{coordinator} dbname={DATABASE}"),
+        ),
+        (
+            "node",
+            format!("{root}/examples/citus-routing/route.js"),
+            url,
+        ),
+    ];
+    for (program, script, target) in runs {
+        let out = std::process::Command::new(program)
+            .arg(&script)
+            .arg(&target)
+            .env("NODE_PATH", format!("{root}/tests/clients/node_modules"))
+            .output()
+            .unwrap_or_else(|e| panic!("run {program}: {e}"));
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{script}: {said}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            said.contains("routed 40 keys to 2 nodes"),
+            "{script}: {said}"
+        );
+    }
 }
