@@ -134,17 +134,17 @@ sql b17 7109 app -c "CREATE EXTENSION rate_limit" \
   -c "SELECT rate_limit.create_policy('bench', 2, '1 second', burst => 120, store => 'table')" >/dev/null
 # straight to the key's node: the keys rate_limit.nodes_of places on worker 1, in a plain table of worker 1
 # and of the server without Citus, read by the same two-statement script on both
-keys_on_worker1="SELECT row_number() OVER () AS id, key AS k FROM rate_limit.nodes_of(ARRAY(
+keys_on_worker1="SELECT row_number() OVER () AS id, substr(key, 4)::int AS n FROM rate_limit.nodes_of(ARRAY(
   SELECT 'key' || i FROM generate_series(1, 100000) AS i)) WHERE port = 7101"
 sql b17 7100 app -c "COPY ($keys_on_worker1) TO STDOUT" >"$DIR/keys_on_worker1.tsv"
 chmod a+r "$DIR/keys_on_worker1.tsv"
-sql b17 7101 app -c "SET citus.enable_ddl_propagation = off" -c "CREATE TABLE bench_keys (id bigint PRIMARY KEY, k text)"
-sql b17 7109 app -c "CREATE TABLE bench_keys (id bigint PRIMARY KEY, k text)"
+sql b17 7101 app -c "SET citus.enable_ddl_propagation = off" -c "CREATE TABLE bench_keys (id bigint PRIMARY KEY, n int)"
+sql b17 7109 app -c "CREATE TABLE bench_keys (id bigint PRIMARY KEY, n int)"
 for port in 7101 7109; do sql b17 $port app -c "\\copy bench_keys FROM '$DIR/keys_on_worker1.tsv'"; done
 {
   echo "\\set r random(1, $(wc -l <"$DIR/keys_on_worker1.tsv"))"
-  echo "SELECT k FROM bench_keys WHERE id = :r \\gset"
-  echo "SELECT allowed FROM rate_limit.take('bench', :'k');"
+  echo "SELECT n FROM bench_keys WHERE id = :r \\gset"
+  echo "SELECT allowed FROM rate_limit.take('bench', 'key' || :n);"
 } >"$SCRIPTS/local_take.sql"
 chmod a+r "$SCRIPTS/local_take.sql"
 
@@ -198,17 +198,27 @@ for label in ["citus direct take", "citus direct SELECT 1", "citus delegated tak
     lines.append(row(label, direct, "citus direct SELECT 1"))
 for label in ["single routed-script take", "citus routed take"]:
     lines.append(row(label, "single routed-script take", "citus direct SELECT 1"))
-def bound(path, floor, direct):
-    return med[path] * (1 / med[floor] + 1 / med[direct])
+def ratios(f, *labels):
+    return [f(*(runs[label][i] for label in labels)) for i in range(len(runs[labels[0]]))]
+def bound_ratios(path, floor, direct):
+    return ratios(lambda p, f, d: p * (1 / f + 1 / d), path, floor, direct)
+def cell(values):
+    return f"{statistics.median(values):.2f} ({', '.join(f'{v:.2f}' for v in values)})"
 lines += [
     "",
-    "Against the additive bound 1 / (1/floor + 1/direct take), the floor being SELECT 1 through the same",
-    "path (the hop alone) and the direct take the same call on one server (the work alone):",
+    "Each round's ratios, and their median (a ratio of figures measured in the same round cancels the",
+    "machine's drift between rounds). Against the additive bound 1 / (1/floor + 1/direct take), the floor",
+    "being SELECT 1 through the same path (the hop alone) and the direct take the same call on one server",
+    "(the work alone):",
     "",
-    "| path | of its additive bound |",
-    "| --- | ---: |",
-    f"| citus delegated take | {bound('citus delegated take', 'citus delegated SELECT 1', 'citus direct take'):.2f} |",
-    f"| plproxy router 1 take | {bound('plproxy router 1 take', 'plproxy router 1 SELECT 1', 'plproxy direct take'):.2f} |",
+    "| path | of its additive bound (median; each round) |",
+    "| --- | --- |",
+    f"| citus delegated take | {cell(bound_ratios('citus delegated take', 'citus delegated SELECT 1', 'citus direct take'))} |",
+    f"| plproxy router 1 take | {cell(bound_ratios('plproxy router 1 take', 'plproxy router 1 SELECT 1', 'plproxy direct take'))} |",
+    "",
+    "| path | of the same script on one server (median; each round) |",
+    "| --- | --- |",
+    f"| citus routed take | {cell(ratios(lambda r, s: r / s, 'citus routed take', 'single routed-script take'))} |",
     "",
     "`citus routed take`: the call sent straight to its key's node (worker 1, keys placed there by",
     "`rate_limit.nodes_of`), against the same script (a key read from a plain table, then the take) on the",

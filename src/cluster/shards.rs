@@ -18,9 +18,10 @@
 //!   back to the distributed table, which Citus routes to the new node;
 //! - a move that has not reached it waits for this transaction, and its logical replication carries this
 //!   call's writes to the new shard before the cutover, as it carries Citus's own;
-//! - a call that had to wait for the lock, and finds its shard gone when it gets it, was sent here before
-//!   the move ended: it fails with 40001 (retry), as Citus refuses a delegated call that would reach the
-//!   new node from here.
+//! - a call that found its shard here, had to wait for the lock, and finds the shard gone when it gets it,
+//!   was sent here before the move ended: it fails with 40001 (retry), as Citus refuses a delegated call
+//!   that would reach the new node from here. A call for a shard that was never here goes on through the
+//!   distributed table.
 
 use std::cell::RefCell;
 
@@ -98,6 +99,8 @@ fn find_local_shard(function: &'static str, key: &str) -> Result<Option<Shard>, 
     let Some(shard) = shard_of(key) else {
         return Ok(None);
     };
+    // a call that finds its shard here, waits for the lock and then finds it gone was sent here for it
+    let here_before = citus_catalog::is_placed_here(shard.id);
     let waited = !lock_shard_metadata(shard.lock, false);
     if waited {
         lock_shard_metadata(shard.lock, true);
@@ -113,7 +116,7 @@ fn find_local_shard(function: &'static str, key: &str) -> Result<Option<Shard>, 
         true
     };
     let here = same_shard && citus_catalog::is_placed_here(shard.id);
-    if waited && !here {
+    if waited && here_before && !here {
         return Err(moved_while_waiting(function, key));
     }
     Ok(here.then_some(shard))
