@@ -238,6 +238,7 @@ const MAKE_NOTHING: &[&str] = &[
     "rate_limit.clock_shift()",
     "rate_limit.headers(rate_limit.decision,text)",
     "rate_limit.memory_usage()",
+    "rate_limit.nodes_of(text[])",
     "rate_limit.peek(text,text)",
     "rate_limit.peek_request(text,integer,integer)",
     "rate_limit.policies_changed()",
