@@ -19,6 +19,9 @@
 //!
 //! # The lock order (table store; the memory store holds no lock across calls)
 //! Row locks taken in a caller's transaction, which holds them until it ends, are taken in one order:
+//! 0. under Citus, on the node of the key's shard, Citus's metadata lock of that shard in `ShareLock`
+//!    ([`crate::cluster::shards::local_shard`]), before any row lock of the key, as Citus's own writes take
+//!    it; it conflicts only with a shard move's or split's `ExclusiveLock`;
 //! 1. a key's buckets of several policies (`take_many`): in (namespace, key) order, each before step 2;
 //! 2. a key's block bucket after that key's policy bucket: counting a denial in a penalty box first locks
 //!    the policy bucket's row ([`blocks::count_denials`]), as a grant would, so a transaction that holds the
