@@ -90,6 +90,13 @@ pub const BOUNDS: &[Bound] = &[
         test: "blocks.rs: two_callers_of_one_key_never_deadlock_under_a_penalty_box",
     },
     Bound {
+        resource: "Citus shard metadata lock (`ShareLock`)",
+        who: "any role calling the table store under Citus, on the key's node",
+        bound: "until the caller's transaction ends, as Citus's own writes hold it; it conflicts only with a shard move's or split's `ExclusiveLock`, which waits for it, and that shard's calls then queue behind the waiting move: a transaction any role leaves open delays a move and, while the move waits, that shard's calls (as an open transaction that wrote through Citus would; the operator bounds the move with `lock_timeout`); taken first in the lock order",
+        enforced_by: "`src/cluster/shards.rs`, the lock order (`src/store/mod.rs`)",
+        test: "citus.rs: a_shard_moved_under_load_conserves_table_buckets_with_writes_blocked",
+    },
+    Bound {
         resource: "the background worker's time",
         who: "any role (the buckets it makes)",
         bound: "each database's purge waits at most 1 s for a lock, in batches of 5000 rows",
