@@ -20,8 +20,11 @@
 //!   call's writes to the new shard before the cutover, as it carries Citus's own;
 //! - a call that found its shard here, had to wait for the lock, and finds the shard gone when it gets it,
 //!   was sent here before the move ended: it fails with 40001 (retry), as Citus refuses a delegated call
-//!   that would reach the new node from here. A call for a shard that was never here goes on through the
-//!   distributed table.
+//!   that would reach the new node from here;
+//! - so does a call Citus delegated here inside a transaction block for a key whose shard left before the
+//!   call arrived (the coordinator planned it before the move committed): Citus refuses it the
+//!   distributed table. Any other call for a shard that is not here goes on through the distributed
+//!   table.
 
 use std::cell::RefCell;
 
@@ -116,10 +119,46 @@ fn find_local_shard(function: &'static str, key: &str) -> Result<Option<Shard>, 
         true
     };
     let here = same_shard && citus_catalog::is_placed_here(shard.id);
-    if waited && here_before && !here {
+    if !here && (waited && here_before || citus_refuses_the_distributed_table()) {
         return Err(moved_while_waiting(function, key));
     }
     Ok(here.then_some(shard))
+}
+
+/// Whether Citus would refuse this call the distributed table, with XX000 ("cannot execute a distributed
+/// query from a query on a shard"): in a backend Citus opened (its connections name themselves
+/// `citus_internal gpid=…`, which Citus reads as "maybe a task on a shard"), inside a transaction block,
+/// unless `citus.allow_nested_distributed_execution` is on. That is a call Citus delegated here inside a
+/// transaction block (`force_delegation` allows nothing more there), for a key whose shard left after the
+/// coordinator planned it: 40001 sends the retry to the new node. Outside a transaction block Citus lets a
+/// delegated call reach other nodes, and the call goes on through the distributed table.
+fn citus_refuses_the_distributed_table() -> bool {
+    // SAFETY: IsTransactionBlock reads this backend's transaction state, on its only thread.
+    if !unsafe { pg_sys::IsTransactionBlock() } {
+        return false;
+    }
+    setting("citus.allow_nested_distributed_execution").as_deref() != Some("on")
+        && setting("application_name")
+            .is_some_and(|name| name.starts_with(CITUS_INTERNAL_APPLICATION_NAME))
+}
+
+/// The prefix of the application name of Citus's own connections (`CITUS_APPLICATION_NAME_PREFIX`).
+const CITUS_INTERNAL_APPLICATION_NAME: &str = "citus_internal gpid=";
+
+/// The current value of the setting `name`, as text; `None` when there is no such setting.
+fn setting(name: &str) -> Option<String> {
+    let name = std::ffi::CString::new(name).ok()?;
+    // SAFETY: GetConfigOption with missing_ok returns NULL for an unknown setting instead of raising an
+    // error; the name is a valid C string; a non-NULL result is a NUL-terminated string that stays valid
+    // until the setting changes, and is copied at once.
+    unsafe {
+        let value = pg_sys::GetConfigOption(name.as_ptr(), true, false);
+        (!value.is_null()).then(|| {
+            std::ffi::CStr::from_ptr(value)
+                .to_string_lossy()
+                .into_owned()
+        })
+    }
 }
 
 /// 40001: the key's shard moved (or split) while this call waited for the move's cutover. Citus sent the

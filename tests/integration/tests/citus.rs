@@ -16,7 +16,8 @@
 //!   distributed table colocated with the state table, written from every node;
 //! - each node's background worker purges only the buckets of the shards it holds;
 //! - a key hammered while its shard moves (writes blocked, or logical replication) conserves its tokens in
-//!   the table store, and grants at most one burst more in the memory store;
+//!   the table store, and grants at most one burst more in the memory store; a call delegated inside a
+//!   transaction block that arrives after its shard left fails with 40001 and takes nothing;
 //! - `rate_limit.nodes_of` names the node Citus routes each key to, from any node, and the example clients
 //!   of `examples/citus-routing/` send each call there.
 //!
@@ -949,6 +950,60 @@ fn a_shard_moved_under_load_conserves_table_buckets_with_logical_replication() {
 fn a_shard_moved_under_load_grants_memory_buckets_one_burst_more_at_most() {
     let Some(nodes) = cluster() else { return };
     hammer_while_the_shard_moves(nodes, "memory", "force_logical");
+}
+
+/// A call Citus delegated to the node that held its key's shard, arriving there inside a transaction block
+/// after a move took the shard away (as the coordinator sees it at planning time, a move can commit before
+/// the call runs): Citus refuses the distributed table from such a call (XX000, "a distributed query from a
+/// query on a shard"), so the call fails with 40001 (retry, nothing taken) and the retry goes to the new
+/// node. Simulated on worker 1 with a key of worker 2, in a backend that Citus counts as its own (the
+/// `citus_internal gpid=` application name its connections use).
+#[test]
+fn a_delegated_call_in_a_transaction_whose_shard_left_fails_with_40001_and_takes_nothing() {
+    let Some(nodes) = cluster() else { return };
+    let mut c = connect(&nodes[0]);
+    let policy = fresh_name("left");
+    c.query(
+        "SELECT rate_limit.create_policy($1, 1, '1 hour', burst => 3)",
+        &[&policy],
+    )
+    .expect("policy");
+    let key = key_on_worker(&mut c, nodes, 2, &fresh_name("gone"));
+    let mut worker = Client::connect(
+        &format!(
+            "{} dbname={DATABASE} application_name='citus_internal gpid=10000000001'",
+            nodes[1]
+        ),
+        NoTls,
+    )
+    .expect("a Citus-internal connection to worker 1");
+    let mut tx = worker.transaction().expect("begin");
+    let e = tx
+        .query("SELECT * FROM rate_limit.take($1, $2)", &[&policy, &key])
+        .expect_err("the shard is not on worker 1");
+    assert_eq!(
+        e.code(),
+        Some(&SqlState::T_R_SERIALIZATION_FAILURE),
+        "{e:?}"
+    );
+    drop(tx);
+    // outside a transaction block Citus lets a delegated call reach the new node: it takes there
+    let taken: bool = worker
+        .query_one(
+            "SELECT allowed FROM rate_limit.take($1, $2)",
+            &[&policy, &key],
+        )
+        .expect("a top-level delegated call")
+        .get(0);
+    assert!(taken);
+    let remaining: i64 = c
+        .query_one(
+            "SELECT remaining FROM rate_limit.peek($1, $2)",
+            &[&policy, &key],
+        )
+        .expect("peek")
+        .get(0);
+    assert_eq!(remaining, 2, "only the top-level call took a token");
 }
 
 #[test]
