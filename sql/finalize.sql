@@ -134,6 +134,8 @@ COMMENT ON FUNCTION rate_limit.take(text, text, integer) IS
     'Take cost tokens (0 only reports) from bucket key of a named policy; returns a rate_limit.decision';
 COMMENT ON FUNCTION rate_limit.take_many(text[], text[], integer) IS
     'Take cost tokens under every policy, all or nothing: keys holds one key for all, or one per policy';
+COMMENT ON FUNCTION rate_limit.take_batch(text, text[], integer[], boolean) IS
+    'Take costs[i] tokens (1 each by default) from bucket keys[i] of a policy for every key in order; one row per key';
 COMMENT ON FUNCTION rate_limit.take_ad_hoc(text, bigint, interval, bigint, integer) IS
     'Take cost tokens from bucket key under an ad-hoc token bucket: rate per per, at most burst';
 COMMENT ON FUNCTION rate_limit.peek(text, text) IS 'The bucket of key under a policy, taking nothing';

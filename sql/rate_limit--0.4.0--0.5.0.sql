@@ -16,3 +16,22 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'nodes_of_wrapper';
 COMMENT ON FUNCTION rate_limit.nodes_of(text[]) IS
     'Under Citus, the node (host, port) and shard that hold each key, in the order given: where to send its calls';
+
+-- rate_limit.take_batch(policy, keys, costs, all_or_nothing): decisions for many keys in one statement (#31).
+CREATE FUNCTION rate_limit."take_batch"(
+	"policy" TEXT,
+	"keys" TEXT[],
+	"costs" INT[] DEFAULT NULL,
+	"all_or_nothing" bool DEFAULT false
+) RETURNS TABLE (
+	"ordinality" INT,
+	"key" TEXT,
+	"allowed" bool,
+	"remaining" bigint,
+	"retry_after" interval
+)
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'take_batch_wrapper';
+COMMENT ON FUNCTION rate_limit.take_batch(text, text[], integer[], boolean) IS
+    'Take costs[i] tokens (1 each by default) from bucket keys[i] of a policy for every key in order; one row per key';

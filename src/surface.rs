@@ -186,6 +186,13 @@ pub const FUNCTIONS: &[Function] = &[
         Route::FirstKeysPartition,
         "#rate_limittake_many",
     ),
+    call(
+        "take_batch",
+        "text, text[], integer[], boolean",
+        Access::Public,
+        Route::NotForwarded,
+        "#rate_limittake_batch",
+    ),
     keyed(
         "take_ad_hoc",
         "text, bigint, interval, bigint, integer",

@@ -40,6 +40,10 @@ SELECT allowed, remaining, retry_after FROM rate_limit.take('api', 'bob', 6);
 SELECT allowed, remaining, policy FROM rate_limit.take_many(ARRAY['api', 'per_org'], ARRAY['carol', 'acme']);
 SELECT allowed, remaining, policy FROM rate_limit.take_many(ARRAY['api', 'per_org'], ARRAY['carol'], 5);
 
+--@ block reference-take-batch
+SELECT ordinality, key, allowed, remaining FROM rate_limit.take_batch('api', ARRAY['fay', 'gus', 'fay'], ARRAY[2, 1, 4]);
+SELECT key, allowed, remaining FROM rate_limit.take_batch('api', ARRAY['gus', 'hal'], ARRAY[5, 5], all_or_nothing => true);
+
 --@ block reference-take-ad-hoc
 SELECT allowed, remaining, "limit", policy FROM rate_limit.take_ad_hoc('ip:203.0.113.7', 100, '1 minute');
 

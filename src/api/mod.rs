@@ -3,6 +3,7 @@
 //! - `request`: `rate_limiting_request` and the functions over its buckets;
 //! - `limits`: the limiter API over named policies and ad-hoc limits (`take`, `take_many`,
 //!   `take_ad_hoc`, `peek`, `wait`, `refund`, `reset`, `headers`);
+//! - `batch`: `take_batch`, decisions for many keys of one policy in one statement;
 //! - `leases`: `acquire` and `release` of concurrency policies;
 //! - `blocks`: `block` and `unblock`, blocks by hand (owner only);
 //! - `policies`: creating, changing and dropping policies (owner only);
@@ -16,6 +17,7 @@
 //! schema. No two public functions of one name accept the same number of arguments, so drivers that send
 //! parameters untyped (node-postgres, asyncpg) can call each of them.
 
+pub mod batch;
 pub mod blocks;
 pub mod internal;
 pub mod leases;

@@ -6,8 +6,10 @@ use std::cell::Cell;
 use pgrx::pg_sys;
 
 thread_local! {
-    /// Whether the Citus library is loaded, once found loaded (it is preloaded: it stays).
-    static LOADED: Cell<bool> = const { Cell::new(false) };
+    /// Whether the Citus library is loaded, once known for good: Citus works only from
+    /// `shared_preload_libraries` (it refuses a later `LOAD`), so once the preloaded libraries are loaded
+    /// the answer never changes in this backend, loaded or not.
+    static LOADED: Cell<Option<bool>> = const { Cell::new(None) };
     /// Whether the Citus extension exists, as found when `SharedInvalidMessageCounter` had the value kept
     /// with it: creating or dropping an extension changes catalogs that send invalidations (its functions,
     /// its schema), so the answer holds while the counter has not moved.
@@ -15,14 +17,20 @@ thread_local! {
 }
 
 /// Whether the Citus extension exists in the current database. First whether the Citus library is loaded
-/// at all (a setting it defines exists: a hash lookup), so that a server without Citus pays nothing; then
+/// at all (a setting it defines exists: a hash lookup, once per backend), so that a server without Citus
+/// pays nothing; then
 /// a catalog lookup (a scan of pg_extension, no query), again only when the catalogs changed.
 pub fn citus_installed() -> bool {
-    if !LOADED.with(Cell::get) {
-        if !citus_loaded() {
-            return false;
+    let loaded = LOADED.with(Cell::get).unwrap_or_else(|| {
+        let loaded = citus_loaded();
+        // SAFETY: a plain global of this backend, read on its only thread.
+        if unsafe { pg_sys::process_shared_preload_libraries_done } {
+            LOADED.with(|c| c.set(Some(loaded)));
         }
-        LOADED.with(|c| c.set(true));
+        loaded
+    });
+    if !loaded {
+        return false;
     }
     // SAFETY: a plain global of this backend, read on its only thread.
     let seen = unsafe { pg_sys::SharedInvalidMessageCounter };

@@ -4,6 +4,7 @@
 //! One file per subject; each holds a `#[pg_schema] mod tests`, as pgrx expects of `#[pg_test]`s.
 
 mod arguments;
+mod batch;
 mod block_reads;
 mod catalog;
 mod helpers;

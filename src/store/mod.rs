@@ -77,6 +77,15 @@ pub fn take(
     with_store!(store, s => take_in(s, function, targets, cost))
 }
 
+/// Starts loading the bucket of `target` into the CPU cache ahead of its take, in the memory store (the
+/// table store reads rows through the executor: nothing to do). A call over many keys issues it a few
+/// keys ahead of the one it decides.
+pub fn prefetch(store: Store, target: &Target<'_>) {
+    if store == Store::Memory {
+        memory::prefetch(target);
+    }
+}
+
 /// [`take`] in the store `s`.
 fn take_in(
     s: &impl Buckets,

@@ -58,6 +58,15 @@ test('every public function accepts untyped parameters', async () => {
     d = await one('SELECT * FROM rate_limit.take_many($1, $2, $3)', [['api', 'org'], ['alice'], 5]);
     assert.deepEqual([d.allowed, d.policy], [false, 'api']);
 
+    // a batch: untyped arrays of keys and costs, one row per key in the order given
+    let rows = (await db.query('SELECT ordinality, key, allowed, remaining FROM rate_limit.take_batch($1, $2, $3)',
+      ['api', ['dora', 'erin', 'dora'], [2, 1, 4]])).rows;
+    assert.deepEqual(rows.map((r) => [r.ordinality, r.key, r.allowed, r.remaining]),
+      [[1, 'dora', true, '3'], [2, 'erin', true, '4'], [3, 'dora', false, '3']]);
+    rows = (await db.query('SELECT allowed, remaining FROM rate_limit.take_batch($1, $2, $3, $4)',
+      ['api', ['fay', 'gil'], null, true])).rows;
+    assert.deepEqual(rows.map((r) => [r.allowed, r.remaining]), [[true, '4'], [true, '4']]);
+
     d = await one('SELECT * FROM rate_limit.take_ad_hoc($1, $2, $3)', ['k', 3, '1 hour']);
     assert.deepEqual([d.allowed, d.remaining, d.limit, d.policy], [true, '2', '3', null]);
     d = await one('SELECT * FROM rate_limit.take_ad_hoc($1, $2, $3, $4, $5)', ['k2', 3, '1 hour', 10, 4]);

@@ -216,6 +216,10 @@ const FLOOD_CALLS: &[(&str, &str)] = &[
         "SELECT allowed FROM rate_limit.take_many(ARRAY['{store}_daily', '{store}_hourly'], ARRAY[$1])",
     ),
     (
+        "rate_limit.take_batch(text,text[],integer[],boolean)",
+        "SELECT bool_or(allowed) FROM rate_limit.take_batch('{store}_daily', ARRAY[$1, $1 || '.1', $1 || '.2'])",
+    ),
+    (
         "rate_limit.wait(text,text,integer,interval)",
         "SELECT allowed FROM rate_limit.wait('{store}_daily', $1, 1, '1 second')",
     ),

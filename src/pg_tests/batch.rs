@@ -1,0 +1,135 @@
+//! `rate_limit.take_batch`: every key decided as `take` would, in order, in both stores; all or nothing
+//! only when asked; its bad arguments refused with their SQLSTATEs.
+
+#[pgrx::pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    use crate::pg_tests::helpers::{error_of, int, text};
+
+    /// The rows of a batch as `ordinality:key:allowed:remaining:denied-with-a-wait` lines, in order.
+    fn rows(call: &str) -> String {
+        text(&format!(
+            "SELECT string_agg(ordinality || ':' || key || ':' || allowed || ':' || remaining || ':' || \
+             (retry_after IS NOT NULL), ' ' ORDER BY ordinality) FROM {call}"
+        ))
+        .unwrap_or_default()
+    }
+
+    /// A batch decides each key as `take` would, in the order given: a key named twice is taken twice,
+    /// costs apply per key, and what it took is what `take` and `peek` see after it.
+    #[pg_test]
+    fn a_batch_takes_each_key_in_order_as_take_would() {
+        Spi::run("SELECT rate_limit.create_policy('pt_batch', 1, '1 hour', 3)").expect("create");
+        for store in ["table", "memory"] {
+            Spi::run(&format!("SET rate_limit.store = '{store}'")).expect("store");
+            let (a, b) = (format!("a_{store}"), format!("b_{store}"));
+            assert_eq!(
+                rows(&format!(
+                    "rate_limit.take_batch('pt_batch', ARRAY['{a}', '{b}', '{a}', '{a}', '{a}'])"
+                )),
+                format!(
+                    "1:{a}:true:2:false 2:{b}:true:2:false 3:{a}:true:1:false 4:{a}:true:0:false \
+                     5:{a}:false:0:true"
+                ),
+                "{store}"
+            );
+            assert_eq!(
+                rows(&format!(
+                    "rate_limit.take_batch('pt_batch', ARRAY['{b}', '{b}', '{b}'], ARRAY[2, 0, 1])"
+                )),
+                format!("1:{b}:true:0:false 2:{b}:true:0:false 3:{b}:false:0:true"),
+                "{store}: costs per key, 0 only reports"
+            );
+            assert_eq!(
+                int(&format!(
+                    "SELECT remaining FROM rate_limit.peek('pt_batch', '{a}')"
+                )),
+                0
+            );
+            assert_eq!(
+                int("SELECT count(*) FROM rate_limit.take_batch('pt_batch', '{}')"),
+                0,
+                "an empty batch"
+            );
+        }
+        Spi::run("RESET rate_limit.store").expect("reset");
+    }
+
+    /// With all_or_nothing the keys are granted together or not at all, and every row says which.
+    #[pg_test]
+    fn an_all_or_nothing_batch_takes_every_key_or_none() {
+        Spi::run("SELECT rate_limit.create_policy('pt_batch_all', 1, '1 hour', 2)")
+            .expect("create");
+        for store in ["table", "memory"] {
+            Spi::run(&format!("SET rate_limit.store = '{store}'")).expect("store");
+            let (a, b) = (format!("a_{store}"), format!("b_{store}"));
+            let call = format!(
+                "rate_limit.take_batch('pt_batch_all', ARRAY['{a}', '{b}'], ARRAY[1, 1], true)"
+            );
+            Spi::run(&format!(
+                "SELECT * FROM rate_limit.take('pt_batch_all', '{b}', 2)"
+            ))
+            .expect("drain b");
+            assert_eq!(
+                rows(&call),
+                format!("1:{a}:false:2:false 2:{b}:false:0:true"),
+                "{store}: b is empty, so a keeps its tokens"
+            );
+            assert_eq!(
+                int(&format!(
+                    "SELECT remaining FROM rate_limit.peek('pt_batch_all', '{a}')"
+                )),
+                2,
+                "{store}"
+            );
+            Spi::run(&format!(
+                "SELECT * FROM rate_limit.refund('pt_batch_all', '{b}', 2)"
+            ))
+            .expect("refill b");
+            assert_eq!(
+                rows(&call),
+                format!("1:{a}:true:1:false 2:{b}:true:1:false"),
+                "{store}"
+            );
+        }
+        Spi::run("RESET rate_limit.store").expect("reset");
+    }
+
+    /// Bad arguments: a class-22 SQLSTATE (42704 for an unknown policy, 42809 for a concurrency one).
+    #[pg_test]
+    fn bad_batches_are_refused_with_their_sqlstates() {
+        Spi::run("SELECT rate_limit.create_policy('pt_batch_bad', 1, '1 hour', 2)")
+            .expect("create");
+        Spi::run("SELECT rate_limit.create_policy('pt_batch_lease', 2, '1 hour', algorithm => 'concurrency')")
+            .expect("create a concurrency policy");
+        let code =
+            |sql: &str| error_of(sql).map(|e| e.split(':').next().unwrap_or_default().to_string());
+        let long = "x".repeat(2049);
+        for (sql, sqlstate) in [
+            ("SELECT * FROM rate_limit.take_batch(NULL, ARRAY['a'])", "22004"),
+            ("SELECT * FROM rate_limit.take_batch('pt_batch_bad', NULL)", "22004"),
+            ("SELECT * FROM rate_limit.take_batch('pt_batch_bad', ARRAY['a', NULL])", "22004"),
+            (&format!("SELECT * FROM rate_limit.take_batch('pt_batch_bad', ARRAY['{long}'])"), "22023"),
+            ("SELECT * FROM rate_limit.take_batch('pt_batch_bad', ARRAY['a'], ARRAY[1, 2])", "22023"),
+            ("SELECT * FROM rate_limit.take_batch('pt_batch_bad', ARRAY['a'], ARRAY[NULL::int])", "22004"),
+            ("SELECT * FROM rate_limit.take_batch('pt_batch_bad', ARRAY['a'], ARRAY[-1])", "22023"),
+            ("SELECT * FROM rate_limit.take_batch('pt_batch_bad', ARRAY['a'], NULL, NULL)", "22004"),
+            ("SELECT * FROM rate_limit.take_batch('pt_batch_bad', ARRAY['a', 'a'], NULL, true)", "22023"),
+            ("SELECT * FROM rate_limit.take_batch('pt_batch_bad', ARRAY['a', 'b'], ARRAY[1, 2], true)", "22023"),
+            ("SELECT * FROM rate_limit.take_batch('pt_batch_bad', \
+              (SELECT array_agg(i::text) FROM generate_series(1, 17) i), NULL, true)", "22023"),
+            ("SELECT * FROM rate_limit.take_batch('pt_batch_bad', \
+              array_fill('k'::text, ARRAY[1000001]))", "22023"),
+            ("SELECT * FROM rate_limit.take_batch('pt_batch_none', ARRAY['a'])", "42704"),
+            ("SELECT * FROM rate_limit.take_batch('pt_batch_lease', ARRAY['a'])", "42809"),
+        ] {
+            assert_eq!(code(sql).as_deref(), Some(sqlstate), "{sql}");
+        }
+        assert_eq!(
+            int("SELECT count(*) FROM rate_limit.buckets WHERE policy = 'pt_batch_bad'"),
+            0,
+            "a refused batch takes nothing"
+        );
+    }
+}
