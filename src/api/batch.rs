@@ -10,16 +10,15 @@
 //! partition locks, the table store's row locks), and one caller holding thousands would stall every other
 //! caller of those partitions.
 
-use pgrx::datum::Interval;
+use pgrx::fcinfo::pg_getarg;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::Array;
 
+use super::materialized::Materialized;
 use super::{policy_arg, policy_target, store_of};
 use crate::algorithm::Outcome;
-use crate::decision;
 use crate::error::{self, MAX_ID_BYTES};
-use crate::gucs::Store;
 use crate::policies::Named;
 use crate::store;
 use crate::target::{granted, Target, MAX_TARGETS};
@@ -27,17 +26,6 @@ use crate::target::{granted, Target, MAX_TARGETS};
 /// The most keys one batch may name: its outcomes stay in the caller's memory until the rows are
 /// returned (about 60 bytes each, 60 MB at this bound); a larger job is several batches.
 pub const MAX_BATCH: usize = 1_000_000;
-
-/// How many keys ahead of the one decided a batch starts loading buckets into the CPU cache: enough for
-/// a miss (a few hundred nanoseconds) to complete while the keys before it are decided.
-const PREFETCH_DISTANCE: usize = 8;
-
-/// How many keys are decided between two checks for a query cancel or `statement_timeout`.
-const KEYS_BETWEEN_INTERRUPT_CHECKS: usize = 4096;
-
-/// One key's row: its position in `keys` (from 1), the key, whether its tokens were granted, the whole
-/// tokens left, and when denied the wait until they exist (NULL when allowed or never).
-pub type BatchRow = (i32, String, bool, i64, Option<Interval>);
 
 /// The keys of a batch, validated: no NULL element, at most [`MAX_BATCH`] keys of at most
 /// [`MAX_ID_BYTES`] bytes each (an empty array is an empty batch).
@@ -105,45 +93,16 @@ fn costs_arg(
     Ok(valid)
 }
 
-/// Every key decided on its own: one outcome per key, `outcomes[i]` for `keys[i]`.
-///
-/// The memory store decides the keys in the order given, loading each key's bucket into the CPU cache a
-/// few keys ahead. The table store holds each row it writes locked until the transaction ends, so it takes
-/// the keys in key order, the seam's lock order (`store/mod.rs`): two batches naming the same keys in
-/// different orders then never wait for each other in a cycle (40P01). A key named twice is still taken in
-/// the order given (the sort is stable), and keys are independent, so the outcomes are those of the order
-/// given.
+/// Every key decided on its own: one outcome per key, `outcomes[i]` for `keys[i]` (see
+/// [`store::take_each`] for the order each store takes them in).
 fn take_each(
     function: &'static str,
     named: &Named,
     keys: &[&str],
     costs: &[i64],
 ) -> Result<Vec<Outcome>, ErrorReport> {
-    let store = store_of(Some(named));
-    let mut order: Vec<usize> = (0..keys.len()).collect();
-    if store == Store::Table {
-        order.sort_by_key(|&i| keys[i]);
-    }
-    let mut outcomes = vec![None; keys.len()];
-    for &i in order.iter().take(PREFETCH_DISTANCE) {
-        store::prefetch(store, &policy_target(named, keys[i]));
-    }
-    for (n, &i) in order.iter().enumerate() {
-        if n % KEYS_BETWEEN_INTERRUPT_CHECKS == 0 {
-            pg_sys::check_for_interrupts!();
-        }
-        if let Some(&ahead) = order.get(n + PREFETCH_DISTANCE) {
-            store::prefetch(store, &policy_target(named, keys[ahead]));
-        }
-        let target = [policy_target(named, keys[i])];
-        outcomes[i] = store::take(function, store, &target, costs[i])?
-            .first()
-            .copied();
-    }
-    outcomes
-        .into_iter()
-        .map(|o| o.ok_or_else(|| error::bug(function, "a key of a batch was not decided")))
-        .collect()
+    let template = policy_target(named, "");
+    store::take_each(function, store_of(Some(named)), &template, keys, costs)
 }
 
 /// The keys decided together, all or nothing: at most [`MAX_TARGETS`] distinct keys and one cost; every
@@ -208,52 +167,97 @@ fn take_all_or_nothing(
     Ok(outcomes)
 }
 
-/// The rows of a batch: `outcomes[i]` is `keys[i]`'s.
-fn rows(keys: &[&str], outcomes: Vec<Outcome>) -> impl Iterator<Item = BatchRow> {
-    let keys: Vec<String> = keys.iter().map(|k| (*k).to_string()).collect();
-    keys.into_iter()
-        .zip(outcomes)
-        .enumerate()
-        .map(|(i, (key, o))| {
-            let retry_after = o
-                .retry_after
-                .filter(|_| !o.allowed)
-                .and_then(decision::interval);
-            (i as i32 + 1, key, o.allowed, o.remaining, retry_after)
-        })
+/// Decides the batch of the call's arguments (see [`entry_point`]): its keys and their outcomes.
+fn take_batch<'k>(
+    function: &'static str,
+    policy: Option<&str>,
+    keys: &'k Array<'_, &str>,
+    costs: Option<Array<'_, i32>>,
+    all_or_nothing: Option<bool>,
+) -> Result<(Vec<&'k str>, Vec<Outcome>), ErrorReport> {
+    let named = policy_arg(function, policy)?;
+    let keys = keys_arg(function, keys)?;
+    let costs = costs_arg(function, costs, keys.len())?;
+    let all_or_nothing = all_or_nothing.ok_or_else(|| {
+        error::null_argument(
+            function,
+            "all_or_nothing",
+            "Pass true to grant the batch whole or not at all, false to decide each key.",
+        )
+    })?;
+    let outcomes = if keys.is_empty() {
+        Vec::new()
+    } else if all_or_nothing {
+        take_all_or_nothing(function, &named, &keys, &costs)?
+    } else {
+        take_each(function, &named, &keys, &costs)?
+    };
+    Ok((keys, outcomes))
 }
 
-/// The function, in schema `rate_limit`.
-#[pg_schema]
-mod rate_limit {
-    use super::*;
+/// The rows of a batch (`outcomes[i]` is `keys[i]`'s) into the call's materialized result.
+fn push_rows(rows: &mut Materialized, keys: &[&str], outcomes: &[Outcome]) {
+    for (i, (key, o)) in keys.iter().zip(outcomes).enumerate() {
+        let wait = o
+            .retry_after
+            .filter(|_| !o.allowed)
+            .map(|us| pg_sys::Interval {
+                time: us,
+                day: 0,
+                month: 0,
+            });
+        // SAFETY: cstring_to_text_with_len copies `key` (valid UTF-8 of at most MAX_ID_BYTES bytes, so
+        // its length fits an i32) into a new text value in the current memory context.
+        let text =
+            unsafe { pg_sys::cstring_to_text_with_len(key.as_ptr().cast(), key.len() as i32) };
+        let mut values = [
+            pg_sys::Datum::from(i as i32 + 1),
+            pg_sys::Datum::from(text),
+            pg_sys::Datum::from(o.allowed),
+            pg_sys::Datum::from(o.remaining),
+            wait.as_ref().map_or(pg_sys::Datum::from(0), |w| {
+                pg_sys::Datum::from(std::ptr::from_ref(w))
+            }),
+        ];
+        let mut nulls = [false, false, false, false, wait.is_none()];
+        // the row is copied into the tuplestore: `text` and `wait` may go after this
+        rows.push(&mut values, &mut nulls);
+        // SAFETY: `text` was allocated above with palloc and nothing refers to it any more.
+        unsafe { pg_sys::pfree(text.cast()) };
+    }
+}
 
-    /// Takes `costs[i]` tokens (1 each when `costs` is NULL; 0 only reports) from the bucket of `keys[i]`
-    /// under `policy`, for every key in order, as many `take` calls would; one row per key, in the order
-    /// given. With `all_or_nothing`, at most 16 distinct keys with one cost are granted together or not at
-    /// all, as `take_many` grants them.
-    #[pg_extern(volatile, parallel_unsafe, security_definer)]
-    #[allow(clippy::type_complexity)] // the row type is the SQL signature, spelled out for pgrx
-    fn take_batch<'a>(
-        policy: Option<&str>,
-        keys: Option<Array<'a, &'a str>>,
-        costs: default!(Option<Array<'a, i32>>, "NULL"),
-        all_or_nothing: default!(Option<bool>, false),
-    ) -> Result<
-        TableIterator<
-            'static,
-            (
-                name!(ordinality, i32),
-                name!(key, String),
-                name!(allowed, bool),
-                name!(remaining, i64),
-                name!(retry_after, Option<Interval>),
-            ),
-        >,
-        ErrorReport,
-    > {
-        const F: &str = "rate_limit.take_batch";
-        let named = policy_arg(F, policy)?;
+/// The V1 calling-convention record of [`entry_point`].
+#[unsafe(no_mangle)]
+#[doc(hidden)]
+pub extern "C" fn pg_finfo_take_batch_wrapper() -> &'static pg_sys::Pg_finfo_record {
+    const V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
+}
+
+/// The C entry point of `rate_limit.take_batch` (declared by the `extension_sql!` below): decides the
+/// batch, then hands its rows to the executor at once ([`Materialized`]).
+///
+/// # Safety
+/// Called by PostgreSQL with a valid `fcinfo` for the SQL signature declared below.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn take_batch_wrapper(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    const F: &str = "rate_limit.take_batch";
+    // SAFETY: the arguments are those of the declared signature (text, text[], int[], boolean), read with
+    // their Rust types; the arrays and text are detoasted into the current memory context, valid for
+    // the call.
+    let (policy, keys, costs, all_or_nothing) = unsafe {
+        (
+            pg_getarg::<&str>(fcinfo, 0),
+            pg_getarg::<Array<'_, &str>>(fcinfo, 1),
+            pg_getarg::<Array<'_, i32>>(fcinfo, 2),
+            pg_getarg::<bool>(fcinfo, 3),
+        )
+    };
+    let run = || -> Result<(), ErrorReport> {
         let keys = keys.ok_or_else(|| {
             error::null_argument(
                 F,
@@ -261,22 +265,35 @@ mod rate_limit {
                 "Pass an array of keys, e.g. ARRAY['user1', 'user2'].",
             )
         })?;
-        let keys = keys_arg(F, &keys)?;
-        let costs = costs_arg(F, costs, keys.len())?;
-        let all_or_nothing = all_or_nothing.ok_or_else(|| {
-            error::null_argument(
-                F,
-                "all_or_nothing",
-                "Pass true to grant the batch whole or not at all, false to decide each key.",
-            )
-        })?;
-        let outcomes = if keys.is_empty() {
-            Vec::new()
-        } else if all_or_nothing {
-            take_all_or_nothing(F, &named, &keys, &costs)?
-        } else {
-            take_each(F, &named, &keys, &costs)?
-        };
-        Ok(TableIterator::new(rows(&keys, outcomes)))
+        let (keys, outcomes) = take_batch(F, policy, &keys, costs, all_or_nothing)?;
+        // SAFETY: fcinfo is this call's, and the declared result is a row type (RETURNS TABLE).
+        let mut rows = unsafe { Materialized::begin(fcinfo, F) }?;
+        push_rows(&mut rows, &keys, &outcomes);
+        Ok(())
+    };
+    if let Err(e) = run() {
+        e.report(PgLogLevel::ERROR);
     }
+    pg_sys::Datum::from(0)
 }
+
+extension_sql!(
+    r#"
+CREATE FUNCTION rate_limit."take_batch"(
+	"policy" TEXT,
+	"keys" TEXT[],
+	"costs" INT[] DEFAULT NULL,
+	"all_or_nothing" bool DEFAULT false
+) RETURNS TABLE (
+	"ordinality" INT,
+	"key" TEXT,
+	"allowed" bool,
+	"remaining" bigint,
+	"retry_after" interval
+)
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'take_batch_wrapper';
+"#,
+    name = "take_batch"
+);

@@ -22,6 +22,7 @@ pub mod blocks;
 pub mod internal;
 pub mod leases;
 pub mod limits;
+pub mod materialized;
 pub mod nodes_of;
 pub mod policies;
 pub mod request;

@@ -56,6 +56,36 @@ mod tests {
         Spi::run("RESET rate_limit.store").expect("reset");
     }
 
+    /// A batch counts in the statistics as its keys' takes would: a call per key, grants, denials, and
+    /// the tokens granted (the memory store's lock-free grants are counted at once when the batch ends).
+    #[pg_test]
+    fn a_batch_counts_each_key_in_the_statistics() {
+        for store in ["table", "memory"] {
+            let p = format!("pt_batch_stats_{store}");
+            Spi::run(&format!(
+                "SELECT rate_limit.create_policy('{p}', 1, '1 hour', 3, store => '{store}')"
+            ))
+            .expect("create");
+            // k1 is made first, so that the batch finds its bucket and takes the lock-free path
+            Spi::run(&format!("SELECT * FROM rate_limit.take('{p}', 'k1', 0)")).expect("peek");
+            Spi::run(&format!("SELECT * FROM rate_limit.take('{p}', 'k1')")).expect("take");
+            Spi::run(&format!(
+                "SELECT * FROM rate_limit.take_batch('{p}', ARRAY['k1', 'k2', 'k1', 'k1', 'k2'],                  ARRAY[1, 2, 1, 1, 0])"
+            ))
+            .expect("batch");
+            // calls: the take and the four keys with a cost; granted: the take, k1 twice, k2; denied: k1
+            assert_eq!(
+                text(&format!(
+                    "SELECT concat_ws(',', calls, granted, denied, tokens_granted) FROM rate_limit.stats \
+                     WHERE policy = '{p}'"
+                ))
+                .as_deref(),
+                Some("5,4,1,5"),
+                "{store}"
+            );
+        }
+    }
+
     /// With all_or_nothing the keys are granted together or not at all, and every row says which.
     #[pg_test]
     fn an_all_or_nothing_batch_takes_every_key_or_none() {

@@ -105,6 +105,27 @@ pub fn record(targets: &[Target<'_>], outcomes: &[Outcome], cost: i64) {
     }
 }
 
+/// Counts `calls` granted calls of one bucket each under `target`'s namespace, which took `tokens` tokens
+/// in all: what [`record`] counts for each of them, added at once (a batch's grants).
+pub fn record_grants(target: &Target<'_>, calls: u64, tokens: u64) {
+    if calls == 0 || !gucs::track_stats() {
+        return;
+    }
+    let Some(stats) = Stats::attach() else {
+        return;
+    };
+    let Some(i) = entry_for(&stats, target.namespace.stored_name()) else {
+        stats.header.untracked.fetch_add(calls, Ordering::Relaxed);
+        return;
+    };
+    // SAFETY: MyProcPid is a plain global of the backend.
+    let stripe = unsafe { pg_sys::MyProcPid } as usize % STRIPES;
+    let s = &stats.entry(i).stripes[stripe];
+    s.calls.fetch_add(calls, Ordering::Relaxed);
+    s.granted.fetch_add(calls, Ordering::Relaxed);
+    s.tokens.fetch_add(tokens, Ordering::Relaxed);
+}
+
 /// 55000 with a hint: the statistics live in shared memory.
 fn not_preloaded(function: &'static str) -> ErrorReport {
     ErrorReport::new(

@@ -6,8 +6,8 @@
 //! Rooms: [`segment`] (layout, request, attach, clock, keyed hash), [`slots`] (one partition's slot table:
 //! probe, insert, backward-shift delete, eviction), [`shares`] (how much one database and one role may
 //! fill, in the model crate),
-//! [`guards`] (the lock types), [`cas`] (the lock-free take), [`multi`] (the exclusive, all-or-nothing
-//! take), [`snapshot`] (restarts). This file holds the store's operations.
+//! [`guards`] (the lock types), [`cas`] (the lock-free take), [`run`] (a batch's takes), [`multi`] (the
+//! exclusive, all-or-nothing take), [`snapshot`] (restarts). This file holds the store's operations.
 //!
 //! Locking contract.
 //! - The table is split into `partitions` partitions, each a fixed ring of slots with its own LWLock (tranche
@@ -50,6 +50,7 @@
 mod cas;
 mod guards;
 mod multi;
+mod run;
 mod segment;
 mod slots;
 mod snapshot;
@@ -67,6 +68,7 @@ use slots::{
     KIND_POLICY,
 };
 
+pub use run::{Run, AHEAD};
 pub use segment::{attach_or_create, request_shmem};
 pub use slots::{policy_tag, SLOT_BYTES};
 pub use snapshot::{load as load_saved, save};
@@ -74,15 +76,6 @@ pub use snapshot::{load as load_saved, save};
 /// Whether the memory store exists (the library was preloaded).
 pub fn available() -> bool {
     Table::attach("rate_limit").is_ok()
-}
-
-/// Starts loading the slot of `target`'s bucket into the CPU cache ([`Table::prefetch`]), for a take that
-/// comes a little later: a batch issues it a few keys ahead, so that the misses of its keys overlap the
-/// decisions before them. Nothing when the store is not available (the take itself says why).
-pub fn prefetch(target: &Target<'_>) {
-    if let Ok(table) = Table::attach("rate_limit.take_batch") {
-        table.prefetch(&table.bucket_hash(&target.namespace, target.key));
-    }
 }
 
 /// Now on the memory store's clock; 55000 when it is not available.

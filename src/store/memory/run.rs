@@ -1,0 +1,63 @@
+//! A run of takes over many keys of one policy (`take_batch`), each key alone: the lock-free take of
+//! [`cas`](super::cas) for keys whose bucket exists, with each key's bucket loaded into the CPU cache
+//! [`AHEAD`] keys before its take, and its keyed hash computed once for both.
+
+use pgrx::pg_sys::panic::ErrorReport;
+
+use super::cas::{take_shared, AtomicState};
+use super::segment::Table;
+use crate::algorithm::Outcome;
+use crate::target::{Ask, Target};
+
+/// How many keys ahead of its take a key's bucket is loaded: enough for a miss (a few hundred nanoseconds)
+/// to complete while the keys before it are decided.
+pub const AHEAD: usize = 8;
+
+/// The keyed hashes of the next [`AHEAD`] keys of a run, whose buckets are being loaded.
+pub struct Run {
+    table: Table,
+    hashes: [[u64; 2]; AHEAD],
+    lock_free: bool,
+}
+
+impl Run {
+    /// A run over the store (an error when it is not available).
+    pub fn attach(function: &'static str) -> Result<Run, ErrorReport> {
+        Ok(Run {
+            table: Table::attach(function)?,
+            hashes: [[0; 2]; AHEAD],
+            lock_free: AtomicState::swaps_are_lock_free(),
+        })
+    }
+
+    /// Starts loading the bucket of `target`, the run's key number `n`, into the CPU cache; its take
+    /// comes [`AHEAD`] keys later and must name the same number.
+    pub fn load(&mut self, n: usize, target: &Target<'_>) {
+        let hash = self.table.bucket_hash(&target.namespace, target.key);
+        self.table.prefetch(&hash);
+        self.hashes[n % AHEAD] = hash;
+    }
+
+    /// Takes `cost` tokens (above 0) from the existing bucket of `target`, the run's key number `n` (loaded
+    /// by [`Run::load`]), under its partition's shared lock with one compare-and-swap: the outcome when
+    /// they were granted. `None` when that path cannot grant them (the bucket does not exist, was written
+    /// under other numbers, or is short) or swaps are not lock-free on this CPU: nothing was written, and
+    /// the key goes through the store's full take.
+    pub fn take_granted(&self, n: usize, target: &Target<'_>, cost: i64) -> Option<Outcome> {
+        if !self.lock_free {
+            return None;
+        }
+        let hash = &self.hashes[n % AHEAD];
+        let partition = self.table.partition_of(hash);
+        take_shared(&self.table, target, hash, partition, Ask::Take(cost)).filter(|o| o.allowed)
+    }
+
+    /// Whether a block by hand was ever made in this store: then every call reads its key's block, and no
+    /// key takes this run's short path.
+    pub fn blocks_by_hand(&self) -> bool {
+        self.table
+            .header
+            .blocks_by_hand
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
