@@ -110,6 +110,12 @@ pub fn take_each(
             .ok_or_else(|| crate::error::bug(function, "a take of one key has no outcome"))
     };
     let mut outcomes = Vec::with_capacity(keys.len());
+    if store == Store::Table && table::batch_applies(template, costs) {
+        if let Some(decided) = table::take_each(function, template, keys, costs)? {
+            count_batch(template, keys, costs, &decided);
+            return Ok(decided);
+        }
+    }
     if store == Store::Table {
         let mut order: Vec<usize> = (0..keys.len()).collect();
         order.sort_by_key(|&i| keys[i]);
@@ -156,6 +162,23 @@ pub fn take_each(
     });
     stats::record_grants(template, grants, tokens);
     decided.map(|()| outcomes)
+}
+
+/// Counts a batch decided by the table store in two statements as its keys' takes would have been
+/// counted (statistics), and remembers its short buckets as [`take_from_store`] does.
+fn count_batch(template: &Target<'_>, keys: &[&str], costs: &[i64], outcomes: &[Outcome]) {
+    let (mut grants, mut tokens) = (0u64, 0u64);
+    for ((key, &cost), o) in keys.iter().zip(costs).zip(outcomes) {
+        if o.allowed {
+            grants += 1;
+            tokens += cost as u64;
+        } else {
+            let t = Target { key, ..*template };
+            short::remember(Store::Table, &t, o.state);
+            stats::record(std::slice::from_ref(&t), std::slice::from_ref(o), cost);
+        }
+    }
+    stats::record_grants(template, grants, tokens);
 }
 
 /// Checks for a cancel or `statement_timeout` every [`KEYS_BETWEEN_INTERRUPT_CHECKS`] keys of a batch.

@@ -30,12 +30,14 @@
 //!   bucket never freezes: by the granting call, which holds the row; after a denial, conditionally on
 //!   nobody having changed the row. That rebase is the one write a denied call may make.
 
+mod batch;
 mod leases;
 mod plans;
 mod sql;
 
 use plans::{one_key, plans_for, Plans};
 
+pub use batch::{applies as batch_applies, take_each};
 pub use leases::acquire;
 
 #[cfg(any(test, feature = "pg_test"))]

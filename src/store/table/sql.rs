@@ -95,7 +95,7 @@ fn row_policy(
         .map_err(|e| error::invalid_numbers(function, &e.to_string()))
 }
 
-fn stored_row(
+pub(super) fn stored_row(
     function: &'static str,
     level: i64,
     updated_at: TimestampWithTimeZone,
