@@ -21,6 +21,9 @@ SELECT rate_limit.headers(d) FROM rate_limit.take('api', 'alice') AS d;
 --@ hide
 SELECT rate_limit.create_policy('per_org', rate => 1000, per => '1 hour');
 SELECT allowed, policy FROM rate_limit.take_many(ARRAY['api', 'per_org'], ARRAY['alice', 'acme']);
+--@ block tour-batch
+SELECT key, allowed, remaining FROM rate_limit.take_batch('per_org', ARRAY['acme', 'globex', 'acme']);
+
 --@ block tour-monthly
 --@ hide
 SELECT rate_limit.create_policy('monthly', rate => 10000, per => '1 month',

@@ -69,7 +69,7 @@ fn costs_arg(
     if costs.len() != keys {
         return Err(error::invalid_value(
             function,
-            format!("costs holds {} costs for {keys} keys", costs.len()),
+            format!("costs holds {} values but keys holds {keys}", costs.len()),
             "Pass one cost per key in the same order, or NULL for 1 each.",
         ));
     }

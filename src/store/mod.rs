@@ -81,10 +81,12 @@ pub fn take(
 /// tokens for `keys[i]`, as [`take`] decides one target: one outcome per key, in the order given
 /// (`take_batch`). A cancel or `statement_timeout` is checked for between keys.
 ///
-/// The table store holds every row it writes locked until the transaction ends, so it takes the keys in
+/// The table store holds every row it writes locked until the transaction ends, so it locks the keys in
 /// key order, the lock order above: two batches over the same keys never wait for each other in a cycle.
-/// A key named twice is still taken in the order given (the sort is stable), and keys are independent,
-/// so the outcomes are those of the order given.
+/// When nothing but the bucket applies to a key, the whole batch is three statements ([`table`]'s
+/// `batch`: lock or create every row in key order, read them, write the granted ones); otherwise each key
+/// is taken alone, in key order. A key named twice is still taken in the order given (the sort is
+/// stable), and keys are independent, so the outcomes are those of the order given.
 ///
 /// The memory store takes them in the order given, each bucket loaded into the CPU cache a few keys
 /// ahead. A key whose bucket exists and has the tokens is taken with the lock-free swap straight away

@@ -4,8 +4,9 @@
 //! Every statement is an SPI plan prepared once per backend and kept. Each names every table, function and
 //! operator with its schema (`OPERATOR(pg_catalog.=)`, as PostgreSQL's RI triggers build their queries), so
 //! no caller's `search_path`, whoever prepared the plan first, can redirect it; the SQL functions that run
-//! them are `SECURITY DEFINER` without any `SET` clause. Every statement touches one row through the primary
-//! key: no plan depends on planner settings or on the table's size when it was prepared. Statements that
+//! them are `SECURITY DEFINER` without any `SET` clause. Every kept statement touches one row through the
+//! primary key: no plan depends on planner settings or on the table's size when it was prepared (a
+//! batch's statements, [`batch`], name many rows and are planned for each batch). Statements that
 //! may write are prepared as mutating (SPI runs them in a fresh snapshot) but run with `SpiClient::select`:
 //! pgrx's `update` would force a transaction id, so that every denied call would commit a WAL record.
 //!
