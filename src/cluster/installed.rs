@@ -7,8 +7,8 @@ use pgrx::pg_sys;
 
 thread_local! {
     /// Whether the Citus library is loaded, once known for good: Citus works only from
-    /// `shared_preload_libraries` (it refuses a later `LOAD`), so once the preloaded libraries are loaded
-    /// the answer never changes in this backend, loaded or not.
+    /// `shared_preload_libraries` (it refuses a later `LOAD`), and a backend runs SQL only after the
+    /// preloaded libraries are loaded, so the answer never changes in a backend, loaded or not.
     static LOADED: Cell<Option<bool>> = const { Cell::new(None) };
     /// Whether the Citus extension exists, as found when `SharedInvalidMessageCounter` had the value kept
     /// with it: creating or dropping an extension changes catalogs that send invalidations (its functions,
@@ -23,8 +23,10 @@ thread_local! {
 pub fn citus_installed() -> bool {
     let loaded = LOADED.with(Cell::get).unwrap_or_else(|| {
         let loaded = citus_loaded();
-        // SAFETY: a plain global of this backend, read on its only thread.
-        if unsafe { pg_sys::process_shared_preload_libraries_done } {
+        // SAFETY: a plain global of this process, read on its only thread. Under the postmaster (a
+        // backend or a background worker) the preloaded libraries were loaded before any SQL ran; in a
+        // single-user server the answer is simply asked again on every call.
+        if unsafe { pg_sys::IsUnderPostmaster } {
             LOADED.with(|c| c.set(Some(loaded)));
         }
         loaded
