@@ -6,7 +6,8 @@
 //! - [`policy`]: a named policy's buckets are full again within `rate_limit.max_policy_refill_time` of any
 //!   role's last call, however deep its debt or long its penalty box's block (checked when the owner
 //!   creates or changes it: the owner raises the setting knowingly for a policy that needs longer);
-//! - [`wait_deadline`]: `rate_limit.wait` sleeps at most `rate_limit.max_wait` per statement.
+//! - [`wait_deadline`]: `rate_limit.wait` sleeps at most `rate_limit.max_wait` per statement;
+//! - [`batch_size`]: a `take_batch` names at most [`MAX_BATCH`] keys.
 //!
 //! Every kind of limit goes through [`policy`] (named) or [`caller_limit`] (ad hoc): the model's
 //! [`Policy::longest_short_us`] matches every algorithm, so a new kind cannot compile without saying how
@@ -140,4 +141,20 @@ fn statement_started_us() -> i64 {
         pg_sys::GetCurrentStatementStartTimestamp()
             .max(pg_sys::GetCurrentTransactionStartTimestamp())
     }
+}
+
+/// The most keys one `take_batch` may name: its outcomes stay in the caller's memory until the rows are
+/// returned (about 60 bytes each, 60 MB at this bound); a larger job is several batches.
+pub const MAX_BATCH: usize = 1_000_000;
+
+/// 22023 unless a batch of `keys` keys is within [`MAX_BATCH`].
+pub fn batch_size(function: &'static str, keys: usize) -> Result<(), ErrorReport> {
+    if keys > MAX_BATCH {
+        return Err(error::invalid_value(
+            function,
+            format!("keys holds {keys} keys, more than {MAX_BATCH}"),
+            &format!("Split the job into batches of at most {MAX_BATCH} keys."),
+        ));
+    }
+    Ok(())
 }

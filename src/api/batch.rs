@@ -23,23 +23,13 @@ use crate::policies::Named;
 use crate::store;
 use crate::target::{granted, Target, MAX_TARGETS};
 
-/// The most keys one batch may name: its outcomes stay in the caller's memory until the rows are
-/// returned (about 60 bytes each, 60 MB at this bound); a larger job is several batches.
-pub const MAX_BATCH: usize = 1_000_000;
-
-/// The keys of a batch, validated: no NULL element, at most [`MAX_BATCH`] keys of at most
+/// The keys of a batch, validated: no NULL element, at most [`crate::bounds::MAX_BATCH`] keys of at most
 /// [`MAX_ID_BYTES`] bytes each (an empty array is an empty batch).
 fn keys_arg<'k>(
     function: &'static str,
     keys: &'k Array<'_, &str>,
 ) -> Result<Vec<&'k str>, ErrorReport> {
-    if keys.len() > MAX_BATCH {
-        return Err(error::invalid_value(
-            function,
-            format!("keys holds {} keys, more than {MAX_BATCH}", keys.len()),
-            "Split the job into batches of at most 1000000 keys.",
-        ));
-    }
+    crate::bounds::batch_size(function, keys.len())?;
     let mut valid = Vec::with_capacity(keys.len());
     for (i, key) in keys.iter().enumerate() {
         let key = key.ok_or_else(|| {
