@@ -101,4 +101,29 @@ mod tests {
         assert_eq!(takes("br_mem", "bad", 1), (1, false));
         assert_eq!(takes("br_mem", "k", 1), (1, true));
     }
+
+    /// A block by hand in the memory store makes its own policy read its keys' blocks, not every policy:
+    /// of ten policies nobody blocked, at most a couple whose bit another policy's block by hand shares
+    /// (one bit of 1 024 per policy, across every test of this server) read a block.
+    #[pg_test]
+    fn a_block_by_hand_in_the_memory_store_leaves_other_policies_alone() {
+        Spi::run("SELECT rate_limit.create_policy('br_mem_a', 100, '1 day', store => 'memory')")
+            .expect("policy");
+        Spi::run("SELECT rate_limit.block('br_mem_a', 'bad', '1 hour')").expect("block");
+        assert_eq!(takes("br_mem_a", "k", 2), (2, true));
+        let mut reading = 0;
+        for i in 0..10 {
+            let p = format!("br_mem_other_{i}");
+            Spi::run(&format!(
+                "SELECT rate_limit.create_policy('{p}', 100, '1 day', store => 'memory')"
+            ))
+            .expect("policy");
+            let (reads, allowed) = takes(&p, "bad", 2);
+            assert!(allowed, "{p}: another policy's block does not apply");
+            if reads > 0 {
+                reading += 1;
+            }
+        }
+        assert!(reading <= 2, "{reading} of 10 policies read blocks");
+    }
 }

@@ -87,12 +87,19 @@ pub(super) fn blocked(
 ) -> Result<Vec<Option<Outcome>>, ErrorReport> {
     // a key of a policy without a penalty box holds no block unless one was made by hand
     let unblockable = |t: &Target<'_>| t.blocking.is_some_and(|b| !b.may_be_blocked());
-    let every = targets.iter().any(unblockable) && s.reads_every_block(function)?;
+    let mut read = Vec::with_capacity(targets.len());
+    for t in targets {
+        read.push(!unblockable(t) || s.reads_block_anyway(function, t)?);
+    }
+    let mut found = vec![None; targets.len()];
+    if !read.contains(&true) {
+        return Ok(found);
+    }
     // a shadowed call reads the block its shadowed penalty box would have made too
     let blocks: Vec<(usize, (String, Blocking))> = targets
         .iter()
         .enumerate()
-        .filter(|(_, t)| every || !unblockable(t))
+        .filter(|(i, _)| read[*i])
         .flat_map(|(i, t)| {
             let shadow = if t.shadow { block_in(t, true) } else { None };
             [block_of(t), shadow]
@@ -107,7 +114,6 @@ pub(super) fn blocked(
         index.push(*i);
         buckets.push(block_target(&targets[*i], name, blocking));
     }
-    let mut found = vec![None; targets.len()];
     if buckets.is_empty() {
         return Ok(found);
     }

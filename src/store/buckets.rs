@@ -87,9 +87,13 @@ pub(super) trait Buckets {
         key: &str,
     ) -> Result<bool, ErrorReport>;
 
-    /// Whether a call must read the block bucket of every key, whatever its policy says
+    /// Whether a call on `target` must read its key's block bucket whatever its policy says
     /// ([`crate::target::Blocking::may_be_blocked`]): blocks by hand this store cannot note in the policy.
-    fn reads_every_block(&self, function: &'static str) -> Result<bool, ErrorReport>;
+    fn reads_block_anyway(
+        &self,
+        function: &'static str,
+        target: &Target<'_>,
+    ) -> Result<bool, ErrorReport>;
 
     /// Notes that the key of `target` (a named policy's) was blocked by hand, so that every call on the
     /// policy reads its key's block from now on.
@@ -196,7 +200,7 @@ impl Buckets for TableBuckets {
         table::reset(function, namespace, key)
     }
 
-    fn reads_every_block(&self, _: &'static str) -> Result<bool, ErrorReport> {
+    fn reads_block_anyway(&self, _: &'static str, _: &Target<'_>) -> Result<bool, ErrorReport> {
         // a block by hand is delegated to its key's node, which cannot write the policies (a reference
         // table) there: under Citus every call reads its key's block
         Ok(cluster::citus::citus_installed())
@@ -358,18 +362,22 @@ impl Buckets for MemoryBuckets {
         memory::reset(function, namespace, key)
     }
 
-    fn reads_every_block(&self, function: &'static str) -> Result<bool, ErrorReport> {
-        memory::blocks_by_hand(function)
+    fn reads_block_anyway(
+        &self,
+        function: &'static str,
+        target: &Target<'_>,
+    ) -> Result<bool, ErrorReport> {
+        memory::blocks_by_hand(function, &target.namespace)
     }
 
     fn note_block_by_hand(
         &self,
         function: &'static str,
-        _: &Target<'_>,
+        target: &Target<'_>,
     ) -> Result<(), ErrorReport> {
         // at once, as the block itself, whatever the caller's transaction does next: a note in the
         // policy's row would be undone by a ROLLBACK that leaves the block in place
-        memory::note_block_by_hand(function)
+        memory::note_block_by_hand(function, &target.namespace)
     }
 
     fn prepare_count(&self, _: &'static str, _: &Target<'_>) -> Result<bool, ErrorReport> {

@@ -135,6 +135,7 @@ pub fn take_each(
     let plain = !template.shadow
         && template.blocking.is_none_or(|b| !b.may_be_blocked())
         && !crate::cluster::citus::citus_installed();
+    let hand_block_bit = run.hand_block_bit(&template.namespace);
     for i in 0..keys.len().min(memory::AHEAD) {
         run.load(i, &target(i));
     }
@@ -142,7 +143,7 @@ pub fn take_each(
     let (mut grants, mut tokens) = (0u64, 0u64);
     let mut decide = |i: usize, cost: i64| -> Result<Outcome, ErrorReport> {
         let t = target(i);
-        let granted = (plain && cost > 0 && !run.blocks_by_hand())
+        let granted = (plain && cost > 0 && !run.blocks_by_hand(hand_block_bit))
             .then(|| run.take_granted(i, &t, cost))
             .flatten();
         if i + memory::AHEAD < keys.len() {

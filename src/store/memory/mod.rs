@@ -49,6 +49,7 @@
 
 mod cas;
 mod guards;
+mod hand_blocks;
 mod multi;
 mod run;
 mod segment;
@@ -83,23 +84,26 @@ pub fn now(function: &'static str) -> Result<i64, ErrorReport> {
     Ok(Table::attach(function)?.now())
 }
 
-/// Notes that a key was blocked by hand in this store (see [`segment::Header::blocks_by_hand`]).
-pub fn note_block_by_hand(function: &'static str) -> Result<(), ErrorReport> {
+/// Notes that a key of `namespace` was blocked by hand in this store (see [`hand_blocks`]).
+pub fn note_block_by_hand(
+    function: &'static str,
+    namespace: &Namespace<'_>,
+) -> Result<(), ErrorReport> {
     let table = Table::attach(function)?;
-    table
-        .header
-        .blocks_by_hand
-        .store(true, std::sync::atomic::Ordering::Relaxed);
+    table.header.hand_blocks.note(current_database(), namespace);
     Ok(())
 }
 
-/// Whether a key may have been blocked by hand in this store (see [`segment::Header::blocks_by_hand`]).
-pub fn blocks_by_hand(function: &'static str) -> Result<bool, ErrorReport> {
+/// Whether a key of `namespace` may have been blocked by hand in this store (see [`hand_blocks`]).
+pub fn blocks_by_hand(
+    function: &'static str,
+    namespace: &Namespace<'_>,
+) -> Result<bool, ErrorReport> {
     let table = Table::attach(function)?;
     Ok(table
         .header
-        .blocks_by_hand
-        .load(std::sync::atomic::Ordering::Relaxed))
+        .hand_blocks
+        .may_hold(current_database(), namespace))
 }
 
 /// Answers `ask` for every target (policy and ad-hoc buckets): takes tokens all or nothing (cost 0 only

@@ -5,9 +5,10 @@
 use pgrx::pg_sys::panic::ErrorReport;
 
 use super::cas::{take_shared, AtomicState};
-use super::segment::Table;
+use super::hand_blocks::Bit;
+use super::segment::{current_database, Table};
 use crate::algorithm::Outcome;
-use crate::target::{Ask, Target};
+use crate::target::{Ask, Namespace, Target};
 
 /// How many keys ahead of its take a key's bucket is loaded: enough for a miss (a few hundred nanoseconds)
 /// to complete while the keys before it are decided.
@@ -52,12 +53,15 @@ impl Run {
         take_shared(&self.table, target, hash, partition, Ask::Take(cost)).filter(|o| o.allowed)
     }
 
-    /// Whether a block by hand was ever made in this store: then every call reads its key's block, and no
-    /// key takes this run's short path.
-    pub fn blocks_by_hand(&self) -> bool {
-        self.table
-            .header
-            .blocks_by_hand
-            .load(std::sync::atomic::Ordering::Relaxed)
+    /// The bit that says whether a key of `namespace` may have been blocked by hand in this store
+    /// ([`Run::blocks_by_hand`]).
+    pub fn hand_block_bit(&self, namespace: &Namespace<'_>) -> Bit {
+        Bit::of(current_database(), namespace)
+    }
+
+    /// Whether a key of the namespace of `bit` may have been blocked by hand in this store, now: then every
+    /// call of it reads its key's block, and no key takes this run's short path.
+    pub fn blocks_by_hand(&self, bit: Bit) -> bool {
+        self.table.header.hand_blocks.is_set(bit)
     }
 }

@@ -9,7 +9,7 @@
 use std::ffi::CStr;
 use std::hash::Hasher;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicU64;
 
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::ErrorReport;
@@ -17,6 +17,7 @@ use pgrx::PgSqlErrorCode;
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 use super::guards::{ExclusiveGuard, SharedGuard};
+use super::hand_blocks::HandBlocks;
 use super::slots::{kind_of, PartitionHeader, Slot};
 use crate::gucs;
 use crate::shmem;
@@ -41,9 +42,10 @@ pub(super) struct Header {
     pub lossless_evictions: AtomicU64,
     pub lossy_evictions: AtomicU64,
     pub refused_full: AtomicU64,
-    /// Whether a key of any database was blocked by hand in this store since it started (or a block bucket
-    /// was loaded at start): calls read the block buckets of policies without a penalty box only then.
-    pub blocks_by_hand: AtomicBool,
+    /// The policies a key of which was blocked by hand in this store since it started (every policy when
+    /// a block bucket was loaded at start): calls read the block buckets of a policy without a penalty
+    /// box only then.
+    pub hand_blocks: HandBlocks,
 }
 
 impl Header {
@@ -61,7 +63,7 @@ impl Header {
             lossless_evictions: AtomicU64::new(0),
             lossy_evictions: AtomicU64::new(0),
             refused_full: AtomicU64::new(0),
-            blocks_by_hand: AtomicBool::new(false),
+            hand_blocks: HandBlocks::new(),
         }
     }
 
@@ -167,7 +169,7 @@ pub unsafe fn attach_or_create() -> bool {
                 lossless_evictions: AtomicU64::new(0),
                 lossy_evictions: AtomicU64::new(0),
                 refused_full: AtomicU64::new(0),
-                blocks_by_hand: AtomicBool::new(false),
+                hand_blocks: HandBlocks::new(),
             });
         }
     }

@@ -11,8 +11,6 @@
 //! they start full. A file of 0.3.0 ([`MAGIC_0_3`]: no role, 28 bytes of id) is read too: its buckets are
 //! counted for role 0, which no session has, so they count against no role's share.
 
-use std::sync::atomic::Ordering;
-
 use super::cas::AtomicState;
 use super::segment::{Table, SEGMENT};
 use super::slots::{
@@ -96,7 +94,7 @@ pub fn load() {
             .iter()
             .any(|s| slot_policy(s).is_some_and(|p| p.algorithm() == Algorithm::Block))
         {
-            table.header.blocks_by_hand.store(true, Ordering::Relaxed);
+            table.header.hand_blocks.note_all();
         }
         let mut loaded = 0;
         for slot in slots {

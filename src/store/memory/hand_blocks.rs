@@ -1,0 +1,132 @@
+//! Which policies may hold a block by hand in the memory store: one bit per policy out of [`BITS`], chosen
+//! by a hash of the database, the policy's name and its creation time, set by `block` (and for every
+//! policy when saved blocks are loaded at start) and never cleared while the server runs. A call of a
+//! policy without a penalty box reads its key's block only when its policy's bit is set, so a block by
+//! hand on one policy does not make every other policy's calls, in every database, read a block too. Two
+//! policies may share a bit: both then read their keys' blocks, which costs a read and decides the same.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::target::Namespace;
+
+/// Words of the bitmap (1 024 bits, 128 bytes of the segment's header).
+const WORDS: usize = 16;
+/// Bits of the bitmap.
+const BITS: u64 = WORDS as u64 * 64;
+
+/// The bitmap, in the segment's header.
+#[repr(C)]
+pub struct HandBlocks([AtomicU64; WORDS]);
+
+impl HandBlocks {
+    /// No policy noted.
+    pub fn new() -> HandBlocks {
+        HandBlocks(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+
+    /// Notes that a key of `namespace` (in `database`) was blocked by hand; any other namespace notes
+    /// them all.
+    pub fn note(&self, database: u32, namespace: &Namespace<'_>) {
+        match bit_of(database, namespace) {
+            Some((word, mask)) => {
+                self.0[word].fetch_or(mask, Ordering::Relaxed);
+            }
+            None => self.note_all(),
+        }
+    }
+
+    /// Notes every policy (blocks were loaded from a saved store, whose names the buckets do not keep).
+    pub fn note_all(&self) {
+        for word in &self.0 {
+            word.store(u64::MAX, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a key of `namespace` (in `database`) may have been blocked by hand: true for any namespace
+    /// but a policy's.
+    pub fn may_hold(&self, database: u32, namespace: &Namespace<'_>) -> bool {
+        self.is_set(Bit::of(database, namespace))
+    }
+
+    /// Whether `bit` is set now (always for the bit of a namespace that is not a policy's).
+    pub fn is_set(&self, bit: Bit) -> bool {
+        bit.mask == 0 || self.0[bit.word].load(Ordering::Relaxed) & bit.mask != 0
+    }
+}
+
+/// A namespace's bit, computed once to be read again and again (a run over many keys).
+#[derive(Clone, Copy)]
+pub struct Bit {
+    word: usize,
+    /// 0 for a namespace that is not a policy's (it always reads blocks).
+    mask: u64,
+}
+
+impl Bit {
+    /// The bit of `namespace` in `database`.
+    pub fn of(database: u32, namespace: &Namespace<'_>) -> Bit {
+        bit_of(database, namespace)
+            .map_or(Bit { word: 0, mask: 0 }, |(word, mask)| Bit { word, mask })
+    }
+}
+
+/// The word and mask of a policy's bit; `None` for the other namespaces. FNV-1a: cheap, and a collision
+/// only makes a policy read blocks (blocks by hand are made by the extension's owner only).
+fn bit_of(database: u32, namespace: &Namespace<'_>) -> Option<(usize, u64)> {
+    let Namespace::Policy { name, created_at } = namespace else {
+        return None;
+    };
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let bytes = database
+        .to_le_bytes()
+        .into_iter()
+        .chain(created_at.to_le_bytes())
+        .chain(name.bytes());
+    for b in bytes {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let bit = h % BITS;
+    Some(((bit / 64) as usize, 1 << (bit % 64)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(name: &str) -> Namespace<'_> {
+        Namespace::Policy {
+            name,
+            created_at: 42,
+        }
+    }
+
+    #[test]
+    fn a_block_by_hand_notes_its_policy_only() {
+        let notes = HandBlocks::new();
+        assert!(!notes.may_hold(5, &policy("login")));
+        notes.note(5, &policy("login"));
+        assert!(notes.may_hold(5, &policy("login")));
+        // the same name in another database, or another incarnation of the policy, is another bit
+        let others = (0..200u32).filter(|db| notes.may_hold(*db + 6, &policy("login")));
+        assert!(others.count() < 5, "at most a collision or two");
+        let names: Vec<String> = (0..200).map(|i| format!("p{i}")).collect();
+        let noted = names.iter().filter(|n| notes.may_hold(5, &policy(n)));
+        assert!(noted.count() < 5, "at most a collision or two");
+    }
+
+    #[test]
+    fn namespaces_that_are_not_policies_always_read_blocks() {
+        let notes = HandBlocks::new();
+        assert!(notes.may_hold(5, &Namespace::AdHoc));
+        assert!(notes.may_hold(5, &Namespace::Request));
+        notes.note(5, &Namespace::AdHoc);
+        assert!(notes.may_hold(5, &policy("any")));
+    }
+
+    #[test]
+    fn loading_saved_blocks_notes_every_policy() {
+        let notes = HandBlocks::new();
+        notes.note_all();
+        assert!((0..100).all(|i| notes.may_hold(i, &policy(&format!("p{i}")))));
+    }
+}
