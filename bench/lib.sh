@@ -76,31 +76,39 @@ bench_start_two_builds() {
 }
 
 # bench_fill LABEL PORT: database `bench` with 100 000 keys in every namespace of both stores, and in the
-# PL/pgSQL baseline's table.
+# PL/pgSQL baseline's table. The policies of the kinds added after 0.3.0 (charges, calendars, leases,
+# penalty boxes, blocks) are filled one feature at a time: a build without that feature (an A/B baseline)
+# reports it and goes on, and the scenarios that need it are skipped for that build (bench_round).
 bench_fill() {
   local label=$1 port=$2
+  rm -f "$DIR/lacks-$label"
   psql_at "$label" "$port" -d postgres -qc "CREATE DATABASE bench"
   psql_at "$label" "$port" -d bench -q -c "CREATE EXTENSION rate_limit" -f "$ROOT/bench/baseline.sql" \
     -c "SELECT rate_limit.create_policy('bench', 2, '1 second', 120)" \
     -c "SELECT rate_limit.create_policy('bench_b', 20, '1 second', 1200)" \
     -c "SELECT rate_limit.create_policy('bench_c', 200, '1 second', 12000)" \
-    -c "SELECT rate_limit.create_policy('bench_charge', 2, '1 second', 120, store => 'memory', max_debt => 1000)" \
-    -c "SELECT rate_limit.create_policy('bench_month', 120, '1 month', algorithm => 'calendar_window',
-          time_zone => 'Europe/Paris', store => 'memory')" \
-    -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.charge('bench_charge', 'key' || g, 1) d" \
-    -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.take('bench_month', 'key' || g) d" \
-    -c "SELECT rate_limit.create_policy('bench_jobs', 4, '1 second', algorithm => 'concurrency', store => 'memory')" \
-    -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.acquire('bench_jobs', 'key' || g) d" \
-    -c "SELECT rate_limit.create_policy('bench_box', 2, '1 second', 120, store => 'memory',
-          block_after => 2147483647, block_for => '1 second')" \
-    -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.take('bench_box', 'key' || g) d" \
-    -c "SELECT rate_limit.create_policy('bench_blocked', 2, '1 second', 120, store => 'memory')" \
-    -c "SELECT count(*) FROM generate_series(1, 10000) g,
-          LATERAL rate_limit.block('bench_blocked', 'key' || g, '36500 days') d" \
-    -c "SELECT rate_limit.block('bench_blocked', 'hot', '36500 days')" \
     -c "SELECT count(baseline_rate_limiting_request('key' || g, 2, 60)) FROM generate_series(1, 100000) g" \
     -c "SELECT baseline_rate_limiting_request('hot', 2, 60)" # the baseline raises unique_violation when two
   #                                                             sessions create one key: create it beforehand
+  bench_fill_feature "$label" "$port" charge 100000 \
+    -c "SELECT rate_limit.create_policy('bench_charge', 2, '1 second', 120, store => 'memory', max_debt => 1000)" \
+    -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.charge('bench_charge', 'key' || g, 1) d"
+  bench_fill_feature "$label" "$port" calendar 100000 \
+    -c "SELECT rate_limit.create_policy('bench_month', 120, '1 month', algorithm => 'calendar_window',
+          time_zone => 'Europe/Paris', store => 'memory')" \
+    -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.take('bench_month', 'key' || g) d"
+  bench_fill_feature "$label" "$port" acquire 100000 \
+    -c "SELECT rate_limit.create_policy('bench_jobs', 4, '1 second', algorithm => 'concurrency', store => 'memory')" \
+    -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.acquire('bench_jobs', 'key' || g) d"
+  bench_fill_feature "$label" "$port" penalty 100000 \
+    -c "SELECT rate_limit.create_policy('bench_box', 2, '1 second', 120, store => 'memory',
+          block_after => 2147483647, block_for => '1 second')" \
+    -c "SELECT count(*) FROM generate_series(1, 100000) g, LATERAL rate_limit.take('bench_box', 'key' || g) d"
+  bench_fill_feature "$label" "$port" blocked 10001 \
+    -c "SELECT rate_limit.create_policy('bench_blocked', 2, '1 second', 120, store => 'memory')" \
+    -c "SELECT count(*) FROM generate_series(1, 10000) g,
+          LATERAL rate_limit.block('bench_blocked', 'key' || g, '36500 days') d" \
+    -c "SELECT rate_limit.block('bench_blocked', 'hot', '36500 days')"
   for store in table memory; do
     psql_at "$label" "$port" -d bench -q -c "SET rate_limit.store = '$store'" \
       -c "SELECT count(rate_limiting_request('key' || g, 2, 60)) FROM generate_series(1, 100000) g" \
@@ -108,6 +116,29 @@ bench_fill() {
             LATERAL rate_limit.take_many(ARRAY['bench', 'bench_b', 'bench_c'], ARRAY['key' || g]) d"
   done
   psql_at "$label" "$port" -d bench -qc "VACUUM ANALYZE"
+}
+
+# bench_fill_feature LABEL PORT FEATURE BUCKETS PSQL-ARGS...: one feature's policy and keys (BUCKETS memory
+# buckets), in one transaction. A build that lacks the feature is recorded in $DIR/lacks-LABEL and gets
+# BUCKETS buckets of a plain policy instead: both builds' memory stores then hold as many buckets, and a
+# lookup costs the same (the fuller a store's table, the longer its probes).
+bench_fill_feature() {
+  local label=$1 port=$2 feature=$3 buckets=$4
+  shift 4
+  if ! psql_at "$label" "$port" -d bench -q -1 "$@" >/dev/null 2>"$DIR/fill-$label-$feature.err"; then
+    echo "$label lacks $feature ($(head -1 "$DIR/fill-$label-$feature.err")): $buckets plain buckets instead"
+    echo "$feature" >>"$DIR/lacks-$label"
+    psql_at "$label" "$port" -d bench -q \
+      -c "SELECT rate_limit.create_policy('bench_filler_$feature', 2, '1 second', 120, store => 'memory')" \
+      -c "SELECT count(*) FROM generate_series(1, $buckets) g,
+            LATERAL rate_limit.take('bench_filler_$feature', 'key' || g) d" >/dev/null
+  fi
+}
+
+# bench_lacks LABEL SCENARIO: true when LABEL's build lacks the feature SCENARIO needs (bench_fill_feature).
+bench_lacks() {
+  local label=$1 scenario=$2
+  [ -f "$DIR/lacks-$label" ] && grep -qx "${scenario%%_*}" "$DIR/lacks-$label"
 }
 
 # bench_round LABEL PORT CLIENTS SCENARIO STORE SCRIPT: one pgbench round; prints its TPS.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every call of bench/run.sh, this build against an earlier revision's (default: ea5bfac, main before
-# issue #28), measured in one run. Each build runs in its own copy of the tests' PostgreSQL 15 with its own
+# issue #28), measured in one run. A call the baseline lacks (bench_fill could not create its policy there) is
+# measured in the new build only. Each build runs in its own copy of the tests' PostgreSQL 15 with its own
 # `SELECT 1`, filled alike (bench/lib.sh); rounds are interleaved, the builds taking turns to go first, so drift of this noisy machine affects
 # both builds alike. Writes bench/AB_RESULTS.md: per call, each build's median ratio to its `SELECT 1` over
 # the rounds, and new / baseline with the lowest and highest round.
@@ -46,6 +47,7 @@ for round in $(seq 1 "$ROUNDS"); do
     order="new baseline"
     [ $((round % 2)) = 0 ] && order="baseline new"
     for b in $order; do
+      bench_lacks "$b" "$scenario" && continue
       tps=$(bench_round "$b" "${PORT[$b]}" "$CLIENTS" "$scenario" "$store" "$script")
       printf '%s\t%s\t%s\t%s\t%s\n' "$round" "$b" "$scenario" "$store" "$tps" >>"$RAW"
       echo "round $round $b $scenario store=$store tps=$tps"
@@ -70,14 +72,19 @@ rounds = sorted({k[0] for k in tps})
 def ratio(r, build, scenario, store):
     a, b = tps.get((r, build, scenario, store)), tps.get((r, build, "select1", "-"))
     return a / b if a is not None and b else None
+def reference(scenario, store):
+    """The plain `take` a call is compared with in its own build: same store, same hot or random keys."""
+    return ("take_hot" if scenario.endswith("_hot") else "take_random", store)
 print(f"# Every call, {head} against {baseline}, in one run\n")
 print(f"Produced by `{command}` at {head} on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC: a {cores}-core Debian 12")
 print("VM, PostgreSQL 15 (built from Debian's source package), pgbench -M prepared, synchronous_commit = off, 100 000")
 print("keys in every namespace. Each build in its own copy of PostgreSQL with its own `SELECT 1`; rounds interleaved.")
 print("A call's ratio is its TPS over its build's `SELECT 1` in the same round; new / baseline is taken per round")
-print("and summarised as the median (lowest–highest round). 1.00 is no change; this machine's noise is about ±10%.\n")
-print("| call | store | baseline × SELECT 1 | new × SELECT 1 | new / baseline |")
-print("| --- | --- | ---: | ---: | ---: |")
+print("and summarised as the median (lowest–highest round). 1.00 is no change; this machine's noise is about ±10%.")
+print("The last column is the call's TPS over the new build's `take` on the same store and the same (hot or random)")
+print("keys, in the same round. \"—\": the baseline lacks that call.\n")
+print("| call | store | baseline × SELECT 1 | new × SELECT 1 | new / baseline | new / new `take` |")
+print("| --- | --- | ---: | ---: | ---: | ---: |")
 for scenario, store in order:
     if scenario == "select1":
         continue
@@ -85,10 +92,14 @@ for scenario, store in order:
     new = [x for r in rounds if (x := ratio(r, "new", scenario, store)) is not None]
     rel = [n / b for r in rounds
            if (n := ratio(r, "new", scenario, store)) is not None and (b := ratio(r, "baseline", scenario, store))]
-    if not rel:
+    ref = reference(scenario, store)
+    to_take = [n / t for r in rounds
+               if (n := tps.get((r, "new", scenario, store))) and (t := tps.get((r, "new", *ref)))]
+    if not new:
         continue
-    print(f"| {scenario} | {store} | {statistics.median(base):.2f}× | {statistics.median(new):.2f}× "
-          f"| {statistics.median(rel):.2f} ({min(rel):.2f}–{max(rel):.2f}) |")
+    summary = lambda xs: f"{statistics.median(xs):.2f} ({min(xs):.2f}–{max(xs):.2f})" if xs else "—"
+    print(f"| {scenario} | {store} | {f'{statistics.median(base):.2f}×' if base else '—'} "
+          f"| {statistics.median(new):.2f}× | {summary(rel)} | {summary(to_take)} |")
 s1 = {b: statistics.median([tps[(r, b, 'select1', '-')] for r in rounds]) for b in ("new", "baseline")}
 print(f"\n`SELECT 1`: {s1['new']:,.0f} TPS (new), {s1['baseline']:,.0f} TPS (baseline), {len(rounds)} rounds.")
 PY
