@@ -10,7 +10,7 @@
 //! partition locks, the table store's row locks), and one caller holding thousands would stall every other
 //! caller of those partitions.
 
-use pgrx::fcinfo::pg_getarg;
+use pgrx::fcinfo::{pg_getarg, pg_getarg_datum};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::Array;
@@ -23,16 +23,68 @@ use crate::policies::Named;
 use crate::store;
 use crate::target::{granted, Target, MAX_TARGETS};
 
+/// The elements of the `keys` array as it holds them: each element's value (a text datum pointing into the
+/// array, passed on to its result row without a copy) and its text, `None` for a NULL element.
+///
+/// # Safety
+/// `array` is a non-NULL `text[]` argument of the current call; the elements live as long as the call's
+/// memory context, which `'k` must not outlive.
+unsafe fn key_elements<'k>(
+    function: &'static str,
+    array: pg_sys::Datum,
+) -> Result<Vec<Option<(pg_sys::Datum, &'k str)>>, ErrorReport> {
+    // SAFETY: a text[] argument's datum is a (possibly toasted) array; the detoasted copy is valid for
+    // the call.
+    let array =
+        unsafe { pg_sys::pg_detoast_datum(array.cast_mut_ptr()) }.cast::<pg_sys::ArrayType>();
+    // SAFETY: the array's header and its dimensions (ndim int4 right after the header, ARR_DIMS) lie
+    // inside the detoasted array.
+    let count = unsafe {
+        let dims = array
+            .cast::<u8>()
+            .add(size_of::<pg_sys::ArrayType>())
+            .cast::<i32>();
+        pg_sys::ArrayGetNItems((*array).ndim, dims)
+    };
+    crate::bounds::batch_size(function, usize::try_from(count).unwrap_or(usize::MAX))?;
+    let (mut datums, mut nulls, mut n) = (std::ptr::null_mut(), std::ptr::null_mut(), 0);
+    // SAFETY: text is a variable-length (-1), by-reference type aligned on 4 bytes ('i'); the output
+    // arrays are allocated by deconstruct_array in the current memory context, n elements each.
+    let (datums, nulls) = unsafe {
+        pg_sys::deconstruct_array(
+            array,
+            pg_sys::TEXTOID,
+            -1,
+            false,
+            pg_sys::TYPALIGN_INT as std::ffi::c_char,
+            &mut datums,
+            &mut nulls,
+            &mut n,
+        );
+        let n = usize::try_from(n).unwrap_or(0);
+        (
+            std::slice::from_raw_parts(datums, n),
+            std::slice::from_raw_parts(nulls, n),
+        )
+    };
+    let mut elements = Vec::with_capacity(datums.len());
+    for (&datum, &null) in datums.iter().zip(nulls) {
+        // SAFETY: a non-NULL element of a text[] is a text datum, valid for the call.
+        let text = unsafe { <&'k str as FromDatum>::from_datum(datum, null) };
+        elements.push(text.map(|t| (datum, t)));
+    }
+    Ok(elements)
+}
+
 /// The keys of a batch, validated: no NULL element, at most [`crate::bounds::MAX_BATCH`] keys of at most
 /// [`MAX_ID_BYTES`] bytes each (an empty array is an empty batch).
 fn keys_arg<'k>(
     function: &'static str,
-    keys: &'k Array<'_, &str>,
+    elements: &[Option<(pg_sys::Datum, &'k str)>],
 ) -> Result<Vec<&'k str>, ErrorReport> {
-    crate::bounds::batch_size(function, keys.len())?;
-    let mut valid = Vec::with_capacity(keys.len());
-    for (i, key) in keys.iter().enumerate() {
-        let key = key.ok_or_else(|| {
+    let mut valid = Vec::with_capacity(elements.len());
+    for (i, element) in elements.iter().enumerate() {
+        let (_, key) = element.ok_or_else(|| {
             error::null_argument(
                 function,
                 &format!("keys[{}]", i + 1),
@@ -161,7 +213,7 @@ fn take_all_or_nothing(
 fn take_batch<'k>(
     function: &'static str,
     policy: Option<&str>,
-    keys: &'k Array<'_, &str>,
+    keys: &[Option<(pg_sys::Datum, &'k str)>],
     costs: Option<Array<'_, i32>>,
     all_or_nothing: Option<bool>,
 ) -> Result<(Vec<&'k str>, Vec<Outcome>), ErrorReport> {
@@ -185,9 +237,14 @@ fn take_batch<'k>(
     Ok((keys, outcomes))
 }
 
-/// The rows of a batch (`outcomes[i]` is `keys[i]`'s) into the call's materialized result.
-fn push_rows(rows: &mut Materialized, keys: &[&str], outcomes: &[Outcome]) {
-    for (i, (key, o)) in keys.iter().zip(outcomes).enumerate() {
+/// The rows of a batch (`outcomes[i]` is that of `keys[i]`, whose text datum in the call's array is
+/// `elements[i]`) into the call's materialized result.
+fn push_rows(
+    rows: &mut Materialized,
+    elements: &[Option<(pg_sys::Datum, &str)>],
+    outcomes: &[Outcome],
+) {
+    for (i, (element, o)) in elements.iter().zip(outcomes).enumerate() {
         let wait = o
             .retry_after
             .filter(|_| !o.allowed)
@@ -196,25 +253,35 @@ fn push_rows(rows: &mut Materialized, keys: &[&str], outcomes: &[Outcome]) {
                 day: 0,
                 month: 0,
             });
-        // SAFETY: cstring_to_text_with_len copies `key` (valid UTF-8 of at most MAX_ID_BYTES bytes, so
-        // its length fits an i32) into a new text value in the current memory context.
-        let text =
-            unsafe { pg_sys::cstring_to_text_with_len(key.as_ptr().cast(), key.len() as i32) };
         let mut values = [
             pg_sys::Datum::from(i as i32 + 1),
-            pg_sys::Datum::from(text),
+            // the key's own text in the call's array (decided keys are never NULL)
+            element.map_or(pg_sys::Datum::from(0), |(datum, _)| datum),
             pg_sys::Datum::from(o.allowed),
             pg_sys::Datum::from(o.remaining),
             wait.as_ref().map_or(pg_sys::Datum::from(0), |w| {
                 pg_sys::Datum::from(std::ptr::from_ref(w))
             }),
         ];
-        let mut nulls = [false, false, false, false, wait.is_none()];
-        // the row is copied into the tuplestore: `text` and `wait` may go after this
+        let mut nulls = [false, element.is_none(), false, false, wait.is_none()];
+        // the row is copied into the tuplestore: `wait` may go after this
         rows.push(&mut values, &mut nulls);
-        // SAFETY: `text` was allocated above with palloc and nothing refers to it any more.
-        unsafe { pg_sys::pfree(text.cast()) };
     }
+}
+
+/// The most memory a batch's result rows take before they spill to a temporary file, when that is more
+/// than `work_mem`: 64 MB, about 350 000 rows of 50-byte keys.
+const MAX_RESULT_KB: usize = 64 * 1024;
+
+/// Kilobytes of memory for the rows of a batch over `keys`: enough for all of them (about 128 bytes a row
+/// besides its key), at least `work_mem` and at most [`MAX_RESULT_KB`] (or `work_mem` if larger). A
+/// batch's keys are in memory already; its rows stay there too instead of going through a file.
+fn result_memory_kb(keys: &[&str]) -> i32 {
+    let bytes: usize = keys.iter().map(|k| 128 + k.len()).sum();
+    // SAFETY: work_mem is a plain GUC variable of the backend, read on its only thread.
+    let work_mem = unsafe { pg_sys::work_mem };
+    let wanted = (bytes / 1024 + 1).min(MAX_RESULT_KB);
+    i32::try_from(wanted).map_or(work_mem, |kb| kb.max(work_mem))
 }
 
 /// The V1 calling-convention record of [`entry_point`].
@@ -242,7 +309,7 @@ pub unsafe extern "C-unwind" fn take_batch_wrapper(
     let (policy, keys, costs, all_or_nothing) = unsafe {
         (
             pg_getarg::<&str>(fcinfo, 0),
-            pg_getarg::<Array<'_, &str>>(fcinfo, 1),
+            pg_getarg_datum(fcinfo, 1),
             pg_getarg::<Array<'_, i32>>(fcinfo, 2),
             pg_getarg::<bool>(fcinfo, 3),
         )
@@ -255,10 +322,12 @@ pub unsafe extern "C-unwind" fn take_batch_wrapper(
                 "Pass an array of keys, e.g. ARRAY['user1', 'user2'].",
             )
         })?;
-        let (keys, outcomes) = take_batch(F, policy, &keys, costs, all_or_nothing)?;
+        // SAFETY: argument 1 is the call's non-NULL text[]; the elements are used within the call only.
+        let elements = unsafe { key_elements(F, keys) }?;
+        let (keys, outcomes) = take_batch(F, policy, &elements, costs, all_or_nothing)?;
         // SAFETY: fcinfo is this call's, and the declared result is a row type (RETURNS TABLE).
-        let mut rows = unsafe { Materialized::begin(fcinfo, F) }?;
-        push_rows(&mut rows, &keys, &outcomes);
+        let mut rows = unsafe { Materialized::begin(fcinfo, F, result_memory_kb(&keys)) }?;
+        push_rows(&mut rows, &elements, &outcomes);
         Ok(())
     };
     if let Err(e) = run() {

@@ -18,7 +18,8 @@ pub struct Materialized {
 
 impl Materialized {
     /// Sets up the result of the call `fcinfo`: a tuplestore of its declared row type, handed to the
-    /// executor as the call's result. 0A000 when the caller cannot take a materialized set.
+    /// executor as the call's result, that keeps up to `memory_kb` kilobytes of rows in memory before it
+    /// spills to a temporary file. 0A000 when the caller cannot take a materialized set.
     ///
     /// # Safety
     /// `fcinfo` is the call's `FunctionCallInfo`, as PostgreSQL passes it to a V1 function whose declared
@@ -26,6 +27,7 @@ impl Materialized {
     pub unsafe fn begin(
         fcinfo: pg_sys::FunctionCallInfo,
         function: &'static str,
+        memory_kb: i32,
     ) -> Result<Materialized, ErrorReport> {
         // SAFETY: PostgreSQL passes a valid fcinfo; resultinfo is NULL or points at a Node, whose first
         // field is its tag (funcapi's InitMaterializedSRF checks it the same way).
@@ -60,7 +62,7 @@ impl Materialized {
             let random = (*rsinfo).allowedModes
                 & pg_sys::SetFunctionReturnMode::SFRM_Materialize_Random as i32
                 != 0;
-            let store = pg_sys::tuplestore_begin_heap(random, false, pg_sys::work_mem);
+            let store = pg_sys::tuplestore_begin_heap(random, false, memory_kb);
             let desc = pg_sys::CreateTupleDescCopy(desc);
             pg_sys::MemoryContextSwitchTo(old);
             (*rsinfo).returnMode = pg_sys::SetFunctionReturnMode::SFRM_Materialize;

@@ -333,7 +333,9 @@ impl Buckets for MemoryBuckets {
         slots: &[Target<'_>],
         random: u64,
     ) -> Result<(Vec<State>, Option<State>, i64), ErrorReport> {
-        // one slot swapped at a time: the first free one takes the lease, the others are only reported
+        // one slot swapped at a time: the first free one takes the lease, the others are only reported;
+        // every slot's bucket is loaded first, so that their cache misses overlap
+        memory::prefetch(function, slots)?;
         let mut states = Vec::with_capacity(slots.len());
         let mut granted = None;
         for (slot, t) in (0_i64..).zip(slots) {

@@ -74,13 +74,25 @@ pub(super) fn take_shared(
     partition: u32,
     ask: Ask,
 ) -> Option<Outcome> {
+    take_shared_at(table, target, hash, partition, ask, || table.now())
+}
+
+/// [`take_shared`] with the store's clock read by `clock` (a run reads it once for several keys).
+pub(super) fn take_shared_at(
+    table: &Table,
+    target: &Target<'_>,
+    hash: &[u64; 2],
+    partition: u32,
+    ask: Ask,
+    clock: impl Fn() -> i64,
+) -> Option<Outcome> {
     let part = table.lock_shared(partition);
     let Probe::Found(idx) = part.probe(hash) else {
         return None;
     };
     let slot = &part.slots[idx];
     let stored = slot_policy(slot).filter(|p| *p == target.policy)?;
-    Some(swap_take(&slot.state, stored, target, ask, || table.now()).outcome)
+    Some(swap_take(&slot.state, stored, target, ask, clock).outcome)
 }
 
 /// What [`swap_take`] decided: the outcome, the state it was decided on (the one replaced on a grant) and

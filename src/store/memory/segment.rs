@@ -178,6 +178,13 @@ pub unsafe fn attach_or_create() -> bool {
     created
 }
 
+/// A bucket's hash: `namespace` (a [`Table::namespace_hasher`]) followed by the key.
+pub fn key_hash(mut namespace: SipHasher13, key: &str) -> [u64; 2] {
+    namespace.write(key.as_bytes());
+    let h = namespace.finish128();
+    [h.h1, h.h2]
+}
+
 /// 55000 with a hint, for every memory-store call in a server that did not preload the library.
 fn not_preloaded(function: &'static str) -> ErrorReport {
     ErrorReport::new(
@@ -224,15 +231,19 @@ impl Table {
     /// are per database, as in the table store; the kind byte separates the namespaces; 0xFF never occurs
     /// in UTF-8, so the namespace and the key cannot be confused.
     pub fn bucket_hash(&self, namespace: &Namespace<'_>, key: &str) -> [u64; 2] {
+        key_hash(self.namespace_hasher(namespace), key)
+    }
+
+    /// The keyed hasher of [`Table::bucket_hash`] once it has taken in everything but the key: cloned for
+    /// each key of a run over one namespace, it hashes only the key.
+    pub fn namespace_hasher(&self, namespace: &Namespace<'_>) -> SipHasher13 {
         let mut hasher = SipHasher13::new_with_keys(self.header.seed[0], self.header.seed[1]);
         hasher.write_u32(current_database());
         hasher.write_u8(kind_of(namespace));
         hasher.write_i64(namespace.created_at());
         hasher.write(namespace.stored_name().as_bytes());
         hasher.write_u8(0xFF);
-        hasher.write(key.as_bytes());
-        let h = hasher.finish128();
-        [h.h1, h.h2]
+        hasher
     }
 
     /// The lock, header, owner-count tables (databases, then roles) and slots of partition `p`.
