@@ -384,3 +384,30 @@ fn acquires_and_releases_never_deadlock() {
     );
     rate_limit_integration::assert_every_interleaving_answers(&runs, 70, "leases");
 }
+
+/// Lease ids come from a random stream per backend, seeded in each backend: twenty backends acquiring the
+/// same numbered slot of twenty keys get twenty different ids (a stream seeded before the backends forked
+/// would give them all the same), and a lease of one backend is released by another with its id.
+#[test]
+fn every_backend_draws_its_own_lease_ids() {
+    let db = TestDb::new("lease_ids");
+    db.connect()
+        .batch_execute(
+            "SELECT rate_limit.create_policy('ids', 1, '1 hour', algorithm => 'concurrency', \
+             store => 'memory')",
+        )
+        .expect("policy");
+    let mut ids = std::collections::HashSet::new();
+    let mut held = Vec::new();
+    for i in 0..20 {
+        let mut c = db.connect();
+        let key = format!("k{i}");
+        let lease = acquire(&mut c, "ids", &key).expect("the only lease of a fresh key");
+        assert!(ids.insert(lease), "lease id {lease} drawn twice");
+        held.push((key, lease));
+    }
+    let mut other = db.connect();
+    for (key, lease) in held {
+        assert!(release(&mut other, "ids", &key, lease), "{key}");
+    }
+}
