@@ -67,17 +67,7 @@ impl AtomicState {
 /// Answers `ask` for one existing bucket under its partition's SHARED lock, by compare-and-swap
 /// ([`swap_take`]). `None` when the bucket must be written under the exclusive lock: it does not exist
 /// yet (insert), or it was written under other numbers (they are converted and rewritten with the state).
-pub(super) fn take_shared(
-    table: &Table,
-    target: &Target<'_>,
-    hash: &[u64; 2],
-    partition: u32,
-    ask: Ask,
-) -> Option<Outcome> {
-    take_shared_at(table, target, hash, partition, ask, || table.now())
-}
-
-/// [`take_shared`] with the store's clock read by `clock` (a run reads it once for several keys).
+/// The store's clock is read by `clock` (a call's `Table::now`; a run reads it once for several keys).
 pub(super) fn take_shared_at(
     table: &Table,
     target: &Target<'_>,

@@ -61,7 +61,7 @@ use pgrx::pg_sys::panic::ErrorReport;
 use crate::algorithm::{Outcome, Policy, State};
 use crate::gucs;
 use crate::target::{evaluate_all, Ask, Kind, Namespace, Stored, Target, MAX_TARGETS};
-use cas::{take_shared, AtomicState};
+use cas::{take_shared_at, AtomicState};
 use rate_limit_model::shares;
 use segment::{current_database, current_role, role_is_superuser, Table};
 use slots::{
@@ -149,7 +149,9 @@ pub fn take(
         return Ok(evaluate_all(targets, &stored[..n], now, 0));
     }
     if let ([target], true) = (targets, AtomicState::swaps_are_lock_free()) {
-        if let Some(outcome) = take_shared(&table, target, &hashes[0], parts[0], ask) {
+        if let Some(outcome) =
+            take_shared_at(&table, target, &hashes[0], parts[0], ask, || table.now())
+        {
             return Ok(vec![outcome]);
         }
     }
