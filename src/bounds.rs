@@ -7,7 +7,8 @@
 //!   role's last call, however deep its debt or long its penalty box's block (checked when the owner
 //!   creates or changes it: the owner raises the setting knowingly for a policy that needs longer);
 //! - [`wait_deadline`]: `rate_limit.wait` sleeps at most `rate_limit.max_wait` per statement;
-//! - [`batch_size`]: a `take_batch` names at most [`MAX_BATCH`] keys.
+//! - [`batch_size`]: a `take_batch` names at most [`MAX_BATCH`] keys, and [`batch_result_kb`] keeps at
+//!   most [`MAX_BATCH_RESULT_KB`] (or `work_mem`, if larger) of its result rows in memory.
 //!
 //! Every kind of limit goes through [`policy`] (named) or [`caller_limit`] (ad hoc): the model's
 //! [`Policy::longest_short_us`] matches every algorithm, so a new kind cannot compile without saying how
@@ -157,4 +158,19 @@ pub fn batch_size(function: &'static str, keys: usize) -> Result<(), ErrorReport
         ));
     }
     Ok(())
+}
+
+/// The most memory a batch's result rows take before they spill to a temporary file, when that is more
+/// than `work_mem`: 64 MB, about 350 000 rows of 50-byte keys.
+pub const MAX_BATCH_RESULT_KB: usize = 64 * 1024;
+
+/// Kilobytes of memory for the result rows of a batch over `keys`: enough for all of them (about 128
+/// bytes a row besides its key), at least `work_mem` and at most [`MAX_BATCH_RESULT_KB`] (or `work_mem` if
+/// larger). A batch's keys are in memory already; its rows stay there too instead of going through a file.
+pub fn batch_result_kb(keys: &[&str]) -> i32 {
+    let bytes: usize = keys.iter().map(|k| 128 + k.len()).sum();
+    // SAFETY: work_mem is a plain GUC variable of the backend, read on its only thread.
+    let work_mem = unsafe { pg_sys::work_mem };
+    let wanted = (bytes / 1024 + 1).min(MAX_BATCH_RESULT_KB);
+    i32::try_from(wanted).map_or(work_mem, |kb| kb.max(work_mem))
 }

@@ -269,21 +269,6 @@ fn push_rows(
     }
 }
 
-/// The most memory a batch's result rows take before they spill to a temporary file, when that is more
-/// than `work_mem`: 64 MB, about 350 000 rows of 50-byte keys.
-const MAX_RESULT_KB: usize = 64 * 1024;
-
-/// Kilobytes of memory for the rows of a batch over `keys`: enough for all of them (about 128 bytes a row
-/// besides its key), at least `work_mem` and at most [`MAX_RESULT_KB`] (or `work_mem` if larger). A
-/// batch's keys are in memory already; its rows stay there too instead of going through a file.
-fn result_memory_kb(keys: &[&str]) -> i32 {
-    let bytes: usize = keys.iter().map(|k| 128 + k.len()).sum();
-    // SAFETY: work_mem is a plain GUC variable of the backend, read on its only thread.
-    let work_mem = unsafe { pg_sys::work_mem };
-    let wanted = (bytes / 1024 + 1).min(MAX_RESULT_KB);
-    i32::try_from(wanted).map_or(work_mem, |kb| kb.max(work_mem))
-}
-
 /// The V1 calling-convention record of [`entry_point`].
 #[unsafe(no_mangle)]
 #[doc(hidden)]
@@ -326,7 +311,8 @@ pub unsafe extern "C-unwind" fn take_batch_wrapper(
         let elements = unsafe { key_elements(F, keys) }?;
         let (keys, outcomes) = take_batch(F, policy, &elements, costs, all_or_nothing)?;
         // SAFETY: fcinfo is this call's, and the declared result is a row type (RETURNS TABLE).
-        let mut rows = unsafe { Materialized::begin(fcinfo, F, result_memory_kb(&keys)) }?;
+        let mut rows =
+            unsafe { Materialized::begin(fcinfo, F, crate::bounds::batch_result_kb(&keys)) }?;
         push_rows(&mut rows, &elements, &outcomes);
         Ok(())
     };

@@ -164,4 +164,23 @@ mod tests {
             "a refused batch takes nothing"
         );
     }
+
+    /// A batch's result rows stay in memory when they fit in 64 MB (beyond `work_mem`), and never take
+    /// more: a larger result spills to a temporary file as any set in PostgreSQL does.
+    #[pg_test]
+    fn a_batchs_result_rows_stay_in_memory_up_to_the_bound() {
+        use crate::bounds::{batch_result_kb, MAX_BATCH_RESULT_KB};
+        Spi::run("SET LOCAL work_mem = '4MB'").expect("work_mem");
+        assert_eq!(batch_result_kb(&["a"; 10]), 4096, "work_mem at least");
+        // 100 000 keys of 10 bytes: 138 bytes a row, about 13 MB, all in memory
+        assert_eq!(batch_result_kb(&["0123456789"; 100_000]), 13_477);
+        let most = i32::try_from(MAX_BATCH_RESULT_KB).expect("fits");
+        assert_eq!(batch_result_kb(&["0123456789"; 1_000_000]), most);
+        Spi::run("SET LOCAL work_mem = '100MB'").expect("work_mem");
+        assert_eq!(
+            batch_result_kb(&["0123456789"; 1_000_000]),
+            102_400,
+            "work_mem if larger"
+        );
+    }
 }

@@ -87,33 +87,22 @@ pub(super) fn blocked(
 ) -> Result<Vec<Option<Outcome>>, ErrorReport> {
     // a key of a policy without a penalty box holds no block unless one was made by hand
     let unblockable = |t: &Target<'_>| t.blocking.is_some_and(|b| !b.may_be_blocked());
-    let mut read = Vec::with_capacity(targets.len());
-    for t in targets {
-        read.push(!unblockable(t) || s.reads_block_anyway(function, t)?);
-    }
-    let mut found = vec![None; targets.len()];
-    if !read.contains(&true) {
-        return Ok(found);
-    }
     // a shadowed call reads the block its shadowed penalty box would have made too
-    let blocks: Vec<(usize, (String, Blocking))> = targets
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| read[*i])
-        .flat_map(|(i, t)| {
-            let shadow = if t.shadow { block_in(t, true) } else { None };
-            [block_of(t), shadow]
-                .into_iter()
-                .flatten()
-                .map(move |b| (i, b))
-        })
-        .collect();
+    let mut blocks: Vec<(usize, (String, Blocking))> = Vec::new();
+    for (i, t) in targets.iter().enumerate() {
+        if unblockable(t) && !s.reads_block_anyway(function, t)? {
+            continue;
+        }
+        let shadow = if t.shadow { block_in(t, true) } else { None };
+        blocks.extend([block_of(t), shadow].into_iter().flatten().map(|b| (i, b)));
+    }
     let mut index = Vec::with_capacity(blocks.len());
     let mut buckets = Vec::with_capacity(blocks.len());
     for (i, (name, blocking)) in &blocks {
         index.push(*i);
         buckets.push(block_target(&targets[*i], name, blocking));
     }
+    let mut found = vec![None; targets.len()];
     if buckets.is_empty() {
         return Ok(found);
     }

@@ -27,11 +27,11 @@ impl HandBlocks {
     /// Notes that a key of `namespace` (in `database`) was blocked by hand; any other namespace notes
     /// them all.
     pub fn note(&self, database: u32, namespace: &Namespace<'_>) {
-        match bit_of(database, namespace) {
-            Some((word, mask)) => {
-                self.0[word].fetch_or(mask, Ordering::Relaxed);
-            }
-            None => self.note_all(),
+        let bit = Bit::of(database, namespace);
+        if bit.mask == 0 {
+            self.note_all();
+        } else {
+            self.0[bit.word].fetch_or(bit.mask, Ordering::Relaxed);
         }
     }
 
@@ -63,30 +63,28 @@ pub struct Bit {
 }
 
 impl Bit {
-    /// The bit of `namespace` in `database`.
+    /// The bit of `namespace` in `database`: for a policy, an FNV-1a hash of the database, its creation
+    /// time and its name (cheap, and a collision only makes a policy read blocks; blocks by hand are made
+    /// by the extension's owner only).
     pub fn of(database: u32, namespace: &Namespace<'_>) -> Bit {
-        bit_of(database, namespace)
-            .map_or(Bit { word: 0, mask: 0 }, |(word, mask)| Bit { word, mask })
+        let Namespace::Policy { name, created_at } = namespace else {
+            return Bit { word: 0, mask: 0 };
+        };
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let bytes = database
+            .to_le_bytes()
+            .into_iter()
+            .chain(created_at.to_le_bytes())
+            .chain(name.bytes());
+        for b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        let bit = h % BITS;
+        Bit {
+            word: (bit / 64) as usize,
+            mask: 1 << (bit % 64),
+        }
     }
-}
-
-/// The word and mask of a policy's bit; `None` for the other namespaces. FNV-1a: cheap, and a collision
-/// only makes a policy read blocks (blocks by hand are made by the extension's owner only).
-fn bit_of(database: u32, namespace: &Namespace<'_>) -> Option<(usize, u64)> {
-    let Namespace::Policy { name, created_at } = namespace else {
-        return None;
-    };
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let bytes = database
-        .to_le_bytes()
-        .into_iter()
-        .chain(created_at.to_le_bytes())
-        .chain(name.bytes());
-    for b in bytes {
-        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    let bit = h % BITS;
-    Some(((bit / 64) as usize, 1 << (bit % 64)))
 }
 
 #[cfg(test)]
