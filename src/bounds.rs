@@ -144,8 +144,9 @@ fn statement_started_us() -> i64 {
     }
 }
 
-/// The most keys one `take_batch` may name: its outcomes stay in the caller's memory until the rows are
-/// returned (about 60 bytes each, 60 MB at this bound); a larger job is several batches.
+/// The most keys one `take_batch` may name: its keys and outcomes stay in the caller's memory until the
+/// rows are returned (about 150 bytes a key besides its text, 150 MB at this bound); a larger job is
+/// several batches.
 pub const MAX_BATCH: usize = 1_000_000;
 
 /// 22023 unless a batch of `keys` keys is within [`MAX_BATCH`].

@@ -33,6 +33,7 @@
 //!
 //! `tests/integration/tests/blocks.rs` runs the interleavings of two callers of one key.
 
+mod batch;
 mod blocks;
 mod buckets;
 mod dropped;
@@ -40,6 +41,7 @@ mod memory;
 pub mod short;
 mod table;
 
+pub use batch::take_each;
 #[cfg(any(test, feature = "pg_test"))]
 pub use blocks::block_reads;
 pub use memory::{
@@ -76,123 +78,6 @@ pub fn take(
 ) -> Result<Vec<Outcome>, ErrorReport> {
     with_store!(store, s => take_in(s, function, targets, cost))
 }
-
-/// Decides each of `keys` alone under the policy of `template` (`template` with each key), `costs[i]`
-/// tokens for `keys[i]`, as [`take`] decides one target: one outcome per key, in the order given
-/// (`take_batch`). A cancel or `statement_timeout` is checked for between keys.
-///
-/// The table store holds every row it writes locked until the transaction ends, so it locks the keys in
-/// key order, the lock order above: two batches over the same keys never wait for each other in a cycle.
-/// When nothing but the bucket applies to a key, the whole batch is three statements ([`table`]'s
-/// `batch`: lock or create every row in key order, read them, write the granted ones); otherwise each key
-/// is taken alone, in key order. A key named twice is still taken in the order given (the sort is
-/// stable), and keys are independent, so the outcomes are those of the order given.
-///
-/// The memory store takes them in the order given, each bucket loaded into the CPU cache a few keys
-/// ahead. A key whose bucket exists and has the tokens is taken with the lock-free swap straight away
-/// when nothing else could apply to it: no block (the policy has no penalty box, and no block by hand was
-/// ever made in the store), no shadow mode, no Citus (a key may live on another node). Every other key,
-/// and every denial, goes through [`take`].
-pub fn take_each(
-    function: &'static str,
-    store: Store,
-    template: &Target<'_>,
-    keys: &[&str],
-    costs: &[i64],
-) -> Result<Vec<Outcome>, ErrorReport> {
-    let target = |i: usize| Target {
-        key: keys[i],
-        ..*template
-    };
-    let take_one = |t: &Target<'_>, cost: i64| -> Result<Outcome, ErrorReport> {
-        let outcomes = take(function, store, std::slice::from_ref(t), cost)?;
-        outcomes
-            .first()
-            .copied()
-            .ok_or_else(|| crate::error::bug(function, "a take of one key has no outcome"))
-    };
-    let mut outcomes = Vec::with_capacity(keys.len());
-    if store == Store::Table && table::batch_applies(template, costs) {
-        if let Some(decided) = table::take_each(function, template, keys, costs)? {
-            count_batch(template, keys, costs, &decided);
-            return Ok(decided);
-        }
-    }
-    if store == Store::Table {
-        let mut order: Vec<usize> = (0..keys.len()).collect();
-        order.sort_by_key(|&i| keys[i]);
-        let mut taken = vec![None; keys.len()];
-        for (n, &i) in order.iter().enumerate() {
-            check_interrupts_every(n);
-            taken[i] = Some(take_one(&target(i), costs[i])?);
-        }
-        for o in taken {
-            outcomes.push(o.ok_or_else(|| crate::error::bug(function, "a key was not decided"))?);
-        }
-        return Ok(outcomes);
-    }
-    let mut run = memory::Run::attach(function)?;
-    let plain = !template.shadow
-        && template.blocking.is_none_or(|b| !b.may_be_blocked())
-        && !crate::cluster::citus::citus_installed();
-    let hand_block_bit = run.hand_block_bit(&template.namespace);
-    for i in 0..keys.len().min(memory::AHEAD) {
-        run.load(i, &target(i));
-    }
-    // the grants of the short path, counted in the statistics at once when the run ends or fails
-    let (mut grants, mut tokens) = (0u64, 0u64);
-    let mut decide = |i: usize, cost: i64| -> Result<Outcome, ErrorReport> {
-        let t = target(i);
-        let granted = (plain && cost > 0 && !run.blocks_by_hand(hand_block_bit))
-            .then(|| run.take_granted(i, &t, cost))
-            .flatten();
-        if i + memory::AHEAD < keys.len() {
-            run.load(i + memory::AHEAD, &target(i + memory::AHEAD));
-        }
-        match granted {
-            Some(o) => {
-                grants += 1;
-                tokens += cost as u64;
-                Ok(o)
-            }
-            None => take_one(&t, cost),
-        }
-    };
-    let decided = costs.iter().enumerate().try_for_each(|(i, &cost)| {
-        check_interrupts_every(i);
-        outcomes.push(decide(i, cost)?);
-        Ok(())
-    });
-    stats::record_grants(template, grants, tokens);
-    decided.map(|()| outcomes)
-}
-
-/// Counts a batch decided by the table store in two statements as its keys' takes would have been
-/// counted (statistics), and remembers its short buckets as [`take_from_store`] does.
-fn count_batch(template: &Target<'_>, keys: &[&str], costs: &[i64], outcomes: &[Outcome]) {
-    let (mut grants, mut tokens) = (0u64, 0u64);
-    for ((key, &cost), o) in keys.iter().zip(costs).zip(outcomes) {
-        if o.allowed {
-            grants += 1;
-            tokens += cost as u64;
-        } else {
-            let t = Target { key, ..*template };
-            short::remember(Store::Table, &t, o.state);
-            stats::record(std::slice::from_ref(&t), std::slice::from_ref(o), cost);
-        }
-    }
-    stats::record_grants(template, grants, tokens);
-}
-
-/// Checks for a cancel or `statement_timeout` every [`KEYS_BETWEEN_INTERRUPT_CHECKS`] keys of a batch.
-fn check_interrupts_every(n: usize) {
-    if n.is_multiple_of(KEYS_BETWEEN_INTERRUPT_CHECKS) {
-        pgrx::pg_sys::check_for_interrupts!();
-    }
-}
-
-/// How many keys a batch decides between two checks for a cancel or `statement_timeout`.
-const KEYS_BETWEEN_INTERRUPT_CHECKS: usize = 4096;
 
 /// [`take`] in the store `s`.
 fn take_in(

@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 
 use portable_atomic::AtomicU128;
 
+use super::guards::SharedGuard;
 use super::segment::Table;
 use super::slots::{slot_policy, Probe};
 use crate::algorithm::{Outcome, Policy, State};
@@ -76,7 +77,18 @@ pub(super) fn take_shared_at(
     ask: Ask,
     clock: impl Fn() -> i64,
 ) -> Option<Outcome> {
-    let part = table.lock_shared(partition);
+    take_under(&table.lock_shared(partition), target, hash, ask, clock)
+}
+
+/// [`take_shared_at`] in a partition the caller has locked SHARED (`part`): a run takes several keys of
+/// one partition under one lock.
+pub(super) fn take_under(
+    part: &SharedGuard<'_>,
+    target: &Target<'_>,
+    hash: &[u64; 2],
+    ask: Ask,
+    clock: impl Fn() -> i64,
+) -> Option<Outcome> {
     let Probe::Found(idx) = part.probe(hash) else {
         return None;
     };

@@ -303,6 +303,18 @@ impl Table {
         (hash[0] % u64::from(self.header.partitions)) as u32
     }
 
+    /// The number of the slot where `hash`'s probe chain starts, counted over the whole segment (the
+    /// partitions' slots lie one after another): buckets of nearer numbers lie nearer in memory.
+    pub fn home_slot_number(&self, hash: &[u64; 2]) -> u64 {
+        let slots_per_partition = u64::from(self.header.slots_per_partition);
+        u64::from(self.partition_of(hash)) * slots_per_partition + hash[1] % slots_per_partition
+    }
+
+    /// How many slots the segment has: home slot numbers are below it.
+    pub fn slot_count(&self) -> u64 {
+        u64::from(self.header.partitions) * u64::from(self.header.slots_per_partition)
+    }
+
     /// Bytes of the whole segment.
     pub fn segment_bytes(&self) -> usize {
         self.header.geometry().segment_bytes()
