@@ -7,7 +7,8 @@
 #     coordinator, against the same call on a server without Citus, with SELECT 1 through the same paths
 #     (directly, and as a distributed PL/pgSQL function delegated by the same key: a SQL function would be
 #     inlined by the planner and never reach a worker); and the call sent straight to its key's node (keys
-#     that rate_limit.nodes_of places on worker 1) against the same script on the server without Citus.
+#     that rate_limit.nodes_of places on worker 1) against the same script on the server without Citus, and
+#     on a server with Citus loaded and nothing distributed (what Citus's hooks alone cost a statement).
 # Every call is rate_limit.take('bench', random key of 100 000) on the table store, synchronous_commit off
 # (the figures measure routing, not fsync). Each figure is pgbench's tps with BENCH_CLIENTS clients for
 # BENCH_SECONDS, the median of BENCH_ROUNDS interleaved rounds. Writes bench/SCALE_RESULTS.md.
@@ -132,6 +133,11 @@ start b17 single 7109 "shared_preload_libraries = 'rate_limit'" "rate_limit.purg
 sql b17 7109 postgres -c "CREATE DATABASE app"
 sql b17 7109 app -c "CREATE EXTENSION rate_limit" \
   -c "SELECT rate_limit.create_policy('bench', 2, '1 second', burst => 120, store => 'table')" >/dev/null
+# a server with Citus loaded and nothing distributed: what Citus's hooks alone cost every statement
+start b17 single-citus 7108 "shared_preload_libraries = 'citus,rate_limit'" "rate_limit.purge_interval = 0"
+sql b17 7108 postgres -c "CREATE DATABASE app"
+sql b17 7108 app -c "CREATE EXTENSION citus" -c "CREATE EXTENSION rate_limit" \
+  -c "SELECT rate_limit.create_policy('bench', 2, '1 second', burst => 120, store => 'table')" >/dev/null
 # straight to the key's node: the keys rate_limit.nodes_of places on worker 1, in a plain table of worker 1
 # and of the server without Citus, read by the same two-statement script on both
 keys_on_worker1="SELECT row_number() OVER () AS id, substr(key, 4)::int AS n FROM rate_limit.nodes_of(ARRAY(
@@ -139,14 +145,17 @@ keys_on_worker1="SELECT row_number() OVER () AS id, substr(key, 4)::int AS n FRO
 sql b17 7100 app -c "COPY ($keys_on_worker1) TO STDOUT" >"$DIR/keys_on_worker1.tsv"
 chmod a+r "$DIR/keys_on_worker1.tsv"
 sql b17 7101 app -c "SET citus.enable_ddl_propagation = off" -c "CREATE TABLE bench_keys (id bigint PRIMARY KEY, n int)"
-sql b17 7109 app -c "CREATE TABLE bench_keys (id bigint PRIMARY KEY, n int)"
-for port in 7101 7109; do sql b17 $port app -c "\\copy bench_keys FROM '$DIR/keys_on_worker1.tsv'"; done
+for port in 7108 7109; do sql b17 $port app -c "CREATE TABLE bench_keys (id bigint PRIMARY KEY, n int)"; done
+for port in 7101 7108 7109; do sql b17 $port app -c "\\copy bench_keys FROM '$DIR/keys_on_worker1.tsv'"; done
 {
   echo "\\set r random(1, $(wc -l <"$DIR/keys_on_worker1.tsv"))"
   echo "SELECT n FROM bench_keys WHERE id = :r \\gset"
+} >"$SCRIPTS/local_lookup.sql"
+{
+  cat "$SCRIPTS/local_lookup.sql"
   echo "SELECT allowed FROM rate_limit.take('bench', 'key' || :n);"
 } >"$SCRIPTS/local_take.sql"
-chmod a+r "$SCRIPTS/local_take.sql"
+chmod a+r "$SCRIPTS/local_take.sql" "$SCRIPTS/local_lookup.sql"
 
 echo "== $ROUNDS rounds of $SECONDS_PER_ROUND s, $CLIENTS clients"
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -165,6 +174,10 @@ for ((r = 1; r <= ROUNDS; r++)); do
   measure "citus delegated SELECT 1" b17 7100 app select1_routed.sql
   measure "citus routed take" b17 7101 app local_take.sql
   measure "single routed-script take" b17 7109 app local_take.sql
+  measure "single+citus routed-script take" b17 7108 app local_take.sql
+  measure "citus routed lookup" b17 7101 app local_lookup.sql
+  measure "single lookup" b17 7109 app local_lookup.sql
+  measure "single+citus lookup" b17 7108 app local_lookup.sql
 done
 
 python3 - "$RAW" "$ROOT/bench/SCALE_RESULTS.md" "$CLIENTS" "$SECONDS_PER_ROUND" "$ROUNDS" <<'EOF'
@@ -196,8 +209,10 @@ for label in ["plproxy direct take", "plproxy direct SELECT 1"] + \
 for label in ["citus direct take", "citus direct SELECT 1", "citus delegated take", "citus delegated SELECT 1"]:
     direct = "citus direct take" if label.endswith("take") else "citus direct SELECT 1"
     lines.append(row(label, direct, "citus direct SELECT 1"))
-for label in ["single routed-script take", "citus routed take"]:
+for label in ["single routed-script take", "single+citus routed-script take", "citus routed take"]:
     lines.append(row(label, "single routed-script take", "citus direct SELECT 1"))
+for label in ["single lookup", "single+citus lookup", "citus routed lookup"]:
+    lines.append(row(label, "single lookup", "citus direct SELECT 1"))
 def ratios(f, *labels):
     return [f(*(runs[label][i] for label in labels)) for i in range(len(runs[labels[0]]))]
 def bound_ratios(path, floor, direct):
@@ -219,10 +234,19 @@ lines += [
     "| path | of the same script on one server (median; each round) |",
     "| --- | --- |",
     f"| citus routed take | {cell(ratios(lambda r, s: r / s, 'citus routed take', 'single routed-script take'))} |",
+    f"| single+citus routed-script take (Citus loaded, nothing distributed) | {cell(ratios(lambda r, s: r / s, 'single+citus routed-script take', 'single routed-script take'))} |",
+    f"| single+citus lookup (the script's first statement alone) | {cell(ratios(lambda r, s: r / s, 'single+citus lookup', 'single lookup'))} |",
+    "",
+    "| path | of the same script on a server with Citus loaded and nothing distributed (median; each round) |",
+    "| --- | --- |",
+    f"| citus routed take | {cell(ratios(lambda r, s: r / s, 'citus routed take', 'single+citus routed-script take'))} |",
+    f"| citus routed lookup | {cell(ratios(lambda r, s: r / s, 'citus routed lookup', 'single+citus lookup'))} |",
     "",
     "`citus routed take`: the call sent straight to its key's node (worker 1, keys placed there by",
     "`rate_limit.nodes_of`), against the same script (a key read from a plain table, then the take) on the",
-    "server without Citus (`single routed-script take`).",
+    "server without Citus (`single routed-script take`) and on a server with Citus loaded (`CREATE EXTENSION",
+    "citus`) and nothing distributed (`single+citus`): the part of a routed call's cost that is Citus's hooks",
+    "on every statement, whatever rate_limit does. `lookup`: the script's first statement alone.",
 ]
 open(out, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
