@@ -92,8 +92,8 @@ pub const BOUNDS: &[Bound] = &[
     Bound {
         resource: "a batch (`take_batch`)",
         who: "any role",
-        bound: "at most 1 000 000 keys a call (22023; its outcomes stay in the caller's own memory until the rows are returned, and its result rows in memory up to 64 MB or `work_mem` if larger, beyond which they spill to a temporary file), with a check for a cancel or `statement_timeout` between keys; the memory store holds one partition's lock at a time, as a take does, and counts new buckets in the caller's shares; the table store locks every row the batch names (granted or denied) until the caller's transaction ends, in the seam's key order, so batches and single calls never deadlock (row locks: see above); all or nothing: at most 16 keys",
-        enforced_by: "`bounds::batch_size`, `bounds::batch_result_kb` (`src/bounds.rs`), `store::take_each` (`src/store/mod.rs`)",
+        bound: "at most 1 000 000 keys a call (22023; its outcomes stay in the caller's own memory until the rows are returned, and its result rows in memory up to 64 MB or `work_mem` if larger, beyond which they spill to a temporary file), with a check for a cancel or `statement_timeout` between keys; the memory store holds one partition's lock at a time, shared, for at most 64 keys (a few microseconds; a take holds it for one), and counts new buckets in the caller's shares; the table store locks every row the batch names (granted or denied) until the caller's transaction ends, in the seam's key order, so batches and single calls never deadlock (row locks: see above); all or nothing: at most 16 keys",
+        enforced_by: "`bounds::batch_size`, `bounds::batch_result_kb` (`src/bounds.rs`), `store::take_each` (`src/store/batch.rs`)",
         test: "batch.rs: sixteen_concurrent_batches_grant_each_key_exactly_its_burst_in_the_table_store",
     },
     Bound {
