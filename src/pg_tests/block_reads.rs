@@ -126,4 +126,25 @@ mod tests {
         }
         assert!(reading <= 2, "{reading} of 10 policies read blocks");
     }
+
+    /// The memory store saves which policies may hold a block by hand with its buckets: the bitmap in the
+    /// saved file is the store's own, so that a restart does not make every policy read blocks (loading it
+    /// is `HandBlocks::restore`, tested with the bitmap's unit tests).
+    #[pg_test]
+    fn the_memory_store_saves_which_policies_were_blocked_by_hand() {
+        Spi::run("SELECT rate_limit.create_policy('br_saved', 100, '1 day', store => 'memory')")
+            .expect("policy");
+        Spi::run("SELECT rate_limit.block('br_saved', 'bad', '1 hour')").expect("block");
+        let (before, _) = crate::store::hand_blocks_now_and_saved();
+        assert!(before.iter().any(|w| *w != 0), "the block is noted");
+        crate::store::save_memory();
+        let (after, saved) = crate::store::hand_blocks_now_and_saved();
+        let saved = saved.expect("a saved store of the current format");
+        // other tests may block keys by hand meanwhile: every bit set before the save is saved, and only
+        // bits set by the time it was read back
+        let within =
+            |small: &[u64], large: &[u64]| small.iter().zip(large).all(|(s, l)| s & !l == 0);
+        assert!(within(&before, &saved), "{before:x?} not all in {saved:x?}");
+        assert!(within(&saved, &after), "{saved:x?} not all in {after:x?}");
+    }
 }

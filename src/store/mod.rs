@@ -44,6 +44,8 @@ mod table;
 pub use batch::take_each;
 #[cfg(any(test, feature = "pg_test"))]
 pub use blocks::block_reads;
+#[cfg(any(test, feature = "pg_test"))]
+pub use memory::hand_blocks_now_and_saved;
 pub use memory::{
     attach_or_create as attach_memory, available as memory_available, load_saved as load_memory,
     request_shmem as request_memory, save as save_memory, Usage as MemoryUsage,

@@ -1,16 +1,17 @@
 //! Which policies may hold a block by hand in the memory store: one bit per policy out of [`BITS`], chosen
-//! by a hash of the database, the policy's name and its creation time, set by `block` (and for every
-//! policy when saved blocks are loaded at start) and never cleared while the server runs. A call of a
-//! policy without a penalty box reads its key's block only when its policy's bit is set, so a block by
-//! hand on one policy does not make every other policy's calls, in every database, read a block too. Two
-//! policies may share a bit: both then read their keys' blocks, which costs a read and decides the same.
+//! by a hash of the database, the policy's name and its creation time, set by `block`, saved and loaded
+//! with the store's buckets (a file of 0.4.0, which does not keep it, sets every bit when it holds a
+//! block), and never cleared while the server runs. A call of a policy without a penalty box reads its
+//! key's block only when its policy's bit is set, so a block by hand on one policy does not make every
+//! other policy's calls, in every database, read a block too. Two policies may share a bit: both then
+//! read their keys' blocks, which costs a read and decides the same.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::target::Namespace;
 
 /// Words of the bitmap (1 024 bits, 128 bytes of the segment's header).
-const WORDS: usize = 16;
+pub const WORDS: usize = 16;
 /// Bits of the bitmap.
 const BITS: u64 = WORDS as u64 * 64;
 
@@ -39,6 +40,18 @@ impl HandBlocks {
     pub fn note_all(&self) {
         for word in &self.0 {
             word.store(u64::MAX, Ordering::Relaxed);
+        }
+    }
+
+    /// The bitmap's words now, to be saved with the store's buckets.
+    pub fn words(&self) -> [u64; WORDS] {
+        std::array::from_fn(|i| self.0[i].load(Ordering::Relaxed))
+    }
+
+    /// Notes the policies of saved `words` (loaded with the buckets that hold their blocks).
+    pub fn restore(&self, words: &[u64; WORDS]) {
+        for (word, saved) in self.0.iter().zip(words) {
+            word.fetch_or(*saved, Ordering::Relaxed);
         }
     }
 
@@ -122,7 +135,21 @@ mod tests {
     }
 
     #[test]
-    fn loading_saved_blocks_notes_every_policy() {
+    fn a_saved_bitmap_restores_the_same_policies_and_no_other() {
+        let notes = HandBlocks::new();
+        notes.note(5, &policy("login"));
+        notes.note(7, &policy("search"));
+        let restored = HandBlocks::new();
+        restored.restore(&notes.words());
+        assert_eq!(restored.words(), notes.words());
+        assert!(restored.may_hold(5, &policy("login")) && restored.may_hold(7, &policy("search")));
+        let names: Vec<String> = (0..200).map(|i| format!("p{i}")).collect();
+        let noted = names.iter().filter(|n| restored.may_hold(5, &policy(n)));
+        assert!(noted.count() < 5, "at most a collision or two");
+    }
+
+    #[test]
+    fn loading_saved_blocks_of_an_older_file_notes_every_policy() {
         let notes = HandBlocks::new();
         notes.note_all();
         assert!((0..100).all(|i| notes.may_hold(i, &policy(&format!("p{i}")))));

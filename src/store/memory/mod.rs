@@ -106,6 +106,16 @@ pub fn blocks_by_hand(
         .may_hold(current_database(), namespace))
 }
 
+/// The bitmap of the policies that may hold a block by hand, now and as the saved store in the data
+/// directory says (`None` without a saved file of the current format).
+#[cfg(any(test, feature = "pg_test"))]
+pub fn hand_blocks_now_and_saved() -> (Vec<u64>, Option<Vec<u64>>) {
+    let now = Table::attach("rate_limit")
+        .map(|t| t.header.hand_blocks.words().to_vec())
+        .unwrap_or_default();
+    (now, snapshot::saved_hand_blocks().map(|w| w.to_vec()))
+}
+
 /// Starts loading the bucket of every target into the CPU cache, so that calls answering them one after
 /// another ([`take`] of one target each, e.g. a lease's slots) wait for one memory miss, not one each.
 pub fn prefetch(function: &'static str, targets: &[Target<'_>]) -> Result<(), ErrorReport> {

@@ -9,9 +9,12 @@
 //! table's hash key is saved with the buckets and restored, since a slot is found by its keyed hash (the
 //! id itself is not stored). Buckets that do not fit (a smaller `rate_limit.max_buckets`) are left out:
 //! they start full. A file of 0.3.0 ([`MAGIC_0_3`]: no role, 28 bytes of id) is read too: its buckets are
-//! counted for role 0, which no session has, so they count against no role's share.
+//! counted for role 0, which no session has, so they count against no role's share. The bitmap of the
+//! policies that may hold a block by hand is saved with the buckets (a file of 0.4.0 or 0.3.0, without it,
+//! notes every policy when it holds a block bucket).
 
 use super::cas::AtomicState;
+use super::hand_blocks::WORDS;
 use super::segment::{Table, SEGMENT};
 use super::slots::{
     id_prefix, slot_policy, Probe, Slot, ID_PREFIX, KIND_AD_HOC, KIND_POLICY, KIND_REQUEST,
@@ -20,9 +23,12 @@ use crate::algorithm::{Algorithm, State};
 use crate::persist;
 
 const FILE: &str = "pg_stat/rate_limit.memory";
-/// The format written: each bucket with the login role that made it.
-const MAGIC: &[u8; 8] = b"RLMEM002";
-/// The format of 0.3.0 (no role; 28 bytes of id), still read.
+/// The format written: each bucket with the login role that made it, and the bitmap of the policies that
+/// may hold a block by hand ([`HandBlocks`](super::hand_blocks::HandBlocks)).
+const MAGIC: &[u8; 8] = b"RLMEM003";
+/// The format of 0.4.0 (no bitmap), still read.
+const MAGIC_0_4: &[u8; 8] = b"RLMEM002";
+/// The format of 0.3.0 (no role; 28 bytes of id; no bitmap), still read.
 const MAGIC_0_3: &[u8; 8] = b"RLMEM001";
 /// Bytes of id a 0.3.0 file keeps per bucket.
 const ID_PREFIX_0_3: usize = 28;
@@ -43,6 +49,10 @@ pub fn save() {
     let mut w = persist::Writer::new(MAGIC);
     w.u64(table.header.seed[0]);
     w.u64(table.header.seed[1]);
+    // read after the buckets were copied: a policy blocked by hand meanwhile is noted, never one missed
+    for word in table.header.hand_blocks.words() {
+        w.u64(word);
+    }
     w.u64(slots.len() as u64);
     for s in &slots {
         let state = s.state.load();
@@ -67,14 +77,14 @@ pub fn load() {
     persist::read_file(FILE, "memory-store buckets", |bytes| {
         let table = Table::attach("rate_limit").map_err(|_| "the memory store is missing")?;
         let bad = "the payload is malformed";
-        let (mut r, with_roles) = match persist::open(bytes, MAGIC) {
-            Ok(r) => (r, true),
-            Err(e) => match persist::open(bytes, MAGIC_0_3) {
-                Ok(r) => (r, false),
-                Err(_) => return Err(e),
-            },
-        };
+        let (mut r, format) = open(bytes)?;
+        let with_roles = format != Format::V0_3;
         let seed = [r.u64().ok_or(bad)?, r.u64().ok_or(bad)?];
+        let hand_blocks = if format == Format::Current {
+            Some(read_hand_blocks(&mut r)?)
+        } else {
+            None
+        };
         let count = r.u64().ok_or(bad)?;
         let wall_offset = table.wall_offset();
         let now = table.now();
@@ -89,12 +99,18 @@ pub fn load() {
         // SAFETY: SEGMENT points at the header just created (attach succeeded); we are in the postmaster
         // at start, before any backend exists and before any slot is hashed with the new key.
         unsafe { (*SEGMENT).seed = seed };
-        // a saved block bucket may hold a block by hand: calls must read the block buckets
-        if slots
-            .iter()
-            .any(|s| slot_policy(s).is_some_and(|p| p.algorithm() == Algorithm::Block))
-        {
-            table.header.hand_blocks.note_all();
+        match hand_blocks {
+            Some(words) => table.header.hand_blocks.restore(&words),
+            // a file of 0.4.0 or 0.3.0 does not say which policies were blocked by hand: if it holds a
+            // block bucket, every policy's calls read blocks
+            None => {
+                if slots
+                    .iter()
+                    .any(|s| slot_policy(s).is_some_and(|p| p.algorithm() == Algorithm::Block))
+                {
+                    table.header.hand_blocks.note_all();
+                }
+            }
         }
         let mut loaded = 0;
         for slot in slots {
@@ -107,6 +123,57 @@ pub fn load() {
         }
         Ok(loaded)
     });
+}
+
+/// The formats [`load`] reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Format {
+    /// [`MAGIC`].
+    Current,
+    /// [`MAGIC_0_4`].
+    V0_4,
+    /// [`MAGIC_0_3`].
+    V0_3,
+}
+
+/// A reader of the saved store's payload, and its format.
+fn open(bytes: &[u8]) -> Result<(persist::Reader<'_>, Format), &'static str> {
+    let formats = [
+        (MAGIC, Format::Current),
+        (MAGIC_0_4, Format::V0_4),
+        (MAGIC_0_3, Format::V0_3),
+    ];
+    // the format its magic names (so that a damaged file of an older format says what is wrong with it)
+    let format = formats
+        .into_iter()
+        .find(|(magic, _)| bytes.get(..magic.len()) == Some(&magic[..]));
+    match format {
+        Some((magic, format)) => persist::open(bytes, magic).map(|r| (r, format)),
+        None => persist::open(bytes, MAGIC).map(|r| (r, Format::Current)),
+    }
+}
+
+/// The saved bitmap of the policies that may hold a block by hand.
+fn read_hand_blocks(r: &mut persist::Reader<'_>) -> Result<[u64; WORDS], &'static str> {
+    let mut words = [0u64; WORDS];
+    for word in &mut words {
+        *word = r.u64().ok_or("the payload is malformed")?;
+    }
+    Ok(words)
+}
+
+/// The bitmap of the policies that may hold a block by hand, as the saved store in the data directory says
+/// (read without loading or deleting the file); `None` without a file of the current format.
+#[cfg(any(test, feature = "pg_test"))]
+pub fn saved_hand_blocks() -> Option<[u64; WORDS]> {
+    let bytes = std::fs::read(FILE).ok()?;
+    let (mut r, format) = open(&bytes).ok()?;
+    if format != Format::Current {
+        return None;
+    }
+    r.u64()?;
+    r.u64()?;
+    read_hand_blocks(&mut r).ok()
 }
 
 /// One saved slot, checked: its instant moved from the wall clock to the store's clock (never after

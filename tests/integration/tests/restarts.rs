@@ -1,5 +1,6 @@
 //! State across restarts, on the small preloaded server (`rate_limit.max_buckets = 256`):
-//! - a clean restart keeps the memory store's buckets (their levels) and the statistics;
+//! - a clean restart keeps the memory store's buckets (their levels), its blocks by hand, and the
+//!   statistics;
 //! - a crash (SIGKILL of the postmaster) loses both: nothing is saved, and the file loaded at the previous
 //!   start was deleted then;
 //! - a damaged or truncated file is logged and ignored: the server starts, empty;
@@ -118,6 +119,41 @@ fn a_clean_restart_keeps_the_memory_store_and_the_statistics_a_crash_does_not() 
         "a crash loses the memory store"
     );
     assert_eq!(stats_of(&mut c, "kept"), None, "and the statistics");
+}
+
+/// A block by hand in the memory store survives a clean restart and is still enforced (the saved bitmap
+/// says its policy may hold one), under a policy without a penalty box; other keys and policies go on.
+#[test]
+fn a_block_by_hand_survives_a_clean_restart_in_the_memory_store() {
+    let server = env("RATE_LIMIT_TEST_SMALL_CONNINFO");
+    let db = TestDb::on(&server, "restart_blocks");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT rate_limit.create_policy('blocked_by_hand', 5, '1 hour', store => 'memory');
+         SELECT rate_limit.create_policy('never_blocked', 5, '1 hour', store => 'memory');
+         SELECT rate_limit.block('blocked_by_hand', 'mallory', '1 day');",
+    )
+    .expect("block");
+    let allowed = |c: &mut Client, policy: &str, key: &str| -> bool {
+        c.query_one(
+            "SELECT allowed FROM rate_limit.take($1, $2)",
+            &[&policy, &key],
+        )
+        .expect("take")
+        .get(0)
+    };
+    assert!(!allowed(&mut c, "blocked_by_hand", "mallory"));
+    drop(c);
+
+    run_env_command("RATE_LIMIT_TEST_SMALL_STOP");
+    run_env_command("RATE_LIMIT_TEST_SMALL_START");
+    let mut c = db.connect();
+    assert!(
+        !allowed(&mut c, "blocked_by_hand", "mallory"),
+        "the block is still enforced after the restart"
+    );
+    assert!(allowed(&mut c, "blocked_by_hand", "alice"));
+    assert!(allowed(&mut c, "never_blocked", "mallory"));
 }
 
 #[test]
