@@ -33,15 +33,15 @@ pub fn take_each(
     keys: &[&str],
     costs: &[i64],
 ) -> Result<Vec<Outcome>, ErrorReport> {
+    if store == Store::Table && table::batch_applies(template, costs) {
+        if let Some(decided) = table::take_each(function, template, keys, costs)? {
+            count_batch(template, keys, costs, &decided);
+            return Ok(decided);
+        }
+    }
     let mut taken = vec![None; keys.len()];
     match store {
         Store::Table => {
-            if table::batch_applies(template, costs) {
-                if let Some(decided) = table::take_each(function, template, keys, costs)? {
-                    count_batch(template, keys, costs, &decided);
-                    return Ok(decided);
-                }
-            }
             let mut order: Vec<usize> = (0..keys.len()).collect();
             order.sort_by_key(|&i| keys[i]);
             for (n, &i) in order.iter().enumerate() {
