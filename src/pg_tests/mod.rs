@@ -7,6 +7,7 @@ mod arguments;
 mod batch;
 mod block_reads;
 mod catalog;
+mod counters;
 mod helpers;
 mod kinds;
 mod limiter;

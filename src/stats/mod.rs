@@ -95,6 +95,9 @@ pub fn record(targets: &[Target<'_>], outcomes: &[Outcome], cost: i64) {
             s.tokens.fetch_add(cost as u64, Ordering::Relaxed);
         } else if !o.allowed {
             s.denied.fetch_add(1, Ordering::Relaxed);
+            if t.shadow {
+                s.shadow_denied.fetch_add(1, Ordering::Relaxed);
+            }
             let now = clock::now_us();
             // to the millisecond: a denied flood does not make every backend write this word every call
             if e.last_denial.load(Ordering::Relaxed) < now - 1000 {
@@ -108,22 +111,46 @@ pub fn record(targets: &[Target<'_>], outcomes: &[Outcome], cost: i64) {
 /// Counts `calls` granted calls of one bucket each under `target`'s namespace, which took `tokens` tokens
 /// in all: what [`record`] counts for each of them, added at once (a batch's grants).
 pub fn record_grants(target: &Target<'_>, calls: u64, tokens: u64) {
-    if calls == 0 || !gucs::track_stats() {
+    if calls == 0 {
+        return;
+    }
+    with_stripe(target, calls, |s| {
+        s.calls.fetch_add(calls, Ordering::Relaxed);
+        s.granted.fetch_add(calls, Ordering::Relaxed);
+        s.tokens.fetch_add(tokens, Ordering::Relaxed);
+    });
+}
+
+/// Counts the targets a block refused (or, in shadow mode, would have): `blocked[i]` is the block's
+/// outcome for `targets[i]`, if it is blocked. Called with [`record`], which counts their denials.
+pub fn record_blocks(targets: &[Target<'_>], blocked: &[Option<Outcome>]) {
+    for (t, _) in targets.iter().zip(blocked).filter(|(_, b)| b.is_some()) {
+        // counted in `untracked` by `record` already when the namespace has no entry
+        with_stripe(t, 0, |s| {
+            s.blocked.fetch_add(1, Ordering::Relaxed);
+        });
+    }
+}
+
+/// Runs `f` on this backend's stripe of the entry of `target`'s namespace; without an entry, counts
+/// `untracked` calls instead. Nothing when the library is not preloaded or `rate_limit.track_stats` is off.
+fn with_stripe(target: &Target<'_>, untracked: u64, f: impl FnOnce(&segment::Stripe)) {
+    if !gucs::track_stats() {
         return;
     }
     let Some(stats) = Stats::attach() else {
         return;
     };
     let Some(i) = entry_for(&stats, target.namespace.stored_name()) else {
-        stats.header.untracked.fetch_add(calls, Ordering::Relaxed);
+        stats
+            .header
+            .untracked
+            .fetch_add(untracked, Ordering::Relaxed);
         return;
     };
     // SAFETY: MyProcPid is a plain global of the backend.
     let stripe = unsafe { pg_sys::MyProcPid } as usize % STRIPES;
-    let s = &stats.entry(i).stripes[stripe];
-    s.calls.fetch_add(calls, Ordering::Relaxed);
-    s.granted.fetch_add(calls, Ordering::Relaxed);
-    s.tokens.fetch_add(tokens, Ordering::Relaxed);
+    f(&stats.entry(i).stripes[stripe]);
 }
 
 /// 55000 with a hint: the statistics live in shared memory.
@@ -199,12 +226,7 @@ pub fn reset(function: &'static str, name: Option<&str>) -> Result<i64, ErrorRep
         if e.database != database || name.is_some_and(|n| n != e.name()) {
             continue;
         }
-        for s in &e.stripes {
-            s.calls.store(0, Ordering::Relaxed);
-            s.granted.store(0, Ordering::Relaxed);
-            s.denied.store(0, Ordering::Relaxed);
-            s.tokens.store(0, Ordering::Relaxed);
-        }
+        e.set_totals(Totals::default());
         e.last_denial.store(0, Ordering::Relaxed);
         e.with_summary(|s| *s = Summary::default());
         e.since.store(now, Ordering::Relaxed);

@@ -32,6 +32,8 @@ pub(super) struct Stripe {
     pub(super) granted: AtomicU64,
     pub(super) denied: AtomicU64,
     pub(super) tokens: AtomicU64,
+    pub(super) shadow_denied: AtomicU64,
+    pub(super) blocked: AtomicU64,
 }
 
 /// The statistics of one (database, namespace).
@@ -278,8 +280,24 @@ impl Entry {
             t.granted += s.granted.load(Ordering::Relaxed);
             t.denied += s.denied.load(Ordering::Relaxed);
             t.tokens += s.tokens.load(Ordering::Relaxed);
+            t.shadow_denied += s.shadow_denied.load(Ordering::Relaxed);
+            t.blocked += s.blocked.load(Ordering::Relaxed);
         }
         t
+    }
+
+    /// Sets the counters to `t` (a reset, or what a clean shutdown saved): the first stripe holds them, the
+    /// others are zeroed.
+    pub(super) fn set_totals(&self, t: Totals) {
+        for (n, s) in self.stripes.iter().enumerate() {
+            let v = |x: u64| if n == 0 { x } else { 0 };
+            s.calls.store(v(t.calls), Ordering::Relaxed);
+            s.granted.store(v(t.granted), Ordering::Relaxed);
+            s.denied.store(v(t.denied), Ordering::Relaxed);
+            s.tokens.store(v(t.tokens), Ordering::Relaxed);
+            s.shadow_denied.store(v(t.shadow_denied), Ordering::Relaxed);
+            s.blocked.store(v(t.blocked), Ordering::Relaxed);
+        }
     }
 
     /// Runs `f` on the summary under its spin lock.
@@ -311,10 +329,14 @@ pub struct Totals {
     pub calls: u64,
     /// Of those, granted.
     pub granted: u64,
-    /// Of those, refused by this namespace's bucket.
+    /// Of those, refused by this namespace's bucket or block, or that would have been in shadow mode.
     pub denied: u64,
     /// Tokens granted.
     pub tokens: u64,
+    /// Of the denied, those the bucket's shadow mode let through (would-be denials).
+    pub shadow_denied: u64,
+    /// Of the denied, those refused (or, in shadow mode, that would have been) by a block of their key.
+    pub blocked: u64,
 }
 
 pub(super) fn current_database() -> u32 {

@@ -9,7 +9,9 @@ use crate::persist;
 use rate_limit_model::summary::{Summary, KEY_PREFIX};
 
 const FILE: &str = "pg_stat/rate_limit.stats";
-const MAGIC: &[u8; 8] = b"RLSTAT01";
+const MAGIC: &[u8; 8] = b"RLSTAT02";
+/// The format of 0.4.0 (no counts of shadow-mode and block denials), still read: those start at 0.
+const MAGIC_0_4: &[u8; 8] = b"RLSTAT01";
 
 /// Saves every entry with counts (clean shutdown, in the postmaster).
 pub fn save() {
@@ -32,7 +34,14 @@ pub fn save() {
         w.bytes(&e.name[..e.name_len as usize]);
         w.i64(e.since.load(Ordering::Relaxed));
         w.i64(e.last_denial.load(Ordering::Relaxed));
-        for v in [t.calls, t.granted, t.denied, t.tokens] {
+        for v in [
+            t.calls,
+            t.granted,
+            t.denied,
+            t.tokens,
+            t.shadow_denied,
+            t.blocked,
+        ] {
             w.u64(v);
         }
         let summary = e.with_summary(|s| *s);
@@ -51,7 +60,8 @@ pub fn save() {
 pub fn load_saved() {
     persist::read_file(FILE, "statistics entries", |bytes| {
         let stats = Stats::attach().ok_or("the statistics segment is missing")?;
-        let mut r = persist::open(bytes, MAGIC)?;
+        let older = bytes.get(..MAGIC_0_4.len()) == Some(&MAGIC_0_4[..]);
+        let mut r = persist::open(bytes, if older { MAGIC_0_4 } else { MAGIC })?;
         let bad = "the payload is malformed";
         let seed = [r.u64().ok_or(bad)?, r.u64().ok_or(bad)?];
         let count = r.u32().ok_or(bad)?;
@@ -66,12 +76,17 @@ pub fn load_saved() {
             let name = std::str::from_utf8(r.bytes(name_len).ok_or(bad)?).map_err(|_| bad)?;
             let since = r.i64().ok_or(bad)?;
             let last = r.i64().ok_or(bad)?;
-            let t = Totals {
+            let mut t = Totals {
                 calls: r.u64().ok_or(bad)?,
                 granted: r.u64().ok_or(bad)?,
                 denied: r.u64().ok_or(bad)?,
                 tokens: r.u64().ok_or(bad)?,
+                ..Totals::default()
             };
+            if !older {
+                t.shadow_denied = r.u64().ok_or(bad)?;
+                t.blocked = r.u64().ok_or(bad)?;
+            }
             let mut summary = Summary::default();
             for c in summary.counters.iter_mut() {
                 c.hash = r.u64().ok_or(bad)?;
@@ -99,11 +114,7 @@ pub fn load_saved() {
                 break; // fewer entries than before (rate_limit.stats_max was lowered)
             };
             let e = stats.entry(i);
-            let s = &e.stripes[0];
-            s.calls.store(t.calls, Ordering::Relaxed);
-            s.granted.store(t.granted, Ordering::Relaxed);
-            s.denied.store(t.denied, Ordering::Relaxed);
-            s.tokens.store(t.tokens, Ordering::Relaxed);
+            e.set_totals(t);
             e.since.store(since, Ordering::Relaxed);
             e.last_denial.store(last, Ordering::Relaxed);
             e.with_summary(|s| *s = summary);

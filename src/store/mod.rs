@@ -103,6 +103,7 @@ fn take_in(
     if cost > 0 {
         blocks::count_denials(s, function, targets, &mut outcomes, &blocked)?;
         stats::record(targets, &outcomes, cost);
+        stats::record_blocks(targets, &blocked);
     }
     Ok(outcomes)
 }
