@@ -161,6 +161,10 @@ VALUES
    'name text, rate bigint DEFAULT NULL, per interval DEFAULT NULL, burst bigint DEFAULT NULL, algorithm text DEFAULT NULL, shadow boolean DEFAULT NULL, max_debt bigint DEFAULT NULL, time_zone text DEFAULT NULL, anchor timestamp DEFAULT NULL, block_after bigint DEFAULT NULL, block_for interval DEFAULT NULL, options jsonb DEFAULT NULL',
    'name, rate, per, burst, algorithm, shadow, max_debt, time_zone, anchor, block_after, block_for, options', 'void', 'ALL', 'owner', NULL),
   ('drop_policy', 'rate_limit', 'name text', 'name', 'boolean', 'ALL', 'owner', NULL),
+  ('set_override', 'rate_limit',
+   'policy text, key text, rate bigint DEFAULT NULL, per interval DEFAULT NULL, burst bigint DEFAULT NULL, action text DEFAULT ''limit'', until timestamptz DEFAULT NULL, note text DEFAULT NULL',
+   'policy, key, rate, per, burst, action, until, note', 'void', 'ALL', 'owner', NULL),
+  ('clear_override', 'rate_limit', 'policy text, key text', 'policy, key', 'boolean', 'ALL', 'owner', NULL),
   ('purge', 'rate_limit', '', '', 'bigint', 'ALL', 'owner', NULL)
 $$;
 
@@ -170,6 +174,8 @@ SELECT CASE name
     WHEN 'create_policy' THEN 'PERFORM %s; PERFORM rate_limit_router.disarm_deadline(); RETURN;'
     WHEN 'alter_policy' THEN 'PERFORM %s; PERFORM rate_limit_router.disarm_deadline(); RETURN;'
     WHEN 'drop_policy' THEN 'RETURN rate_limit_router.disarmed((SELECT bool_or(r) FROM %s AS r));'
+    WHEN 'set_override' THEN 'PERFORM %s; PERFORM rate_limit_router.disarm_deadline(); RETURN;'
+    WHEN 'clear_override' THEN 'RETURN rate_limit_router.disarmed((SELECT bool_or(r) FROM %s AS r));'
     WHEN 'purge' THEN 'RETURN rate_limit_router.disarmed((SELECT sum(r)::bigint FROM %s AS r));'
 END
 $$;

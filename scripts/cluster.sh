@@ -78,4 +78,4 @@ run_regress() {
 # The pg_regress examples, in order (setup creates the extension).
 REGRESS_TESTS=(setup seed_timeline management transactions errors permissions memory_store bounds policies
   policy_errors policy_options postgrest write_limits statistics shadow_mode charges calendar_windows concurrency_leases
-  blocks batches nothing_left_behind)
+  blocks batches monitoring nothing_left_behind)

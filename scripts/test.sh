@@ -13,6 +13,8 @@
 #   3. integration tests in tests/integration: many connections    (that cluster, a streaming standby of it,
 #                                                                     a 256-bucket one, an unpreloaded one and
 #                                                                     one whose clock libfaketime steps)
+#                                                                     and Debian's postgres_exporter and
+#                                                                     Prometheus scraping it (monitoring.rs)
 #   4. client tests in tests/clients: node-postgres, which sends every parameter untyped
 #   (PostgreSQL 16, 17, 18: the versions Citus 14 supports) Citus: a coordinator and two workers, set up by
 #      rate_limit.distribute() (tests/integration/tests/citus.rs; Citus 14.0.1 built by install-deps.sh)
@@ -25,7 +27,8 @@
 #   5. upgrades: ALTER EXTENSION UPDATE from every released version (scripts/upgrade-test.sh)
 # and, for PostgreSQL 15 as root, the .deb on a Debian system without Rust (scripts/package-test.sh).
 # Lints (released upgrade scripts unchanged, no import circle among src/'s modules, no file over 600 lines nor
-# function over 80 outside tests, cargo fmt --check, cargo clippy -D warnings) run once first.
+# function over 80 outside tests, the Prometheus rules' own tests (promtool test rules), the dashboard is
+# JSON, cargo fmt --check, cargo clippy -D warnings) run once first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -68,6 +71,9 @@ lint() {
   scripts/check-upgrade-scripts.sh &&
     python3 scripts/check-module-cycles.py &&
     python3 scripts/check-sizes.py &&
+    promtool check rules monitoring/rules.yml &&
+    promtool test rules monitoring/rules.test.yml &&
+    python3 -m json.tool monitoring/grafana-dashboard.json >/dev/null &&
     cargo fmt --all --check &&
     cargo clippy --all-targets -- -D warnings &&
     cargo clippy -p rate_limit_model --all-targets -- -D warnings &&

@@ -76,6 +76,31 @@ COMMENT ON TABLE rate_limit.policies IS
     'rate_limit named policies: rate tokens per per, at most burst; change them with rate_limit.alter_policy';
 SELECT pg_catalog.pg_extension_config_dump('rate_limit.policies', '');
 
+-- Per-key overrides of a policy (rate_limit.set_override, clear_override; listed by rate_limit.overrides):
+-- one key's own rate, period or burst (those missing are the policy's), or a fixed answer, until expires_at
+-- or for ever. Read with the policy by every backend's policy cache; its statement trigger is the
+-- policies' (finalize.sql), so a change is seen as a policy change is. drop_policy deletes a policy's
+-- overrides; one set before its policy was created (left by a DELETE or TRUNCATE of rate_limit.policies,
+-- a dropped namesake's) is never read nor listed. No foreign key: TRUNCATE rate_limit.policies keeps
+-- working. Owner only; dumped.
+CREATE TABLE rate_limit.key_overrides (
+    policy     text COLLATE "C" NOT NULL,
+    key        text COLLATE "C" NOT NULL,
+    action     text        NOT NULL CHECK (action IN ('limit', 'deny', 'exempt')),
+    rate       bigint      CHECK (rate >= 1),
+    per        interval    CHECK (per > interval '0'),
+    burst      bigint      CHECK (burst >= 1),
+    expires_at timestamptz,           -- NULL: no end
+    set_at     timestamptz NOT NULL,  -- when its numbers took effect (the table store's clock)
+    note       text CHECK (pg_catalog.length(note) <= 1000),
+    PRIMARY KEY (policy, key),
+    CONSTRAINT key_overrides_numbers_check
+        CHECK ((action = 'limit') = (rate IS NOT NULL OR per IS NOT NULL OR burst IS NOT NULL))
+);
+COMMENT ON TABLE rate_limit.key_overrides IS
+    'rate_limit per-key overrides of a policy; change them with rate_limit.set_override and clear_override';
+SELECT pg_catalog.pg_extension_config_dump('rate_limit.key_overrides', '');
+
 -- Policies dropped (DELETE or TRUNCATE of rate_limit.policies) whose memory-store buckets have not been
 -- freed yet: written by the policies_dropped trigger in the dropping transaction, emptied by the
 -- background worker's round in this database and by rate_limit.purge(). The memory store keys a policy's

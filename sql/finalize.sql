@@ -8,6 +8,23 @@ CREATE TRIGGER policies_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON rate_limit.policies
     FOR EACH STATEMENT EXECUTE FUNCTION rate_limit.policies_changed();
 
+-- A change of a key's override is a change of its policy: the same trigger invalidates every backend's
+-- policy cache, which holds the overrides.
+CREATE TRIGGER key_overrides_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON rate_limit.key_overrides
+    FOR EACH STATEMENT EXECUTE FUNCTION rate_limit.policies_changed();
+
+-- Every per-key override, with whether it applies now (until expires_at). Owner only.
+CREATE VIEW rate_limit.overrides AS
+SELECT o.policy, o.key, o.action, o.rate, o.per, o.burst, o.expires_at,
+       o.expires_at IS NULL OR o.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() AS active,
+       o.set_at, o.note
+FROM rate_limit.key_overrides AS o
+JOIN rate_limit.policies AS p ON p.name OPERATOR(pg_catalog.=) o.policy
+  AND o.set_at OPERATOR(pg_catalog.>=) p.created_at;
+COMMENT ON VIEW rate_limit.overrides IS
+    'Per-key overrides of the policies (rate_limit.set_override), with whether each applies now; owner only';
+
 -- Records dropped policies for the memory store (see rate_limit.dropped_policies). Runs as the role that
 -- deletes, which only the owner (or a superuser) may; every name is qualified.
 CREATE FUNCTION rate_limit.policies_dropped() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -72,6 +89,63 @@ FROM rate_limit.top_limited_rows() AS t;
 COMMENT ON VIEW rate_limit.top_limited IS
     'The most denied keys per policy: denied between denials_min and denials times (Space-Saving summary); owner only';
 
+-- Monitoring (docs/operations.md#monitoring, monitoring/ for Prometheus through postgres_exporter): read by
+-- the owner and by members of pg_monitor, the role a monitoring agent runs as. Counters (since the
+-- statistics' "since", kept across clean restarts) per policy of this database; denied counts the calls
+-- refused, shadow_denied the ones shadow mode let through that would have been; blocked counts those of
+-- either that a block decided.
+CREATE VIEW rate_limit.metrics AS
+SELECT pg_catalog.current_database()::text AS database, m.kind, m.policy, m.calls, m.granted, m.denied,
+       m.shadow_denied, m.blocked, m.tokens_granted
+FROM rate_limit.metrics_rows() AS m;
+COMMENT ON VIEW rate_limit.metrics IS
+    'Counters per policy for monitoring: calls, granted, denied, would-be denials of shadow mode, blocked, tokens granted; owner and pg_monitor';
+
+-- Held leases of each concurrency policy, counted over rate_limit.buckets as its owner (pg_monitor reads
+-- the counts, never the keys): each lease slot is a bucket with 0 tokens while held, 1 when free.
+CREATE FUNCTION rate_limit.leases_held_rows() RETURNS TABLE (policy text, held bigint)
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL UNSAFE AS $$
+SELECT p.name::text,
+       (SELECT pg_catalog.count(*) FROM rate_limit.buckets AS b
+        WHERE b.policy OPERATOR(pg_catalog.=) p.name AND b.tokens OPERATOR(pg_catalog.<) 1)
+FROM rate_limit.policies AS p
+WHERE p.algorithm OPERATOR(pg_catalog.=) 'concurrency'
+$$;
+
+-- Each policy's numbers as gauges: rate tokens per period_seconds, at most burst at once (a window's limit;
+-- a concurrency policy's leases), and for a concurrency policy the leases held now.
+CREATE VIEW rate_limit.metrics_policies AS
+SELECT pg_catalog.current_database()::text AS database, p.name AS policy, p.algorithm, p.rate,
+       pg_catalog.date_part('epoch', p.per) AS period_seconds, p.burst, p.shadow, l.held AS leases_held
+FROM rate_limit.policies AS p
+LEFT JOIN rate_limit.leases_held_rows() AS l ON l.policy COLLATE "C" = p.name;
+COMMENT ON VIEW rate_limit.metrics_policies IS
+    'Each policy''s rate, period, burst and shadow mode, and the leases held of a concurrency policy; owner and pg_monitor';
+
+-- The memory store against this database's share (rate_limit.database_share), with the server's evictions.
+CREATE VIEW rate_limit.metrics_memory AS
+SELECT pg_catalog.current_database()::text AS database, u.database_buckets AS buckets, u.share_buckets,
+       u.max_buckets, u.bytes_per_bucket, u.database_buckets * u.bytes_per_bucket AS bytes,
+       u.share_buckets * u.bytes_per_bucket AS share_bytes, u.lossless_evictions, u.lossy_evictions,
+       u.refused_full
+FROM rate_limit.memory_usage() AS u;
+COMMENT ON VIEW rate_limit.metrics_memory IS
+    'This database''s memory-store buckets and bytes against its share, and the store''s evictions; owner and pg_monitor';
+
+-- The background worker's last finished purge of this database's table store and of the memory store.
+CREATE VIEW rate_limit.metrics_purge AS
+SELECT pg_catalog.current_database()::text AS database, p.store, p.finished_at, p.freed
+FROM rate_limit.purge_rows() AS p;
+COMMENT ON VIEW rate_limit.metrics_purge IS
+    'When the background worker last finished purging each store and what it freed (since the server started); owner and pg_monitor';
+
+-- The most denied keys, at most rate_limit.metrics_top_keys per policy (0, none, by default).
+CREATE VIEW rate_limit.metrics_top_keys AS
+SELECT pg_catalog.current_database()::text AS database, t.kind, t.policy, t.rank, t.key, t.denials
+FROM rate_limit.metrics_top_keys_rows() AS t;
+COMMENT ON VIEW rate_limit.metrics_top_keys IS
+    'The most denied keys per policy, up to rate_limit.metrics_top_keys of them (none by default); owner and pg_monitor';
+
 -- Security model: any role may take, peek and wait, and read the policies; only the extension owner (and
 -- roles it grants) may change policies, refund, reset, block, purge, list buckets and read or reset statistics. The state table is closed
 -- to PUBLIC; the functions that write it are SECURITY DEFINER. Internal helpers are not executable by
@@ -79,6 +153,10 @@ COMMENT ON VIEW rate_limit.top_limited IS
 GRANT USAGE ON SCHEMA rate_limit TO PUBLIC;
 REVOKE ALL ON TABLE rate_limit.bucket_state FROM PUBLIC;
 REVOKE ALL ON TABLE rate_limit.dropped_policies FROM PUBLIC;
+REVOKE ALL ON TABLE rate_limit.key_overrides FROM PUBLIC;
+REVOKE ALL ON TABLE rate_limit.overrides FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.set_override FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.clear_override(text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.policies_dropped() FROM PUBLIC;
 COMMENT ON FUNCTION rate_limit.policies_changed() IS
     'Trigger: every change of rate_limit.policies invalidates every backend''s policy cache; a direct call is refused';
@@ -115,6 +193,15 @@ REVOKE EXECUTE ON FUNCTION rate_limit.state_tokens(bigint, timestamptz, text, bi
     timestamptz) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.state_is_full(bigint, timestamptz, text, bigint, bigint, bigint,
     timestamptz) FROM PUBLIC;
+-- the monitoring views: the owner and pg_monitor
+REVOKE ALL ON TABLE rate_limit.metrics, rate_limit.metrics_policies, rate_limit.metrics_memory,
+    rate_limit.metrics_purge, rate_limit.metrics_top_keys FROM PUBLIC;
+GRANT SELECT ON TABLE rate_limit.metrics, rate_limit.metrics_policies, rate_limit.metrics_memory,
+    rate_limit.metrics_purge, rate_limit.metrics_top_keys TO pg_monitor;
+REVOKE EXECUTE ON FUNCTION rate_limit.metrics_rows(), rate_limit.node_metrics_rows(),
+    rate_limit.leases_held_rows(), rate_limit.purge_rows(), rate_limit.metrics_top_keys_rows() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rate_limit.metrics_rows(), rate_limit.node_metrics_rows(),
+    rate_limit.leases_held_rows(), rate_limit.purge_rows(), rate_limit.metrics_top_keys_rows() TO pg_monitor;
 
 -- The write-limiting trigger runs as the owner, like take: writers need no rights on the state table.
 ALTER FUNCTION rate_limit.limit_writes() SECURITY DEFINER;
@@ -161,7 +248,11 @@ COMMENT ON FUNCTION rate_limit.create_policy IS
     'Create a named policy: rate tokens per per, at most burst; algorithm, store, shadow, max_debt, time_zone, anchor, block_after, block_for and options (jsonb, by name) optional; owner only';
 COMMENT ON FUNCTION rate_limit.alter_policy IS
     'Change a policy (NULL keeps a value; in options, an option left out keeps its value and null clears it); buckets carry their tokens over, never gaining any; owner only';
-COMMENT ON FUNCTION rate_limit.drop_policy(text) IS 'Drop a policy and its table-store buckets; owner only';
+COMMENT ON FUNCTION rate_limit.drop_policy(text) IS 'Drop a policy, its overrides and its table-store buckets; owner only';
+COMMENT ON FUNCTION rate_limit.set_override IS
+    'Give one key of a policy its own rate, per or burst (action limit), or deny or exempt it, until a time or for ever; owner only';
+COMMENT ON FUNCTION rate_limit.clear_override(text, text) IS
+    'Remove the override of a key: it follows its policy again; true if there was one; owner only';
 COMMENT ON FUNCTION rate_limit.memory_usage() IS
     'Size and use of the memory store: buckets, slots, bytes per bucket, evictions, this database''s and this role''s shares';
 COMMENT ON FUNCTION rate_limit.memory_shares() IS
@@ -183,6 +274,12 @@ COMMENT ON FUNCTION rate_limit.limit_writes() IS
     'Row trigger: limit_writes(policy, key_column [, cost]) takes cost tokens per written row from the '
     'bucket of the row''s key; a denied row raises 53400 with the RateLimit header values in DETAIL';
 COMMENT ON FUNCTION rate_limit.stats_rows() IS 'Internal: the rows of rate_limit.stats';
+COMMENT ON FUNCTION rate_limit.metrics_rows() IS 'Internal: the rows of rate_limit.metrics';
+COMMENT ON FUNCTION rate_limit.node_metrics_rows() IS
+    'Internal: this node''s own rows of rate_limit.metrics (on a Citus coordinator the view sums every node''s)';
+COMMENT ON FUNCTION rate_limit.leases_held_rows() IS 'Internal: the leases held of each concurrency policy, for rate_limit.metrics_policies';
+COMMENT ON FUNCTION rate_limit.purge_rows() IS 'Internal: the rows of rate_limit.metrics_purge';
+COMMENT ON FUNCTION rate_limit.metrics_top_keys_rows() IS 'Internal: the rows of rate_limit.metrics_top_keys';
 COMMENT ON FUNCTION rate_limit.clock_shift() IS
     'How far the table store''s clock is behind clock_timestamp() (non-zero after promoting a standby whose clock was off)';
 COMMENT ON FUNCTION rate_limit.node_stats_rows() IS

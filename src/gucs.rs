@@ -85,6 +85,11 @@ pub const DEFAULT_MAX_WAIT_MS: i32 = 30_000;
 /// given. Superuser-only: a waiting call holds its statement's snapshot.
 pub static MAX_WAIT: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_WAIT_MS);
 
+/// `rate_limit.metrics_top_keys`: the most denied keys per policy that `rate_limit.metrics_top_keys`
+/// (the view) shows, so that a monitoring system gets at most this many key labels per policy; 0 (the
+/// default) shows none. Superuser-only: it bounds what `pg_monitor` reads of the keys.
+pub static METRICS_TOP_KEYS: GucSetting<i32> = GucSetting::<i32>::new(0);
+
 /// Default of `rate_limit.max_buckets`: 100 000 buckets, about 11 MB of shared memory.
 pub const DEFAULT_MAX_BUCKETS: i32 = 100_000;
 
@@ -167,6 +172,17 @@ pub fn init(preloading: bool) {
         &ROLE_SHARE,
         1,
         100,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"rate_limit.metrics_top_keys",
+        c"Most denied keys per policy shown by the rate_limit.metrics_top_keys view (0: none).",
+        c"Each shown key becomes a label of a time series in a monitoring system scraping the view: keep \
+          it small. Also the most of a policy's keys a member of pg_monitor can read.",
+        &METRICS_TOP_KEYS,
+        0,
+        rate_limit_model::summary::TOP_KEYS as i32,
         GucContext::Suset,
         GucFlags::default(),
     );
@@ -316,6 +332,11 @@ pub fn max_policy_refill_time_us() -> i64 {
 /// The longest `rate_limit.wait` sleeps, in microseconds.
 pub fn max_wait_us() -> i64 {
     i64::from(MAX_WAIT.get().max(0)) * 1_000
+}
+
+/// The most denied keys per policy the metrics show (0 to the summary's size).
+pub fn metrics_top_keys() -> usize {
+    METRICS_TOP_KEYS.get().max(0) as usize
 }
 
 /// Whether every limit is in shadow mode (`rate_limit.shadow`).

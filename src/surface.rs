@@ -17,6 +17,9 @@ pub enum Access {
     Public,
     /// The extension's owner, superusers, and roles they grant EXECUTE (revoked from PUBLIC).
     Owner,
+    /// As [`Access::Owner`], and members of `pg_monitor` (EXECUTE granted to it): the monitoring views'
+    /// functions, which read counters and never change anything.
+    Monitor,
 }
 
 /// What a function is for.
@@ -283,6 +286,20 @@ pub const FUNCTIONS: &[Function] = &[
         "#policies",
     ),
     call(
+        "set_override",
+        "text, text, bigint, interval, bigint, text, timestamp with time zone, text",
+        Access::Owner,
+        Route::EveryPartition,
+        "#per-key-overrides",
+    ),
+    call(
+        "clear_override",
+        "text, text",
+        Access::Owner,
+        Route::EveryPartition,
+        "#per-key-overrides",
+    ),
+    call(
         "purge",
         "",
         Access::Owner,
@@ -391,6 +408,11 @@ pub const FUNCTIONS: &[Function] = &[
     },
     internal("memory_buckets", "", Access::Owner),
     internal("stats_rows", "", Access::Owner),
+    internal("metrics_rows", "", Access::Monitor),
+    internal("node_metrics_rows", "", Access::Monitor),
+    internal("leases_held_rows", "", Access::Monitor),
+    internal("purge_rows", "", Access::Monitor),
+    internal("metrics_top_keys_rows", "", Access::Monitor),
     internal("top_limited_rows", "", Access::Owner),
     internal(
         "state_after_take",

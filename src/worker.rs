@@ -28,8 +28,9 @@ use pgrx::bgworkers::{
 use pgrx::prelude::*;
 
 use crate::gucs;
+use crate::stats;
 use crate::store;
-use crate::time::clock_shift;
+use crate::time::{clock, clock_shift};
 
 /// Rows deleted per transaction by a database's purge.
 pub const BATCH: i64 = 5000;
@@ -162,8 +163,9 @@ fn purge_round() {
             .map(|(database, _)| *database)
             .filter(|database| !existing.contains(database))
             .collect();
-        if let Err(e) = store::purge_memory_of_server("rate_limit launcher", &dropped) {
-            e.report(PgLogLevel::WARNING);
+        match store::purge_memory_of_server("rate_limit launcher", &dropped) {
+            Ok(freed) => stats::note_memory_purge(clock::now_us(), freed),
+            Err(e) => e.report(PgLogLevel::WARNING),
         }
     }
     // SAFETY: RecoveryInProgress only reads shared state.
@@ -285,12 +287,17 @@ pub extern "C-unwind" fn rate_limit_purge_main(arg: pg_sys::Datum) {
         e.report(PgLogLevel::WARNING);
     }
     set_activity("purging full buckets from rate_limit.bucket_state");
+    let mut freed = 0;
     loop {
         let deleted =
             BackgroundWorker::transaction(|| store::purge_table_batch("rate_limit purge", BATCH));
         match deleted {
-            Ok(n) if n >= BATCH && !BackgroundWorker::sigterm_received() => continue,
-            Ok(_) => break,
+            Ok(n) if n >= BATCH && !BackgroundWorker::sigterm_received() => freed += n,
+            Ok(n) => {
+                // a finished purge is noted (for rate_limit.metrics_purge); a failed one is not
+                stats::note_table_purge(clock::now_us(), freed + n);
+                break;
+            }
             Err(e) => {
                 e.report(PgLogLevel::WARNING);
                 break;

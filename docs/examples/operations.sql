@@ -26,3 +26,7 @@ SELECT max_buckets, share_buckets, database_buckets, lossy_evictions, refused_fu
 FROM rate_limit.memory_usage();
 --@ block operations-worker
 SELECT backend_type, datname FROM pg_stat_activity WHERE backend_type = 'rate_limit launcher';
+--@ block operations-metrics
+SELECT kind, policy, calls, granted, denied, shadow_denied, blocked FROM rate_limit.metrics ORDER BY kind, policy;
+
+SELECT policy, algorithm, rate, period_seconds, burst, shadow FROM rate_limit.metrics_policies ORDER BY policy;

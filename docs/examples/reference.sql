@@ -134,6 +134,23 @@ SELECT rate_limit.unblock('login', 'mallory');
 SELECT allowed, ceil(extract(epoch FROM retry_after)) AS retry_s FROM rate_limit.block('login', 'bob', '15 minutes');
 SELECT allowed, ceil(extract(epoch FROM retry_after)) AS retry_s FROM rate_limit.take('login', 'bob');
 
+--@ block reference-overrides
+--@ hide
+SELECT rate_limit.create_policy('search', 2, '1 minute');
+--@ hide
+SELECT rate_limit.set_override('search', 'partner-42', rate => 100, burst => 20, note => 'plan: partner');
+--@ hide
+SELECT rate_limit.set_override('search', 'scraper', action => 'deny', until => now() + interval '1 day');
+--@ hide
+SELECT rate_limit.set_override('search', 'healthcheck', action => 'exempt');
+SELECT key, count(*) FILTER (WHERE d.allowed) AS granted, max(d."limit") AS "limit"
+FROM unnest(ARRAY['alice', 'partner-42', 'scraper', 'healthcheck']) AS k(key),
+     generate_series(1, 30) AS g, LATERAL rate_limit.take('search', k.key || left(g::text, 0)) AS d
+GROUP BY key ORDER BY key;
+SELECT policy, key, action, rate, per, burst, expires_at IS NOT NULL AS ends, active, note
+FROM rate_limit.overrides ORDER BY key;
+SELECT rate_limit.clear_override('search', 'scraper');
+
 --@ block reference-shadow
 --@ hide
 SELECT rate_limit.create_policy('search_v2', 2, '1 hour', shadow => true);

@@ -189,6 +189,45 @@ impl Blocking {
     }
 }
 
+/// A key's answer fixed by a per-key override of its policy: the call is decided without its bucket,
+/// which is neither read nor written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every call of the key is denied, until `until` (µs on the wall clock) or for ever.
+    Deny {
+        /// When the override ends; `None`: it does not.
+        until: Option<i64>,
+    },
+    /// Every call of the key is granted, whatever it costs; nothing is taken.
+    Exempt,
+}
+
+impl Verdict {
+    /// The outcome of a call of the key at `now` under `policy`: denied with a `retry_after` of the
+    /// override's end (`None` when it has none), or granted with the bucket's capacity left.
+    pub fn outcome(&self, policy: &Policy, now: i64) -> Outcome {
+        match *self {
+            Verdict::Deny { until } => {
+                let retry_after = until.map(|u| u.saturating_sub(now).max(0));
+                Outcome {
+                    allowed: false,
+                    state: State { level: 0, at: now },
+                    remaining: 0,
+                    retry_after,
+                    reset_after: retry_after.unwrap_or(0),
+                }
+            }
+            Verdict::Exempt => Outcome {
+                allowed: true,
+                state: policy.full(now),
+                remaining: policy.burst(),
+                retry_after: None,
+                reset_after: 0,
+            },
+        }
+    }
+}
+
 /// Tokens asked of one bucket.
 #[derive(Clone, Copy, Debug)]
 pub struct Target<'a> {
@@ -207,6 +246,9 @@ pub struct Target<'a> {
     /// How the key may be blocked: a named policy's bucket; `None` for buckets that are never blocked
     /// (ad-hoc and request buckets, lease slots, block buckets themselves).
     pub blocking: Option<Blocking>,
+    /// The key's fixed answer under an override of its policy (deny or exempt), if it has one: the
+    /// stores never see such a target ([`Verdict`]).
+    pub verdict: Option<Verdict>,
 }
 
 /// A stored bucket with the numbers it was last written under.
@@ -349,6 +391,32 @@ mod tests {
     }
 
     #[test]
+    fn an_override_denies_until_its_end_or_exempts_with_the_capacity_left() {
+        let p = crate::algorithm::Policy::new(
+            crate::algorithm::Algorithm::TokenBucket,
+            2,
+            1_000_000,
+            5,
+        )
+        .unwrap();
+        let denied = Verdict::Deny {
+            until: Some(3_000_000),
+        }
+        .outcome(&p, 1_000_000);
+        assert_eq!(
+            (denied.allowed, denied.remaining, denied.retry_after),
+            (false, 0, Some(2_000_000))
+        );
+        let for_ever = Verdict::Deny { until: None }.outcome(&p, 0);
+        assert_eq!((for_ever.allowed, for_ever.retry_after), (false, None));
+        let exempt = Verdict::Exempt.outcome(&p, 0);
+        assert_eq!(
+            (exempt.allowed, exempt.remaining, exempt.retry_after),
+            (true, 5, None)
+        );
+    }
+
+    #[test]
     fn a_call_is_decided_bucket_by_bucket() {
         let p = crate::algorithm::Policy::new(
             crate::algorithm::Algorithm::TokenBucket,
@@ -364,6 +432,7 @@ mod tests {
             changed_at: i64::MIN,
             shadow: key == "b",
             blocking: None,
+            verdict: None,
         };
         let empty = Stored {
             state: p.take(p.full(0), 0, 2).state,

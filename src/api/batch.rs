@@ -143,8 +143,24 @@ fn take_each(
     keys: &[&str],
     costs: &[i64],
 ) -> Result<Vec<Outcome>, ErrorReport> {
+    let store = store_of(Some(named));
+    if named.overrides.is_some() {
+        // keys may have numbers or answers of their own: each is taken as `take` takes it
+        return keys
+            .iter()
+            .zip(costs)
+            .map(|(key, &cost)| {
+                let t = policy_target(named, key);
+                let outcomes = store::take(function, store, std::slice::from_ref(&t), cost)?;
+                outcomes
+                    .first()
+                    .copied()
+                    .ok_or_else(|| error::bug(function, "a take of one key has no outcome"))
+            })
+            .collect();
+    }
     let template = policy_target(named, "");
-    store::take_each(function, store_of(Some(named)), &template, keys, costs)
+    store::take_each(function, store, &template, keys, costs)
 }
 
 /// The keys decided together, all or nothing: at most [`MAX_TARGETS`] distinct keys and one cost; every

@@ -184,6 +184,7 @@ mod rate_limit {
             changed_at: i64::MIN,
             shadow: gucs::shadow(),
             blocking: None,
+            verdict: None,
         };
         to_row(F, &decide(F, store_of(None), &[t], cost)?)
     }

@@ -7,9 +7,11 @@
 //! - `leases`: `acquire` and `release` of concurrency policies;
 //! - `blocks`: `block` and `unblock`, blocks by hand (owner only);
 //! - `policies`: creating, changing and dropping policies (owner only);
+//! - `overrides`: `set_override` and `clear_override`, per-key overrides of a policy (owner only);
 //! - `triggers`: `limit_writes`, the row trigger that limits writes per key; `trigger_call` refuses
 //!   direct calls of trigger functions with 39P01;
 //! - `stats`: the statistics views' functions and their reset (owner only);
+//! - `metrics`: the monitoring views' functions (owner and `pg_monitor`);
 //! - `nodes_of`: under Citus, the node that holds each key;
 //! - `internal`: helpers the extension's own statements and views use; not executable by PUBLIC.
 //!
@@ -23,7 +25,9 @@ pub mod internal;
 pub mod leases;
 pub mod limits;
 pub mod materialized;
+pub mod metrics;
 pub mod nodes_of;
+pub mod overrides;
 pub mod policies;
 pub mod request;
 pub mod stats;
@@ -40,9 +44,11 @@ use crate::algorithm::{Algorithm, Outcome};
 use crate::decision::{self, Decision, Reported};
 use crate::error::{self, MAX_ID_BYTES};
 use crate::gucs::{self, Store};
+use crate::policies::overrides::{in_effect, Effect};
 use crate::policies::{self as named_policies, Named};
 use crate::store;
 use crate::target::{Namespace, Target};
+use crate::time::clock;
 
 /// The SQL type every limiter call returns.
 pub type DecisionRow = PgHeapTuple<'static, AllocatedByRust>;
@@ -105,7 +111,7 @@ pub fn any_policy_arg(
 
 /// The bucket of `key` under a named policy.
 pub fn policy_target<'a>(named: &'a Named, key: &'a str) -> Target<'a> {
-    Target {
+    let mut target = Target {
         namespace: Namespace::Policy {
             name: &named.name,
             created_at: named.created_at,
@@ -115,7 +121,19 @@ pub fn policy_target<'a>(named: &'a Named, key: &'a str) -> Target<'a> {
         changed_at: named.changed_at,
         shadow: named.shadow || gucs::shadow(),
         blocking: Some(named.blocking),
+        verdict: None,
+    };
+    // a policy without overrides looks nothing up; a key of one with some, one map lookup
+    if let Some(o) = named.overrides.as_ref().and_then(|m| m.get(key)) {
+        match in_effect(named, o, clock::now_us()) {
+            Effect::Limit { policy, changed_at } => {
+                target.policy = policy;
+                target.changed_at = changed_at;
+            }
+            Effect::Fixed(verdict) => target.verdict = Some(verdict),
+        }
     }
+    target
 }
 
 /// Where a policy's buckets live: its own store, else the session's `rate_limit.store`.

@@ -246,11 +246,17 @@ mod rate_limit {
                  OR pg_catalog.split_part(namespace, pg_catalog.chr(31), 1) OPERATOR(pg_catalog.=) $1",
                 &args,
             )?;
+            spi_run(
+                F,
+                "DELETE FROM rate_limit.key_overrides WHERE policy OPERATOR(pg_catalog.=) $1",
+                &args,
+            )?;
         }
         Ok(dropped > 0)
     }
 
-    /// Statement trigger on `rate_limit.policies`: every change invalidates every backend's policy cache.
+    /// Statement trigger on `rate_limit.policies` and `rate_limit.key_overrides`: every change invalidates
+    /// every backend's policy cache.
     /// Its C entry point is `policies_changed_wrapper` below, which refuses a direct call with 39P01.
     #[pg_trigger(sql = r#"
 CREATE FUNCTION rate_limit."policies_changed"()
@@ -268,7 +274,14 @@ CREATE FUNCTION rate_limit."policies_changed"()
                 "rate_limit.policies_changed",
             )
         })?;
-        policies::invalidate(relid);
+        // fired on rate_limit.policies or rate_limit.key_overrides: either way the policies' cache
+        // (which holds the overrides) is the one to empty
+        // SAFETY: catalog lookups by OID and by name inside the trigger's transaction; the name is a
+        // static C string; a missing relation gives InvalidOid, which empties every cache.
+        let table = unsafe {
+            pg_sys::get_relname_relid(c"policies".as_ptr(), pg_sys::get_rel_namespace(relid))
+        };
+        policies::invalidate(table);
         Ok(None)
     }
 

@@ -84,6 +84,7 @@ fn request_target(id: &str, policy: Policy) -> Target<'_> {
         changed_at: i64::MIN,
         shadow: gucs::shadow(),
         blocking: None,
+        verdict: None,
     }
 }
 

@@ -76,6 +76,15 @@ fn node_top_limited(function: &'static str) -> Result<Vec<TopRow>, ErrorReport> 
     Ok(rows)
 }
 
+/// The rows of `rate_limit.top_limited`: this node's, or on a Citus coordinator of a distributed database
+/// the nodes' merged.
+pub(crate) fn top_limited(function: &'static str) -> Result<Vec<TopRow>, ErrorReport> {
+    match merged::top_limited(function)? {
+        Some(rows) => Ok(rows),
+        None => node_top_limited(function),
+    }
+}
+
 /// Statistics SQL functions, in schema `rate_limit`.
 #[pg_schema]
 mod rate_limit {
@@ -152,11 +161,7 @@ mod rate_limit {
         >,
         ErrorReport,
     > {
-        const F: &str = "rate_limit.top_limited_rows";
-        match merged::top_limited(F)? {
-            Some(rows) => Ok(TableIterator::new(rows)),
-            None => node_top_limited(F).map(TableIterator::new),
-        }
+        top_limited("rate_limit.top_limited_rows").map(TableIterator::new)
     }
 
     /// This node's own rows of `rate_limit.top_limited`, also on a Citus coordinator.

@@ -1,9 +1,10 @@
 //! Citus: `rate_limit.distribute()` and the memory store's guard.
 //!
 //! What `distribute` does, in this order, each step only if it is not done yet (so it is idempotent):
-//! 1. `create_reference_table('rate_limit.policies')`, with `citus.enable_unsafe_triggers` on for the call:
-//!    every node gets a copy of the policies, and the statement triggers that keep each backend's policy
-//!    cache coherent (and record dropped policies) fire on every node's copy when a change is applied there.
+//! 1. `create_reference_table('rate_limit.policies')` and `('rate_limit.key_overrides')`, with
+//!    `citus.enable_unsafe_triggers` on for the call: every node gets a copy of the policies and their
+//!    per-key overrides, and the statement triggers that keep each backend's policy cache coherent (and
+//!    record dropped policies) fire on every node's copy when a change is applied there.
 //! 2. `create_distributed_table('rate_limit.bucket_state', 'key', shard_count => …)`: a key's buckets, under
 //!    every policy, live in one shard.
 //! 3. `create_distributed_function(f, key argument, colocate_with => 'rate_limit.bucket_state',
@@ -161,15 +162,28 @@ fn refuse_off_the_coordinator(
     .set_hint("Connect to the coordinator (group 0) and call it there."))
 }
 
-/// Step 1: `rate_limit.policies` becomes a reference table, its triggers firing on every node's copy.
+/// Step 1: `rate_limit.policies` and `rate_limit.key_overrides` become reference tables, their triggers
+/// firing on every node's copy.
 fn make_policies_a_reference_table(
     function: &'static str,
     client: &mut SpiClient<'_>,
     done: &mut Steps,
 ) -> Result<(), ErrorReport> {
-    const TABLE: &str = "rate_limit.policies";
-    if is_distributed(function, client, TABLE)? {
-        done.push((TABLE.into(), "already a reference table".into()));
+    for table in ["rate_limit.policies", "rate_limit.key_overrides"] {
+        make_reference_table(function, client, done, table)?;
+    }
+    Ok(())
+}
+
+/// `table` becomes a reference table (once), its statement triggers firing on every node's copy.
+fn make_reference_table(
+    function: &'static str,
+    client: &mut SpiClient<'_>,
+    done: &mut Steps,
+    table: &'static str,
+) -> Result<(), ErrorReport> {
+    if is_distributed(function, client, table)? {
+        done.push((table.into(), "already a reference table".into()));
         return Ok(());
     }
     execute(
@@ -178,13 +192,14 @@ fn make_policies_a_reference_table(
         "SELECT pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true)",
         &[],
     )?;
+    let args: [DatumWithOid<'_>; 1] = [table.into()];
     execute(
         function,
         client,
-        "SELECT pg_catalog.create_reference_table('rate_limit.policies')",
-        &[],
+        "SELECT pg_catalog.create_reference_table($1::pg_catalog.regclass)",
+        &args,
     )?;
-    done.push((TABLE.into(), "made a reference table".into()));
+    done.push((table.into(), "made a reference table".into()));
     Ok(())
 }
 

@@ -9,7 +9,8 @@
 //!   lower bounds; its `denials` adds, for every node whose summary is full and does not list it, that
 //!   summary's smallest count (what the key may have had there), so both stay bounds of the true count,
 //!   and every key denied more than 1/32 of a policy's denials on some node is listed;
-//! - memory buckets: every node's rows (a key's bucket lives on one node).
+//! - memory buckets: every node's rows (a key's bucket lives on one node);
+//! - the counters of `rate_limit.metrics`: summed.
 //!
 //! Elsewhere (no Citus, not distributed, a worker) the views show this node's own figures.
 
@@ -34,6 +35,10 @@ pub type StatsRow = (
     Option<TimestampWithTimeZone>,
     Option<TimestampWithTimeZone>,
 );
+
+/// A row of `rate_limit.metrics`: kind, policy, then calls, granted, denied, shadow_denied, blocked and
+/// tokens_granted.
+pub type MetricsRow = (String, Option<String>, i64, i64, i64, i64, i64, i64);
 
 /// A row of `rate_limit.top_limited`.
 pub type TopRow = (String, Option<String>, i32, String, i64, i64);
@@ -63,6 +68,20 @@ const MERGE_STATS: &str = "SELECT s.kind, s.policy, pg_catalog.sum(s.calls)::pg_
          denied pg_catalog.int8, tokens_granted pg_catalog.int8, last_denial pg_catalog.timestamptz, since pg_catalog.timestamptz) \
      GROUP BY s.kind, s.policy \
      ORDER BY s.kind OPERATOR(pg_catalog.=) 'untracked', s.kind, s.policy";
+
+/// The node's own counters for `rate_limit.metrics`, as JSON.
+const METRICS_ON_NODE: &str = "SELECT COALESCE(pg_catalog.json_agg(m), '[]') \
+                               FROM rate_limit.node_metrics_rows() AS m";
+
+const MERGE_METRICS: &str = "SELECT m.kind, m.policy, pg_catalog.sum(m.calls)::pg_catalog.int8, \
+       pg_catalog.sum(m.granted)::pg_catalog.int8, pg_catalog.sum(m.denied)::pg_catalog.int8, \
+       pg_catalog.sum(m.shadow_denied)::pg_catalog.int8, pg_catalog.sum(m.blocked)::pg_catalog.int8, \
+       pg_catalog.sum(m.tokens_granted)::pg_catalog.int8 \
+     FROM pg_catalog.unnest($1::pg_catalog.text[]) AS r(result), \
+       pg_catalog.json_to_recordset(r.result::pg_catalog.json) AS m(kind pg_catalog.text, policy pg_catalog.text, calls pg_catalog.int8, granted pg_catalog.int8, \
+         denied pg_catalog.int8, shadow_denied pg_catalog.int8, blocked pg_catalog.int8, tokens_granted pg_catalog.int8) \
+     GROUP BY m.kind, m.policy \
+     ORDER BY m.kind OPERATOR(pg_catalog.=) 'untracked', m.kind, m.policy";
 
 /// The node's own top limited keys, as JSON.
 const TOP_ON_NODE: &str = "SELECT COALESCE(pg_catalog.json_agg(t), '[]') \
@@ -177,6 +196,23 @@ pub fn stats(function: &'static str) -> Result<Option<Vec<StatsRow>>, ErrorRepor
             required(function, r, 6)?,
             column(function, r, 7)?,
             column(function, r, 8)?,
+        ))
+    })
+}
+
+/// The cluster's counters for `rate_limit.metrics` (every node's summed), or `None` when this node's own
+/// are the answer.
+pub fn metrics(function: &'static str) -> Result<Option<Vec<MetricsRow>>, ErrorReport> {
+    merged(function, METRICS_ON_NODE, MERGE_METRICS, |r| {
+        Ok((
+            required(function, r, 1)?,
+            column(function, r, 2)?,
+            required(function, r, 3)?,
+            required(function, r, 4)?,
+            required(function, r, 5)?,
+            required(function, r, 6)?,
+            required(function, r, 7)?,
+            required(function, r, 8)?,
         ))
     })
 }

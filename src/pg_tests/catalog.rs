@@ -17,6 +17,7 @@ mod tests {
         let query = "SELECT p.proname || '(' || pg_catalog.oidvectortypes(p.proargtypes) || ')', \
                         n.nspname = 'rate_limit', \
                         pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE'), \
+                        pg_catalog.has_function_privilege('pg_monitor', p.oid, 'EXECUTE'), \
                         pg_catalog.obj_description(p.oid, 'pg_proc'), \
                         coalesce(pg_catalog.array_to_string(p.proargnames, ','), '') \
                      FROM pg_catalog.pg_proc p \
@@ -25,7 +26,7 @@ mod tests {
                        AND d.objid = p.oid AND d.deptype = 'e' \
                      JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid AND e.extname = 'rate_limit' \
                      WHERE n.nspname <> 'tests'";
-        type Row = (String, bool, bool, Option<String>, String);
+        type Row = (String, bool, bool, bool, Option<String>, String);
         let catalog: Vec<Row> = Spi::connect(|client| {
             client
                 .select(query, None, &[])?
@@ -34,8 +35,9 @@ mod tests {
                         r.get(1)?.unwrap_or_default(),
                         r.get(2)?.unwrap_or_default(),
                         r.get(3)?.unwrap_or_default(),
-                        r.get(4)?,
-                        r.get(5)?.unwrap_or_default(),
+                        r.get(4)?.unwrap_or_default(),
+                        r.get(5)?,
+                        r.get(6)?.unwrap_or_default(),
                     ))
                 })
                 .collect::<Result<Vec<Row>, pgrx::spi::SpiError>>()
@@ -50,7 +52,7 @@ mod tests {
             found, listed,
             "the extension's functions are the surface's table"
         );
-        for (signature, in_rate_limit, public, comment, parameters) in catalog {
+        for (signature, in_rate_limit, public, monitor, comment, parameters) in catalog {
             let f = FUNCTIONS
                 .iter()
                 .find(|f| f.signature() == signature)
@@ -64,6 +66,11 @@ mod tests {
                 public,
                 f.access == Access::Public,
                 "{signature}: EXECUTE for PUBLIC"
+            );
+            assert_eq!(
+                monitor,
+                matches!(f.access, Access::Public | Access::Monitor),
+                "{signature}: EXECUTE for pg_monitor"
             );
             let comment = comment.unwrap_or_else(|| panic!("{signature} has no comment"));
             if f.purpose == Use::Internal {
@@ -130,7 +137,7 @@ mod tests {
         );
         // the functions that are not SECURITY DEFINER: pure arithmetic, formatting, the policy triggers
         // (they run as the role that changes rate_limit.policies, which only the owner may), and those
-        // that read shared memory only (memory usage, statistics: closed to PUBLIC instead), and
+        // that read shared memory only (memory usage, statistics, metrics: closed to PUBLIC instead), and
         // distribute (closed to PUBLIC; Citus checks the caller's own rights on what it distributes)
         assert_eq!(
             text(
@@ -139,9 +146,9 @@ mod tests {
             )
             .as_deref(),
             Some(
-                "clock_shift distribute headers memory_shares memory_usage node_stats_rows node_top_limited_rows \
-                 policies_changed policies_dropped reset_stats state_after_take state_is_full state_tokens \
-                 stats_rows top_limited_rows"
+                "clock_shift distribute headers memory_shares memory_usage metrics_rows metrics_top_keys_rows \
+                 node_metrics_rows node_stats_rows node_top_limited_rows policies_changed policies_dropped \
+                 purge_rows reset_stats state_after_take state_is_full state_tokens stats_rows top_limited_rows"
             )
         );
     }

@@ -12,5 +12,7 @@ mod helpers;
 mod kinds;
 mod limiter;
 mod memory_store;
+mod metrics;
 mod options;
+mod overrides;
 mod requests;

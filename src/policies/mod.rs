@@ -33,6 +33,7 @@ use crate::time::calendar;
 
 mod checks;
 pub mod options;
+pub mod overrides;
 pub mod row;
 
 pub use checks::{
@@ -63,6 +64,8 @@ pub struct Named {
     pub max_debt: i64,
     /// How its keys are blocked: their block buckets' numbers and its penalty box, if any.
     pub blocking: Blocking,
+    /// Its per-key overrides, when it has any ([`overrides`]): read with the policy, cached with it.
+    pub overrides: Option<Rc<overrides::Overrides>>,
 }
 
 struct Cache {
@@ -182,7 +185,8 @@ pub fn load(
     let Some((row, table)) = Row::read(function, name, Lock::None)? else {
         return Ok(None);
     };
-    let (named, _) = checked(function, row)?;
+    let (mut named, row) = checked(function, row)?;
+    named.overrides = overrides::load(function, &row, &named)?;
     Ok(Some((named, table)))
 }
 
@@ -233,6 +237,7 @@ pub fn checked(function: &'static str, row: Row) -> Result<(Named, Row), ErrorRe
         shadow: row.shadow,
         max_debt: row.max_debt,
         blocking,
+        overrides: None,
     };
     Ok((named, row))
 }

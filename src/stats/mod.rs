@@ -49,10 +49,12 @@ use rate_limit_model::summary::{Counter, Summary};
 use segment::{current_database, Stats};
 
 mod pending;
+mod purges;
 mod segment;
 mod snapshot;
 
 pub use pending::flush_if_due;
+pub use purges::Purge;
 pub use segment::{attach_or_create, request_shmem, Totals, STRIPES};
 pub use snapshot::{load_saved, save};
 
@@ -151,6 +153,32 @@ fn with_stripe(target: &Target<'_>, untracked: u64, f: impl FnOnce(&segment::Str
     // SAFETY: MyProcPid is a plain global of the backend.
     let stripe = unsafe { pg_sys::MyProcPid } as usize % STRIPES;
     f(&stats.entry(i).stripes[stripe]);
+}
+
+/// Notes that the background worker finished purging the memory store at `at`, deleting `freed` buckets.
+pub fn note_memory_purge(at: i64, freed: i64) {
+    if let Some(stats) = Stats::attach() {
+        stats.header.purges.note_memory(at, freed);
+    }
+}
+
+/// Notes that the background worker finished purging the current database's table store at `at`,
+/// deleting `freed` rows.
+pub fn note_table_purge(at: i64, freed: i64) {
+    if let Some(stats) = Stats::attach() {
+        stats
+            .header
+            .purges
+            .note_database(current_database(), at, freed);
+    }
+}
+
+/// The background worker's last purge of the current database's table store and of the memory store
+/// (each `None` until the first since the server started); 55000 without preloading.
+pub fn last_purges(function: &'static str) -> Result<(Option<Purge>, Option<Purge>), ErrorReport> {
+    let stats = Stats::attach().ok_or_else(|| not_preloaded(function))?;
+    let p = &stats.header.purges;
+    Ok((p.database(current_database()), p.memory()))
 }
 
 /// 55000 with a hint: the statistics live in shared memory.

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 use pgrx::pg_sys;
 use siphasher::sip::SipHasher13;
 
+use super::purges::Records;
 use crate::gucs;
 use crate::time::clock;
 use rate_limit_model::summary::Summary;
@@ -66,6 +67,8 @@ pub(super) struct Header {
     /// Calls of namespaces that found no free entry.
     pub(super) untracked: AtomicU64,
     pub(super) lock: *mut pg_sys::LWLock,
+    /// The background worker's last purges (not saved across restarts).
+    pub(super) purges: Records,
 }
 
 /// Offsets of the segment's parts.
@@ -131,6 +134,7 @@ pub unsafe fn attach_or_create() -> bool {
                 used: AtomicU32::new(0),
                 untracked: AtomicU64::new(0),
                 lock: &raw mut (*pg_sys::GetNamedLWLockTranche(TRANCHE_NAME.as_ptr())).lock,
+                purges: Records::default(),
             });
         }
         SEGMENT = segment;

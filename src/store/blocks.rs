@@ -75,6 +75,7 @@ fn block_target<'a>(target: &Target<'a>, name: &'a str, blocking: &Blocking) -> 
         changed_at: i64::MIN,
         shadow: false,
         blocking: None,
+        verdict: None,
     }
 }
 

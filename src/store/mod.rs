@@ -61,6 +61,7 @@ use crate::algorithm::{Outcome, State};
 use crate::gucs::Store;
 use crate::stats;
 use crate::target::{Ask, Kind, Namespace, Target};
+use crate::time::clock;
 
 /// Asks every target for `cost` tokens, all or nothing (cost 0 only reports); returns one outcome per
 /// target. When a call is denied ([`target::granted`] is false), at least one outcome of a bucket not in
@@ -90,22 +91,47 @@ fn take_in(
 ) -> Result<Vec<Outcome>, ErrorReport> {
     // before this backend's memory answers for a bucket that may not be this node's
     s.ensure_here(function, targets)?;
-    let (mut outcomes, blocked) = match known_short(s, function, targets, cost)? {
-        Some(outcomes) => (outcomes, vec![None; targets.len()]),
+    let (mut outcomes, blocked, decided) = match known_short(s, function, targets, cost)? {
+        Some(outcomes) => (
+            outcomes,
+            vec![None; targets.len()],
+            vec![None; targets.len()],
+        ),
         None => {
             let blocked = blocks::blocked(s, function, targets)?;
+            let decided = decided_without_buckets(s, function, targets, &blocked)?;
             (
-                take_unless_blocked(s, function, targets, cost, &blocked)?,
+                take_unless_decided(s, function, targets, cost, &decided)?,
                 blocked,
+                decided,
             )
         }
     };
     if cost > 0 {
-        blocks::count_denials(s, function, targets, &mut outcomes, &blocked)?;
+        blocks::count_denials(s, function, targets, &mut outcomes, &decided)?;
         stats::record(targets, &outcomes, cost);
         stats::record_blocks(targets, &blocked);
     }
     Ok(outcomes)
+}
+
+/// The outcome of each target that is decided without its bucket: a key's fixed answer under an override
+/// of its policy (deny or exempt, which comes before any block), else its block (`blocked[i]`).
+fn decided_without_buckets<S: Buckets>(
+    s: &S,
+    function: &'static str,
+    targets: &[Target<'_>],
+    blocked: &[Option<Outcome>],
+) -> Result<Vec<Option<Outcome>>, ErrorReport> {
+    if targets.iter().all(|t| t.verdict.is_none()) {
+        return Ok(blocked.to_vec());
+    }
+    let now = s.now(function)?;
+    Ok(targets
+        .iter()
+        .zip(blocked)
+        .map(|(t, b)| t.verdict.map(|v| v.outcome(&t.policy, now)).or(*b))
+        .collect())
 }
 
 /// The outcomes of a call that a bucket this backend remembers short denies (a bucket in shadow mode never
@@ -120,7 +146,12 @@ fn known_short<S: Buckets>(
         return Ok(None);
     }
     let now = s.now(function)?;
-    for (i, t) in targets.iter().enumerate().filter(|(_, t)| !t.shadow) {
+    // (a key with a fixed answer is not asked of its bucket: what this backend remembers of it is moot)
+    for (i, t) in targets
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !t.shadow && t.verdict.is_none())
+    {
         if let Some(denied) = short::denial(S::STORE, t, now, cost) {
             let mut outcomes = vec![not_looked_at(); targets.len()];
             outcomes[i] = denied;
@@ -130,38 +161,39 @@ fn known_short<S: Buckets>(
     Ok(None)
 }
 
-/// [`take`] from the store, given the blocks of the targets (`blocked[i]` is `targets[i]`'s).
-fn take_unless_blocked(
+/// [`take`] from the store, given the targets decided without their buckets (`decided[i]` is
+/// `targets[i]`'s: a block, a denial or an exemption by an override).
+fn take_unless_decided(
     s: &impl Buckets,
     function: &'static str,
     targets: &[Target<'_>],
     cost: i64,
-    blocked: &[Option<Outcome>],
+    decided: &[Option<Outcome>],
 ) -> Result<Vec<Outcome>, ErrorReport> {
-    let enforced_block = targets
+    let enforced_denial = targets
         .iter()
-        .zip(blocked)
-        .position(|(t, b)| b.is_some() && !t.shadow);
-    if let Some(i) = enforced_block {
-        // a blocked key denies the call: no bucket is touched
+        .zip(decided)
+        .position(|(t, d)| d.is_some_and(|o| !o.allowed) && !t.shadow);
+    if let Some(i) = enforced_denial {
+        // a blocked or denied key denies the call: no bucket is touched
         let mut outcomes = vec![not_looked_at(); targets.len()];
-        outcomes[i] = blocked[i].unwrap_or_else(not_looked_at);
+        outcomes[i] = decided[i].unwrap_or_else(not_looked_at);
         return Ok(outcomes);
     }
-    if blocked.iter().all(Option::is_none) {
+    if decided.iter().all(Option::is_none) {
         return take_from_store(s, function, targets, cost);
     }
-    // only keys in shadow mode are blocked: their buckets are left alone, the others are asked
+    // the decided keys (exempt, or in shadow mode) leave their buckets alone; the others are asked
     let open: Vec<Target<'_>> = targets
         .iter()
-        .zip(blocked)
-        .filter(|(_, b)| b.is_none())
+        .zip(decided)
+        .filter(|(_, d)| d.is_none())
         .map(|(t, _)| *t)
         .collect();
     let mut asked = take_from_store(s, function, &open, cost)?.into_iter();
-    Ok(blocked
+    Ok(decided
         .iter()
-        .map(|b| b.or_else(|| asked.next()).unwrap_or_else(not_looked_at))
+        .map(|d| d.or_else(|| asked.next()).unwrap_or_else(not_looked_at))
         .collect())
 }
 
@@ -209,7 +241,11 @@ pub fn charge(
     max_debt: i64,
 ) -> Result<Outcome, ErrorReport> {
     let ask = Ask::Charge { cost, max_debt };
-    let outcome = with_store!(store, s => s.write(function, target, ask))?;
+    let outcome = match target.verdict {
+        // an exempt key is charged nothing, a denied one has nothing to charge
+        Some(v) => v.outcome(&target.policy, clock::now_us()),
+        None => with_store!(store, s => s.write(function, target, ask))?,
+    };
     if cost > 0 {
         stats::record(std::slice::from_ref(target), &[outcome], cost);
     }
@@ -229,6 +265,7 @@ fn slot_targets<'a>(target: &Target<'a>, names: &'a [String]) -> Vec<Target<'a>>
             namespace: Namespace::Policy { name, created_at },
             shadow: false,
             blocking: None,
+            verdict: None,
             ..*target
         })
         .collect()
@@ -348,6 +385,10 @@ pub fn refund(
     target: &Target<'_>,
     tokens: i64,
 ) -> Result<Outcome, ErrorReport> {
+    if let Some(v) = target.verdict {
+        // an exempt or denied key's bucket is not in use: nothing to give back
+        return Ok(v.outcome(&target.policy, clock::now_us()));
+    }
     short::forget(&target.namespace, target.key);
     let step = |stored, now| target.refund(stored, now, tokens);
     with_store!(store, s => s.update(function, target, step))

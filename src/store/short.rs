@@ -135,6 +135,7 @@ mod tests {
             changed_at: i64::MIN,
             shadow: false,
             blocking: None,
+            verdict: None,
         }
     }
 

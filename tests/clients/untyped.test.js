@@ -115,6 +115,18 @@ test('every public function accepts untyped parameters', async () => {
     assert.equal(d.allowed, true);
     assert.equal((await one('SELECT rate_limit.clock_shift() = $1 AS r', ['0 seconds'])).r, true);
 
+    // per-key overrides, with untyped parameters (named ones included)
+    await one('SELECT rate_limit.set_override($1, $2, burst => $3)', ['api', 'partner', 7]);
+    d = await one('SELECT * FROM rate_limit.take($1, $2)', ['api', 'partner']);
+    assert.deepEqual([d.allowed, d.limit], [true, '7']);
+    await one('SELECT rate_limit.set_override($1, $2, action => $3, until => $4, note => $5)',
+      ['api', 'abuser', 'deny', '2999-01-01 00:00:00+00', 'ticket 42']);
+    d = await one('SELECT * FROM rate_limit.take($1, $2)', ['api', 'abuser']);
+    assert.equal(d.allowed, false);
+    assert.equal((await one('SELECT rate_limit.clear_override($1, $2) AS r', ['api', 'abuser'])).r, true);
+    d = await one('SELECT * FROM rate_limit.take($1, $2)', ['api', 'abuser']);
+    assert.equal(d.allowed, true);
+
     // the operator's functions: shares, statistics and this node's own rows (no Citus here)
     const shares = await one('SELECT buckets FROM rate_limit.memory_shares() WHERE database = $1',
       ['rl_js_untyped']);

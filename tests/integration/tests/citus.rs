@@ -95,7 +95,7 @@ fn cluster() -> Option<&'static [String]> {
             let steps = coordinator
                 .query("SELECT object, action FROM rate_limit.distribute()", &[])
                 .expect("distribute");
-            assert_eq!(steps.len(), 18, "two tables and sixteen keyed functions");
+            assert_eq!(steps.len(), 19, "three tables and sixteen keyed functions");
             Some(nodes)
         })
         .as_deref()
@@ -231,7 +231,7 @@ fn distribute_is_idempotent_refused_on_a_worker_and_delegates_every_keyed_call()
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(again.len(), 18);
+    assert_eq!(again.len(), 19);
     assert!(again.iter().all(|a| a.starts_with("already")), "{again:?}");
     let delegated: i64 = coordinator
         .query_one(
@@ -316,7 +316,7 @@ fn the_memory_store_keeps_one_bucket_on_the_keys_node() {
 }
 
 #[test]
-fn the_coordinators_views_merge_every_nodes_statistics_and_memory_buckets() {
+fn the_coordinators_views_merge_every_nodes_statistics_metrics_and_memory_buckets() {
     let Some(nodes) = cluster() else { return };
     let mut c = connect(&nodes[0]);
     let policy = fresh_name("merged");
@@ -353,6 +353,14 @@ fn the_coordinators_views_merge_every_nodes_statistics_and_memory_buckets() {
     assert_eq!(figures(&mut c, stats), Some((9, 4, 5, 4)));
     // a worker's view is its own
     assert_eq!(figures(&mut connect(&nodes[1]), stats), Some((5, 2, 3, 2)));
+    // the monitoring view (what Prometheus reads on the coordinator) sums them the same way
+    let metrics = "SELECT calls, granted, denied, tokens_granted FROM rate_limit.metrics \
+                   WHERE policy = $1 AND shadow_denied = 0 AND blocked = 0";
+    assert_eq!(figures(&mut c, metrics), Some((9, 4, 5, 4)));
+    assert_eq!(
+        figures(&mut connect(&nodes[2]), metrics),
+        Some((4, 2, 2, 2))
+    );
 
     // the workers' backends that ran the delegated calls hand their last denials to the summary when
     // they exit (or at a later transaction): end the session, whose worker connections they serve
@@ -581,6 +589,75 @@ fn take_many_over_both_workers_is_all_or_nothing() {
     assert_eq!((left(&mut c, &a), left(&mut c, &b)), (1, 0));
     assert!(!take_both(&mut c));
     assert_eq!((left(&mut c, &a), left(&mut c, &b)), (1, 0));
+}
+
+/// An override set on the coordinator (a reference table's row) is used at once by every node, for delegated
+/// calls on the key's node and for calls that run where they arrive; cleared, the key follows its policy.
+#[test]
+fn an_override_set_on_the_coordinator_is_used_by_every_node_at_once() {
+    let Some(nodes) = cluster() else { return };
+    let mut coordinator = connect(&nodes[0]);
+    let policy = fresh_name("overridden");
+    coordinator
+        .query(
+            "SELECT rate_limit.create_policy($1, 1, '1 day')",
+            &[&policy],
+        )
+        .expect("policy");
+    let keys: Vec<String> = (1..=2)
+        .map(|w| key_on_worker(&mut coordinator, nodes, w, &fresh_name("gold")))
+        .collect();
+    let mut sessions: Vec<Client> = nodes.iter().map(|n| connect(n)).collect();
+    let limit = |c: &mut Client, k: &str| -> i64 {
+        c.query_one(
+            "SELECT \"limit\" FROM rate_limit.peek($1, $2)",
+            &[&policy, &k],
+        )
+        .expect("peek")
+        .get(0)
+    };
+    for s in sessions.iter_mut() {
+        for k in &keys {
+            assert_eq!(limit(s, k), 1); // read and cached by every node
+        }
+    }
+    for k in &keys {
+        coordinator
+            .query(
+                "SELECT rate_limit.set_override($1, $2, burst => 7)",
+                &[&policy, k],
+            )
+            .expect("override");
+    }
+    for (i, s) in sessions.iter_mut().enumerate() {
+        for k in &keys {
+            assert_eq!(limit(s, k), 7, "node {i}");
+        }
+    }
+    // 7 takes of each key from the coordinator, delegated to the key's node: exactly 7 granted
+    for k in &keys {
+        let granted: i64 = (0..9)
+            .map(|_| {
+                coordinator
+                    .query_one("SELECT allowed FROM rate_limit.take($1, $2)", &[&policy, k])
+                    .expect("take")
+                    .get::<_, bool>(0) as i64
+            })
+            .sum();
+        assert_eq!(granted, 7);
+    }
+    for k in &keys {
+        let cleared: bool = coordinator
+            .query_one("SELECT rate_limit.clear_override($1, $2)", &[&policy, k])
+            .expect("clear")
+            .get(0);
+        assert!(cleared);
+    }
+    for (i, s) in sessions.iter_mut().enumerate() {
+        for k in &keys {
+            assert_eq!(limit(s, k), 1, "node {i}");
+        }
+    }
 }
 
 #[test]

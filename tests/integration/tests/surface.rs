@@ -54,6 +54,7 @@ fn every_documented_function_has_its_section_and_a_row_in_the_index() {
             (Access::Public, Use::UserTrigger) => "any table owner",
             (Access::Public, _) => "any role",
             (Access::Owner, _) => "owner",
+            (Access::Monitor, _) => "owner and pg_monitor",
         };
         let row = index
             .iter()

@@ -1,0 +1,118 @@
+-- Monitoring for Prometheus (#30): the metrics views, their functions, and pg_monitor's grants.
+CREATE FUNCTION rate_limit."metrics_rows"() RETURNS TABLE (
+	"kind" TEXT,
+	"policy" TEXT,
+	"calls" bigint,
+	"granted" bigint,
+	"denied" bigint,
+	"shadow_denied" bigint,
+	"blocked" bigint,
+	"tokens_granted" bigint
+)
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'metrics_rows_wrapper';
+CREATE FUNCTION rate_limit."node_metrics_rows"() RETURNS TABLE (
+	"kind" TEXT,
+	"policy" TEXT,
+	"calls" bigint,
+	"granted" bigint,
+	"denied" bigint,
+	"shadow_denied" bigint,
+	"blocked" bigint,
+	"tokens_granted" bigint
+)
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'node_metrics_rows_wrapper';
+CREATE FUNCTION rate_limit."purge_rows"() RETURNS TABLE (
+	"store" TEXT,
+	"finished_at" timestamp with time zone,
+	"freed" bigint
+)
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'purge_rows_wrapper';
+CREATE FUNCTION rate_limit."metrics_top_keys_rows"() RETURNS TABLE (
+	"kind" TEXT,
+	"policy" TEXT,
+	"rank" INT,
+	"key" TEXT,
+	"denials" bigint
+)
+STRICT VOLATILE PARALLEL UNSAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'metrics_top_keys_rows_wrapper';
+
+-- Monitoring (docs/operations.md#monitoring, monitoring/ for Prometheus through postgres_exporter): read by
+-- the owner and by members of pg_monitor, the role a monitoring agent runs as. Counters (since the
+-- statistics' "since", kept across clean restarts) per policy of this database; denied counts the calls
+-- refused, shadow_denied the ones shadow mode let through that would have been; blocked counts those of
+-- either that a block decided.
+CREATE VIEW rate_limit.metrics AS
+SELECT pg_catalog.current_database()::text AS database, m.kind, m.policy, m.calls, m.granted, m.denied,
+       m.shadow_denied, m.blocked, m.tokens_granted
+FROM rate_limit.metrics_rows() AS m;
+COMMENT ON VIEW rate_limit.metrics IS
+    'Counters per policy for monitoring: calls, granted, denied, would-be denials of shadow mode, blocked, tokens granted; owner and pg_monitor';
+
+-- Held leases of each concurrency policy, counted over rate_limit.buckets as its owner (pg_monitor reads
+-- the counts, never the keys): each lease slot is a bucket with 0 tokens while held, 1 when free.
+CREATE FUNCTION rate_limit.leases_held_rows() RETURNS TABLE (policy text, held bigint)
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL UNSAFE AS $$
+SELECT p.name::text,
+       (SELECT pg_catalog.count(*) FROM rate_limit.buckets AS b
+        WHERE b.policy OPERATOR(pg_catalog.=) p.name AND b.tokens OPERATOR(pg_catalog.<) 1)
+FROM rate_limit.policies AS p
+WHERE p.algorithm OPERATOR(pg_catalog.=) 'concurrency'
+$$;
+
+-- Each policy's numbers as gauges: rate tokens per period_seconds, at most burst at once (a window's limit;
+-- a concurrency policy's leases), and for a concurrency policy the leases held now.
+CREATE VIEW rate_limit.metrics_policies AS
+SELECT pg_catalog.current_database()::text AS database, p.name AS policy, p.algorithm, p.rate,
+       pg_catalog.date_part('epoch', p.per) AS period_seconds, p.burst, p.shadow, l.held AS leases_held
+FROM rate_limit.policies AS p
+LEFT JOIN rate_limit.leases_held_rows() AS l ON l.policy COLLATE "C" = p.name;
+COMMENT ON VIEW rate_limit.metrics_policies IS
+    'Each policy''s rate, period, burst and shadow mode, and the leases held of a concurrency policy; owner and pg_monitor';
+
+-- The memory store against this database's share (rate_limit.database_share), with the server's evictions.
+CREATE VIEW rate_limit.metrics_memory AS
+SELECT pg_catalog.current_database()::text AS database, u.database_buckets AS buckets, u.share_buckets,
+       u.max_buckets, u.bytes_per_bucket, u.database_buckets * u.bytes_per_bucket AS bytes,
+       u.share_buckets * u.bytes_per_bucket AS share_bytes, u.lossless_evictions, u.lossy_evictions,
+       u.refused_full
+FROM rate_limit.memory_usage() AS u;
+COMMENT ON VIEW rate_limit.metrics_memory IS
+    'This database''s memory-store buckets and bytes against its share, and the store''s evictions; owner and pg_monitor';
+
+-- The background worker's last finished purge of this database's table store and of the memory store.
+CREATE VIEW rate_limit.metrics_purge AS
+SELECT pg_catalog.current_database()::text AS database, p.store, p.finished_at, p.freed
+FROM rate_limit.purge_rows() AS p;
+COMMENT ON VIEW rate_limit.metrics_purge IS
+    'When the background worker last finished purging each store and what it freed (since the server started); owner and pg_monitor';
+
+-- The most denied keys, at most rate_limit.metrics_top_keys per policy (0, none, by default).
+CREATE VIEW rate_limit.metrics_top_keys AS
+SELECT pg_catalog.current_database()::text AS database, t.kind, t.policy, t.rank, t.key, t.denials
+FROM rate_limit.metrics_top_keys_rows() AS t;
+COMMENT ON VIEW rate_limit.metrics_top_keys IS
+    'The most denied keys per policy, up to rate_limit.metrics_top_keys of them (none by default); owner and pg_monitor';
+
+-- the monitoring views: the owner and pg_monitor
+REVOKE ALL ON TABLE rate_limit.metrics, rate_limit.metrics_policies, rate_limit.metrics_memory,
+    rate_limit.metrics_purge, rate_limit.metrics_top_keys FROM PUBLIC;
+GRANT SELECT ON TABLE rate_limit.metrics, rate_limit.metrics_policies, rate_limit.metrics_memory,
+    rate_limit.metrics_purge, rate_limit.metrics_top_keys TO pg_monitor;
+REVOKE EXECUTE ON FUNCTION rate_limit.metrics_rows(), rate_limit.node_metrics_rows(),
+    rate_limit.leases_held_rows(), rate_limit.purge_rows(), rate_limit.metrics_top_keys_rows() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rate_limit.metrics_rows(), rate_limit.node_metrics_rows(),
+    rate_limit.leases_held_rows(), rate_limit.purge_rows(), rate_limit.metrics_top_keys_rows() TO pg_monitor;
+COMMENT ON FUNCTION rate_limit.metrics_rows() IS 'Internal: the rows of rate_limit.metrics';
+COMMENT ON FUNCTION rate_limit.node_metrics_rows() IS
+    'Internal: this node''s own rows of rate_limit.metrics (on a Citus coordinator the view sums every node''s)';
+COMMENT ON FUNCTION rate_limit.leases_held_rows() IS 'Internal: the leases held of each concurrency policy, for rate_limit.metrics_policies';
+COMMENT ON FUNCTION rate_limit.purge_rows() IS 'Internal: the rows of rate_limit.metrics_purge';
+COMMENT ON FUNCTION rate_limit.metrics_top_keys_rows() IS 'Internal: the rows of rate_limit.metrics_top_keys';

@@ -1,0 +1,74 @@
+-- Per-key overrides (#30): the table, set_override and clear_override, the view, and the trigger that
+-- keeps every backend's policy cache (which holds them) coherent.
+-- Per-key overrides of a policy (rate_limit.set_override, clear_override; listed by rate_limit.overrides):
+-- one key's own rate, period or burst (those missing are the policy's), or a fixed answer, until expires_at
+-- or for ever. Read with the policy by every backend's policy cache; its statement trigger is the
+-- policies' (finalize.sql), so a change is seen as a policy change is. drop_policy deletes a policy's
+-- overrides; one set before its policy was created (left by a DELETE or TRUNCATE of rate_limit.policies,
+-- a dropped namesake's) is never read nor listed. No foreign key: TRUNCATE rate_limit.policies keeps
+-- working. Owner only; dumped.
+CREATE TABLE rate_limit.key_overrides (
+    policy     text COLLATE "C" NOT NULL,
+    key        text COLLATE "C" NOT NULL,
+    action     text        NOT NULL CHECK (action IN ('limit', 'deny', 'exempt')),
+    rate       bigint      CHECK (rate >= 1),
+    per        interval    CHECK (per > interval '0'),
+    burst      bigint      CHECK (burst >= 1),
+    expires_at timestamptz,           -- NULL: no end
+    set_at     timestamptz NOT NULL,  -- when its numbers took effect (the table store's clock)
+    note       text CHECK (pg_catalog.length(note) <= 1000),
+    PRIMARY KEY (policy, key),
+    CONSTRAINT key_overrides_numbers_check
+        CHECK ((action = 'limit') = (rate IS NOT NULL OR per IS NOT NULL OR burst IS NOT NULL))
+);
+COMMENT ON TABLE rate_limit.key_overrides IS
+    'rate_limit per-key overrides of a policy; change them with rate_limit.set_override and clear_override';
+SELECT pg_catalog.pg_extension_config_dump('rate_limit.key_overrides', '');
+
+CREATE FUNCTION rate_limit."set_override"(
+	"policy" TEXT,
+	"key" TEXT,
+	"rate" bigint DEFAULT NULL,
+	"per" interval DEFAULT NULL,
+	"burst" bigint DEFAULT NULL,
+	"action" TEXT DEFAULT 'limit',
+	"until" timestamp with time zone DEFAULT NULL,
+	"note" TEXT DEFAULT NULL
+) RETURNS VOID
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'set_override_wrapper';
+CREATE FUNCTION rate_limit."clear_override"(
+	"policy" TEXT,
+	"key" TEXT
+) RETURNS bool
+VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'clear_override_wrapper';
+
+-- A change of a key's override is a change of its policy: the same trigger invalidates every backend's
+-- policy cache, which holds the overrides.
+CREATE TRIGGER key_overrides_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON rate_limit.key_overrides
+    FOR EACH STATEMENT EXECUTE FUNCTION rate_limit.policies_changed();
+
+-- Every per-key override, with whether it applies now (until expires_at). Owner only.
+CREATE VIEW rate_limit.overrides AS
+SELECT o.policy, o.key, o.action, o.rate, o.per, o.burst, o.expires_at,
+       o.expires_at IS NULL OR o.expires_at OPERATOR(pg_catalog.>) pg_catalog.clock_timestamp() AS active,
+       o.set_at, o.note
+FROM rate_limit.key_overrides AS o
+JOIN rate_limit.policies AS p ON p.name OPERATOR(pg_catalog.=) o.policy
+  AND o.set_at OPERATOR(pg_catalog.>=) p.created_at;
+COMMENT ON VIEW rate_limit.overrides IS
+    'Per-key overrides of the policies (rate_limit.set_override), with whether each applies now; owner only';
+
+REVOKE ALL ON TABLE rate_limit.key_overrides FROM PUBLIC;
+REVOKE ALL ON TABLE rate_limit.overrides FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.set_override FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION rate_limit.clear_override(text, text) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.drop_policy(text) IS 'Drop a policy, its overrides and its table-store buckets; owner only';
+COMMENT ON FUNCTION rate_limit.set_override IS
+    'Give one key of a policy its own rate, per or burst (action limit), or deny or exempt it, until a time or for ever; owner only';
+COMMENT ON FUNCTION rate_limit.clear_override(text, text) IS
+    'Remove the override of a key: it follows its policy again; true if there was one; owner only';
