@@ -1,2 +1,2 @@
 \set k random(1, 1000000)
-SELECT allowed FROM rate_limit.take(:'policy', 'key' || :k);
+SELECT allowed FROM rate_limit.take(:policy, 'key' || :k);

@@ -265,4 +265,35 @@ mod tests {
         assert_eq!(granted("pt_ovr_roles", "k", 3), 3);
         Spi::run("RESET ROLE").expect("reset role");
     }
+
+    /// A call that is not SECURITY DEFINER (`headers`) may be the first to read a policy into the cache, as
+    /// a role that may not read the overrides: they are read as the table's owner, and cached whole.
+    #[pg_test]
+    fn a_role_that_cannot_read_the_overrides_may_load_them_into_the_cache() {
+        Spi::run(
+            "SELECT rate_limit.create_policy('pt_ovr_first', 1, '1 hour');
+             SELECT rate_limit.set_override('pt_ovr_first', 'k', action => 'exempt');
+             CREATE ROLE pt_ovr_reader",
+        )
+        .expect("setup");
+        // (the set_override's trigger empties this backend's cache at the next command)
+        Spi::run("SET ROLE pt_ovr_reader").expect("set role");
+        assert_eq!(
+            text(
+                "SELECT rate_limit.headers(ROW(true, 1, 1, NULL, interval '0', 'pt_ovr_first', false, NULL)::rate_limit.decision, \
+                 'pt_ovr_first') ->> 'RateLimit-Policy'"
+            )
+            .as_deref(),
+            Some("\"pt_ovr_first\";q=1;w=3600")
+        );
+        let cached = crate::policies::get("test", "pt_ovr_first").expect("cached");
+        assert_eq!(cached.overrides.as_ref().map(|m| m.len()), Some(1));
+        assert_eq!(
+            text("SELECT current_user::text").as_deref(),
+            Some("pt_ovr_reader"),
+            "the role is restored"
+        );
+        assert_eq!(granted("pt_ovr_first", "k", 3), 3);
+        Spi::run("RESET ROLE").expect("reset role");
+    }
 }

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
+use pgrx::pg_sys;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::spi::Spi;
 use pgrx::PgSqlErrorCode;
@@ -127,28 +128,30 @@ pub fn load(
     let created_at = TimestampWithTimeZone::try_from(named.created_at)
         .map_err(|_| error::bug(function, "a policy's created_at is out of range"))?;
     let args: [DatumWithOid<'_>; 2] = [named.name.as_str().into(), created_at.into()];
-    let rows = Spi::connect(|client| {
-        client
-            .select(query, None, &args)?
-            .map(|r| {
-                Ok(Stored {
-                    key: r.get(1)?.unwrap_or_default(),
-                    action: r.get(2)?.unwrap_or_default(),
-                    rate: r.get(3)?,
-                    per: r.get(4)?,
-                    burst: r.get(5)?,
-                    expires_at: r
-                        .get::<TimestampWithTimeZone>(6)?
-                        .map(TimestampWithTimeZone::into_inner),
-                    // NOT NULL in the table
-                    set_at: r
-                        .get::<TimestampWithTimeZone>(7)?
-                        .map_or(i64::MIN, TimestampWithTimeZone::into_inner),
+    let rows = as_table_owner(function, || {
+        Spi::connect(|client| {
+            client
+                .select(query, None, &args)?
+                .map(|r| {
+                    Ok(Stored {
+                        key: r.get(1)?.unwrap_or_default(),
+                        action: r.get(2)?.unwrap_or_default(),
+                        rate: r.get(3)?,
+                        per: r.get(4)?,
+                        burst: r.get(5)?,
+                        expires_at: r
+                            .get::<TimestampWithTimeZone>(6)?
+                            .map(TimestampWithTimeZone::into_inner),
+                        // NOT NULL in the table
+                        set_at: r
+                            .get::<TimestampWithTimeZone>(7)?
+                            .map_or(i64::MIN, TimestampWithTimeZone::into_inner),
+                    })
                 })
-            })
-            .collect::<Result<Vec<Stored>, pgrx::spi::SpiError>>()
-    })
-    .map_err(|e| error::internal(function, e))?;
+                .collect::<Result<Vec<Stored>, pgrx::spi::SpiError>>()
+        })
+        .map_err(|e| error::internal(function, e))
+    })?;
     if rows.is_empty() {
         return Ok(None);
     }
@@ -160,6 +163,38 @@ pub fn load(
         );
     }
     Ok(Some(Rc::new(map)))
+}
+
+/// Runs `read` as the owner of `rate_limit.key_overrides` (the extension's owner), as PostgreSQL's
+/// referential-integrity triggers run their queries as the table's owner: a policy is read into the cache
+/// by whatever call needs it first, and a call that is not SECURITY DEFINER (`headers`) runs as a role that
+/// may not read the overrides (they name customers' keys; the policies are readable by every role). What
+/// is read is the same whoever calls, so the cache is.
+fn as_table_owner<T>(
+    function: &'static str,
+    read: impl FnOnce() -> Result<T, ErrorReport>,
+) -> Result<T, ErrorReport> {
+    let owner = Spi::get_one::<pg_sys::Oid>(
+        "SELECT c.relowner FROM pg_catalog.pg_class AS c \
+         WHERE c.oid OPERATOR(pg_catalog.=) 'rate_limit.key_overrides'::pg_catalog.regclass",
+    )
+    .map_err(|e| error::internal(function, e))?
+    .ok_or_else(|| error::bug(function, "rate_limit.key_overrides has no owner"))?;
+    let (mut user, mut context) = (pg_sys::InvalidOid, 0);
+    // SAFETY: reading and setting the current user id and security context is what PostgreSQL's own
+    // ri_triggers.c does around its queries; an error inside `read` aborts the (sub)transaction, which
+    // restores both (AbortTransaction / AbortSubTransaction), and on return they are restored here.
+    unsafe {
+        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
+        pg_sys::SetUserIdAndSecContext(
+            owner,
+            context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32,
+        );
+    }
+    let result = read();
+    // SAFETY: restores what was read above.
+    unsafe { pg_sys::SetUserIdAndSecContext(user, context) };
+    result
 }
 
 /// What applies to a key of `named` with override `o` at `now`: the override's effect while it lasts,
