@@ -101,15 +101,32 @@ FROM rate_limit.metrics_rows() AS m;
 COMMENT ON VIEW rate_limit.metrics IS
     'Counters per policy for monitoring: calls, granted, denied, would-be denials of shadow mode, blocked, tokens granted; owner and pg_monitor';
 
--- Held leases of each concurrency policy, counted over rate_limit.buckets as its owner (pg_monitor reads
--- the counts, never the keys): each lease slot is a bucket with 0 tokens while held, 1 when free.
+-- Held leases of each concurrency policy, counted as the owner (pg_monitor reads the counts, never the
+-- keys): each lease slot is a bucket with 0 tokens while held, 1 when free. The table store's slots are
+-- read by primary key; the memory store is scanned once, only if a concurrency policy may use it.
 CREATE FUNCTION rate_limit.leases_held_rows() RETURNS TABLE (policy text, held bigint)
 LANGUAGE sql STABLE SECURITY DEFINER PARALLEL UNSAFE AS $$
-SELECT p.name::text,
-       (SELECT pg_catalog.count(*) FROM rate_limit.buckets AS b
-        WHERE b.policy OPERATOR(pg_catalog.=) p.name AND b.tokens OPERATOR(pg_catalog.<) 1)
-FROM rate_limit.policies AS p
-WHERE p.algorithm OPERATOR(pg_catalog.=) 'concurrency'
+WITH leases AS MATERIALIZED (
+    SELECT p.name, p.rate, p.store FROM rate_limit.policies AS p
+    WHERE p.algorithm OPERATOR(pg_catalog.=) 'concurrency'),
+-- one scan of the memory store, and only when a concurrency policy may keep its leases there
+in_memory AS MATERIALIZED (
+    SELECT m.policy, pg_catalog.count(*) AS held FROM rate_limit.memory_buckets() AS m
+    WHERE EXISTS (SELECT FROM leases AS l WHERE l.store IS DISTINCT FROM 'table')
+      AND m.algorithm OPERATOR(pg_catalog.=) 'concurrency' AND m.tokens OPERATOR(pg_catalog.<) 1
+    GROUP BY m.policy)
+SELECT l.name::text,
+       -- the table store: the policy's slot rows by primary key (namespace name U+001F slot)
+       (SELECT pg_catalog.count(*) FROM rate_limit.bucket_state AS s
+        WHERE s.namespace OPERATOR(pg_catalog.=) ANY (ARRAY(
+                SELECT l.name OPERATOR(pg_catalog.||) pg_catalog.chr(31) OPERATOR(pg_catalog.||) g::text
+                FROM pg_catalog.generate_series(0, l.rate OPERATOR(pg_catalog.-) 1) AS g))
+          AND rate_limit.state_tokens(s.level, s.updated_at, s.algorithm, s.rate, s.per_us, s.burst,
+                pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) rate_limit.clock_shift())
+              OPERATOR(pg_catalog.<) 1)
+       OPERATOR(pg_catalog.+) COALESCE(i.held, 0)
+FROM leases AS l
+LEFT JOIN in_memory AS i ON i.policy OPERATOR(pg_catalog.=) l.name
 $$;
 
 -- Each policy's numbers as gauges: rate tokens per period_seconds, at most burst at once (a window's limit;
