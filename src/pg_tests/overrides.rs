@@ -77,6 +77,35 @@ mod tests {
         }
     }
 
+    /// An override's answer comes before a block: an exempt key that is blocked is granted, and its calls
+    /// are not counted as blocked; a denied one is denied by the override, not counted as blocked either.
+    #[pg_test]
+    fn an_overrides_answer_comes_before_a_block() {
+        Spi::run(
+            "SELECT rate_limit.create_policy('pt_ovr_blocked', 5, '1 hour');
+             SELECT rate_limit.block('pt_ovr_blocked', 'vip', '1 hour');
+             SELECT rate_limit.block('pt_ovr_blocked', 'bad', '1 hour');
+             SELECT rate_limit.set_override('pt_ovr_blocked', 'vip', action => 'exempt');
+             SELECT rate_limit.set_override('pt_ovr_blocked', 'bad', action => 'deny')",
+        )
+        .expect("policy, blocks and overrides");
+        assert_eq!(granted("pt_ovr_blocked", "vip", 3), 3);
+        assert_eq!(granted("pt_ovr_blocked", "bad", 2), 0);
+        let counted = crate::stats::rows("test")
+            .expect("statistics")
+            .into_iter()
+            .find(|r| r.name == "pt_ovr_blocked")
+            .map(|r| {
+                (
+                    r.totals.calls,
+                    r.totals.granted,
+                    r.totals.denied,
+                    r.totals.blocked,
+                )
+            });
+        assert_eq!(counted, Some((5, 3, 2, 0)));
+    }
+
     #[pg_test]
     fn batches_and_multi_limit_calls_use_each_keys_override() {
         Spi::run(

@@ -124,9 +124,14 @@ pub fn record_grants(target: &Target<'_>, calls: u64, tokens: u64) {
 }
 
 /// Counts the targets a block refused (or, in shadow mode, would have): `blocked[i]` is the block's
-/// outcome for `targets[i]`, if it is blocked. Called with [`record`], which counts their denials.
+/// outcome for `targets[i]`, if it is blocked. Called with [`record`], which counts their denials. A key
+/// with a fixed answer under an override (deny, exempt) was decided by it, not by its block.
 pub fn record_blocks(targets: &[Target<'_>], blocked: &[Option<Outcome>]) {
-    for (t, _) in targets.iter().zip(blocked).filter(|(_, b)| b.is_some()) {
+    for (t, _) in targets
+        .iter()
+        .zip(blocked)
+        .filter(|(t, b)| b.is_some() && t.verdict.is_none())
+    {
         // counted in `untracked` by `record` already when the namespace has no entry
         with_stripe(t, 0, |s| {
             s.blocked.fetch_add(1, Ordering::Relaxed);
