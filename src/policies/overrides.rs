@@ -174,10 +174,19 @@ fn as_table_owner<T>(
     function: &'static str,
     read: impl FnOnce() -> Result<T, ErrorReport>,
 ) -> Result<T, ErrorReport> {
-    let owner = Spi::get_one::<pg_sys::Oid>(
-        "SELECT c.relowner FROM pg_catalog.pg_class AS c \
-         WHERE c.oid OPERATOR(pg_catalog.=) 'rate_limit.key_overrides'::pg_catalog.regclass",
-    )
+    // a read-only statement: a hot standby reads its policies too (Spi::get_one would run it read-write,
+    // which assigns a transaction id, refused during recovery)
+    let owner = Spi::connect(|client| {
+        client
+            .select(
+                "SELECT c.relowner FROM pg_catalog.pg_class AS c \
+                 WHERE c.oid OPERATOR(pg_catalog.=) 'rate_limit.key_overrides'::pg_catalog.regclass",
+                Some(1),
+                &[],
+            )?
+            .first()
+            .get_one::<pg_sys::Oid>()
+    })
     .map_err(|e| error::internal(function, e))?
     .ok_or_else(|| error::bug(function, "rate_limit.key_overrides has no owner"))?;
     let (mut user, mut context) = (pg_sys::InvalidOid, 0);

@@ -1,6 +1,7 @@
 //! Per-key overrides on a real server: 16 connections hammering an overridden key, a plain key, an exempt
 //! key and a denied key of one policy grant exactly what each is allowed, in both stores; a change made by
-//! one session is used by another at its next transaction; a role with only LOGIN cannot set one (42501).
+//! one session is used by another at its next transaction; a role with only LOGIN cannot set one (42501);
+//! reading a policy and its overrides assigns no transaction id (so a hot standby can).
 
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -143,4 +144,33 @@ fn a_role_with_only_login_cannot_set_clear_or_list_overrides() {
         .expect("take")
         .get(0);
     assert!(!allowed, "the role's own key follows the policy");
+}
+
+/// A backend's first call of a policy with overrides reads them without a transaction id: a hot standby,
+/// which cannot assign one, limits with its memory store too (tests/failover.rs calls one there).
+#[test]
+fn reading_a_policys_overrides_assigns_no_transaction_id() {
+    let db = TestDb::new("overrides_read_only");
+    db.connect()
+        .batch_execute(
+            "SELECT rate_limit.create_policy('read_only', 1, '1 hour', store => 'memory');
+             SELECT rate_limit.set_override('read_only', 'k', burst => 2)",
+        )
+        .expect("policy");
+    let mut c = db.connect();
+    let mut t = c
+        .build_transaction()
+        .read_only(true)
+        .start()
+        .expect("read only");
+    let allowed: bool = t
+        .query_one("SELECT allowed FROM rate_limit.take('read_only', 'k')", &[])
+        .expect("take")
+        .get(0);
+    assert!(allowed);
+    let xid: Option<i64> = t
+        .query_one("SELECT txid_current_if_assigned()", &[])
+        .expect("xid")
+        .get(0);
+    assert_eq!(xid, None);
 }

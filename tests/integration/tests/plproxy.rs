@@ -109,8 +109,8 @@ fn set_up(router: &mut Client, servers: &[String], mode: &str, timeout: &str) {
         .expect("create_router");
     assert_eq!(
         steps.len(),
-        24,
-        "the cluster, 22 calls and the merged views"
+        26,
+        "the cluster, 24 calls and the merged views"
     );
 }
 
