@@ -274,14 +274,24 @@ CREATE FUNCTION rate_limit."policies_changed"()
                 "rate_limit.policies_changed",
             )
         })?;
-        // fired on rate_limit.policies or rate_limit.key_overrides: either way the policies' cache
-        // (which holds the overrides) is the one to empty
-        // SAFETY: catalog lookups by OID and by name inside the trigger's transaction; the name is a
-        // static C string; a missing relation gives InvalidOid, which empties every cache.
-        let table = unsafe {
-            pg_sys::get_relname_relid(c"policies".as_ptr(), pg_sys::get_rel_namespace(relid))
+        // SAFETY: a catalog lookup by OID inside the trigger's transaction; the name it returns (palloc'd,
+        // or NULL for no relation) is read at once.
+        let on_policies = unsafe {
+            let name = pg_sys::get_rel_name(relid);
+            !name.is_null()
+                && std::ffi::CStr::from_ptr(name)
+                    .to_bytes()
+                    .starts_with(b"policies")
         };
-        policies::invalidate(table);
+        if on_policies {
+            // rate_limit.policies, or under Citus this node's copy of it: the relation the cache read
+            policies::invalidate(relid);
+        } else {
+            // rate_limit.key_overrides (or a node's copy): the cache holds them with the policies, read from a
+            // relation this trigger cannot name (under Citus, this node's copy of the policies), so every
+            // relation cache of the database is invalidated, which empties every backend's policy cache
+            policies::invalidate_all();
+        }
         Ok(None)
     }
 

@@ -114,6 +114,14 @@ pub fn invalidate(table: pg_sys::Oid) {
     unsafe { pg_sys::CacheInvalidateRelcacheByRelid(table) }
 }
 
+/// Queues the invalidation of every relation cache of the database, which empties every backend's policy
+/// cache too (from the trigger on `rate_limit.key_overrides`): each backend then rebuilds the relation
+/// cache entries it uses, a cost paid per change of the overrides.
+pub fn invalidate_all() {
+    // SAFETY: as for invalidate: a plain call into the invalidation machinery inside a transaction.
+    unsafe { pg_sys::CacheInvalidateRelcacheAll() }
+}
+
 /// 42704 for an unknown policy name.
 pub fn unknown(function: &'static str, name: &str) -> ErrorReport {
     ErrorReport::new(
