@@ -58,7 +58,8 @@ COMMENT ON VIEW rate_limit.metrics IS
 
 -- Held leases of each concurrency policy, counted as the owner (pg_monitor reads the counts, never the
 -- keys): each lease slot is a bucket with 0 tokens while held, 1 when free. The table store's slots are
--- read by primary key; the memory store is scanned once, only if a concurrency policy may use it.
+-- read by primary key; the memory store is scanned once, only if a concurrency policy may use it. Parsed
+-- at each call with the caller's search_path, as SECURITY DEFINER: every type and operator is qualified.
 CREATE FUNCTION rate_limit.leases_held_rows() RETURNS TABLE (policy text, held bigint)
 LANGUAGE sql STABLE SECURITY DEFINER PARALLEL UNSAFE AS $$
 WITH leases AS MATERIALIZED (
@@ -67,14 +68,15 @@ WITH leases AS MATERIALIZED (
 -- one scan of the memory store, and only when a concurrency policy may keep its leases there
 in_memory AS MATERIALIZED (
     SELECT m.policy, pg_catalog.count(*) AS held FROM rate_limit.memory_buckets() AS m
-    WHERE EXISTS (SELECT FROM leases AS l WHERE l.store IS DISTINCT FROM 'table')
+    WHERE EXISTS (SELECT FROM leases AS l
+                  WHERE COALESCE(l.store OPERATOR(pg_catalog.<>) 'table', true))
       AND m.algorithm OPERATOR(pg_catalog.=) 'concurrency' AND m.tokens OPERATOR(pg_catalog.<) 1
     GROUP BY m.policy)
-SELECT l.name::text,
+SELECT l.name::pg_catalog.text,
        -- the table store: the policy's slot rows by primary key (namespace name U+001F slot)
        (SELECT pg_catalog.count(*) FROM rate_limit.bucket_state AS s
         WHERE s.namespace OPERATOR(pg_catalog.=) ANY (ARRAY(
-                SELECT l.name OPERATOR(pg_catalog.||) pg_catalog.chr(31) OPERATOR(pg_catalog.||) g::text
+                SELECT l.name OPERATOR(pg_catalog.||) pg_catalog.chr(31) OPERATOR(pg_catalog.||) g::pg_catalog.text
                 FROM pg_catalog.generate_series(0, l.rate OPERATOR(pg_catalog.-) 1) AS g))
           AND rate_limit.state_tokens(s.level, s.updated_at, s.algorithm, s.rate, s.per_us, s.burst,
                 pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) rate_limit.clock_shift())

@@ -166,4 +166,31 @@ mod tests {
         }
         Spi::run("RESET ROLE").expect("reset role");
     }
+
+    /// `leases_held_rows` is SECURITY DEFINER and SQL, parsed at each call with the caller's search_path:
+    /// a member of pg_monitor's own `=` operator or `text` type, placed before pg_catalog, must not be run
+    /// (it would run as the owner) nor change the count.
+    #[pg_test]
+    fn a_pg_monitor_members_look_alike_operators_do_not_run_as_the_owner() {
+        Spi::run(
+            "SELECT rate_limit.create_policy('pt_met_hijack', 2, '1 hour', algorithm => 'concurrency');
+             SELECT rate_limit.acquire('pt_met_hijack', 'k');
+             CREATE ROLE pt_met_hijacker IN ROLE pg_monitor;
+             CREATE SCHEMA pt_met_evil AUTHORIZATION pt_met_hijacker;
+             SET ROLE pt_met_hijacker;
+             CREATE FUNCTION pt_met_evil.eq(text, text) RETURNS boolean LANGUAGE plpgsql AS
+               $$ BEGIN RAISE EXCEPTION 'hijacked as %', current_user; END $$;
+             CREATE OPERATOR pt_met_evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = pt_met_evil.eq);
+             CREATE OPERATOR pt_met_evil.<> (LEFTARG = text, RIGHTARG = text, FUNCTION = pt_met_evil.eq);
+             CREATE DOMAIN pt_met_evil.text AS pg_catalog.int4;
+             SET search_path = pt_met_evil, pg_catalog",
+        )
+        .expect("the look-alikes");
+        let held = Spi::get_one::<i64>(
+            "SELECT leases_held FROM rate_limit.metrics_policies \
+             WHERE policy OPERATOR(pg_catalog.=) 'pt_met_hijack'",
+        );
+        Spi::run("RESET search_path; RESET ROLE").expect("reset");
+        assert_eq!(held.expect("no look-alike ran"), Some(1));
+    }
 }
