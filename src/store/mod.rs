@@ -91,47 +91,46 @@ fn take_in(
 ) -> Result<Vec<Outcome>, ErrorReport> {
     // before this backend's memory answers for a bucket that may not be this node's
     s.ensure_here(function, targets)?;
-    let (mut outcomes, blocked, decided) = match known_short(s, function, targets, cost)? {
-        Some(outcomes) => (
-            outcomes,
-            vec![None; targets.len()],
-            vec![None; targets.len()],
-        ),
+    // `overridden`: the targets' outcomes when an override's answer decides one (else the blocks decide)
+    let (mut outcomes, blocked, overridden) = match known_short(s, function, targets, cost)? {
+        Some(outcomes) => (outcomes, vec![None; targets.len()], None),
         None => {
             let blocked = blocks::blocked(s, function, targets)?;
-            let decided = decided_without_buckets(s, function, targets, &blocked)?;
-            (
-                take_unless_decided(s, function, targets, cost, &decided)?,
-                blocked,
-                decided,
-            )
+            let overridden = decided_by_overrides(s, function, targets, &blocked)?;
+            let decided = overridden.as_deref().unwrap_or(&blocked);
+            let outcomes = take_unless_decided(s, function, targets, cost, decided)?;
+            (outcomes, blocked, overridden)
         }
     };
     if cost > 0 {
-        blocks::count_denials(s, function, targets, &mut outcomes, &decided)?;
+        let decided = overridden.as_deref().unwrap_or(&blocked);
+        blocks::count_denials(s, function, targets, &mut outcomes, decided)?;
         stats::record(targets, &outcomes, cost);
         stats::record_blocks(targets, &blocked);
     }
     Ok(outcomes)
 }
 
-/// The outcome of each target that is decided without its bucket: a key's fixed answer under an override
-/// of its policy (deny or exempt, which comes before any block), else its block (`blocked[i]`).
-fn decided_without_buckets<S: Buckets>(
+/// When a target has a fixed answer under an override of its policy (deny or exempt, which comes before
+/// any block), the outcome of each target decided without its bucket: that answer, else its block
+/// (`blocked[i]`). `None` when no target has one: the blocks alone decide (the common call copies nothing).
+fn decided_by_overrides<S: Buckets>(
     s: &S,
     function: &'static str,
     targets: &[Target<'_>],
     blocked: &[Option<Outcome>],
-) -> Result<Vec<Option<Outcome>>, ErrorReport> {
+) -> Result<Option<Vec<Option<Outcome>>>, ErrorReport> {
     if targets.iter().all(|t| t.verdict.is_none()) {
-        return Ok(blocked.to_vec());
+        return Ok(None);
     }
     let now = s.now(function)?;
-    Ok(targets
-        .iter()
-        .zip(blocked)
-        .map(|(t, b)| t.verdict.map(|v| v.outcome(&t.policy, now)).or(*b))
-        .collect())
+    Ok(Some(
+        targets
+            .iter()
+            .zip(blocked)
+            .map(|(t, b)| t.verdict.map(|v| v.outcome(&t.policy, now)).or(*b))
+            .collect(),
+    ))
 }
 
 /// The outcomes of a call that a bucket this backend remembers short denies (a bucket in shadow mode never
