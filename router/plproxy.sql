@@ -17,10 +17,29 @@
 -- would clash with the forwarding ones, and a router needs no preloaded library), so what sets it up must
 -- live there. Re-running the file and create_router() replaces what they made: that is also how a router is
 -- upgraded or given other partitions.
+--
+-- Safe to expose to every role, as the extension is (docs/security.md): every function here names every
+-- object and operator with its schema, so no caller's search_path (look-alike operators, functions, types
+-- or tables in a schema before pg_catalog or in pg_temp) can change what it does or where it routes a key;
+-- the functions that only the owner runs, or that run only when a call failed, also fix their search_path.
+-- None is SECURITY DEFINER: each call runs as its caller, on the router and on the partitions.
 
 CREATE EXTENSION IF NOT EXISTS plproxy;
 CREATE SCHEMA IF NOT EXISTS rate_limit;
 CREATE SCHEMA IF NOT EXISTS rate_limit_router;
+-- schemas made before by a role that is not a superuser would let it replace the router's functions
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_namespace AS n
+               JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+               WHERE n.nspname OPERATOR(pg_catalog.=) ANY (ARRAY['rate_limit', 'rate_limit_router']::pg_catalog.name[])
+                 AND NOT r.rolsuper) THEN
+        RAISE EXCEPTION USING ERRCODE = 'insufficient_privilege',
+            MESSAGE = 'schema rate_limit or rate_limit_router belongs to a role that is not a superuser',
+            HINT = 'Drop it (or give it to a superuser) before setting the router up: its owner could replace the router''s functions.';
+    END IF;
+END
+$$;
 COMMENT ON SCHEMA rate_limit_router IS 'rate_limit''s PL/Proxy router: its set-up and forwarding functions';
 -- every role may call the router's functions, as on a partition; what is the owner's is revoked below
 GRANT USAGE ON SCHEMA rate_limit, rate_limit_router TO PUBLIC;
@@ -59,51 +78,102 @@ ALTER TABLE rate_limit_router.settings
         CHECK (timeout >= interval '1 millisecond' AND timeout <= interval '1 day');
 
 -- The deadline of every forwarded call (src/cluster/router.rs says why it is PostgreSQL's lock timeout):
--- armed before the call, cleared after it; when it passes, the call fails with 55P03, which the wrapper
--- turns into a partition that is down. From the rate_limit library, which the router loads without the
--- extension (no preloading).
+-- armed at the start of a call's block, it ends with that block (the subtransaction of its EXCEPTION
+-- clause) or with the transaction, whichever way they end: no deadline outlives the call that armed it,
+-- nor a COMMIT, a ROLLBACK or a DISCARD ALL. When it passes, the call fails with 55P03, which the wrapper
+-- turns into a partition that did not answer. From the rate_limit library, which the router loads without
+-- the extension (no preloading).
 CREATE OR REPLACE FUNCTION rate_limit_router.arm_deadline(milliseconds integer) RETURNS void
-LANGUAGE c VOLATILE AS '$libdir/rate_limit', 'router_arm_deadline_wrapper';
+LANGUAGE c VOLATILE AS 'rate_limit', 'router_arm_deadline_wrapper';
 CREATE OR REPLACE FUNCTION rate_limit_router.disarm_deadline() RETURNS void
-LANGUAGE c VOLATILE AS '$libdir/rate_limit', 'router_disarm_deadline_wrapper';
--- value, after clearing the deadline: how a wrapper returns what its partition answered
-CREATE OR REPLACE FUNCTION rate_limit_router.disarmed(value anyelement) RETURNS anyelement
-LANGUAGE plpgsql AS 'BEGIN PERFORM rate_limit_router.disarm_deadline(); RETURN value; END';
+LANGUAGE c VOLATILE AS 'rate_limit', 'router_disarm_deadline_wrapper';
+CREATE OR REPLACE FUNCTION rate_limit_router.deadline_passed() RETURNS boolean
+LANGUAGE c VOLATILE AS 'rate_limit', 'router_deadline_passed_wrapper';
 
--- Calls a fail_open router allowed because their partition was down (not transactional: a rolled-back
--- caller's allowed call stays counted).
+-- Calls a fail_open router allowed because their partition could not be reached (not transactional: a
+-- rolled-back caller's allowed call stays counted). Every role counts in it (USAGE: nextval), as every
+-- caller of a fail_open router must; no role but the owner may set it back (UPDATE).
 CREATE SEQUENCE IF NOT EXISTS rate_limit_router.allowed_while_down;
+REVOKE ALL ON SEQUENCE rate_limit_router.allowed_while_down FROM PUBLIC;
+GRANT USAGE ON SEQUENCE rate_limit_router.allowed_while_down TO PUBLIC;
 
--- Turns PL/Proxy's failure to reach a partition (XX000, "PL/Proxy function …: … PQconnectPoll: …" and the
--- like), and the router's deadline (55P03 raised here, not by a partition: its message has no "PL/Proxy"),
--- into 08006, or, when allow is true, counts it and returns so that the caller answers "allowed". Any other
--- error is raised again as it was: errors a partition raised keep their own SQLSTATE.
--- SECURITY DEFINER: callers of a fail_open router count in the sequence without rights on it (every name
--- in it is qualified).
-CREATE OR REPLACE FUNCTION rate_limit_router.partition_down(message text, state text, allow boolean)
-RETURNS void LANGUAGE plpgsql SECURITY DEFINER AS $$
+-- What a forwarded call that failed with `message` and `state` becomes; returns only when the call is to
+-- be answered "allowed" (allow: a call that takes, on a fail_open router), having counted it:
+--   - the partition could not be reached: PL/Proxy could not open a connection to it (its message names
+--     PQconnectStart, PQconnectPoll or a connect timeout, and carries no answer of the partition's), or the
+--     router's deadline passed with no answer (55P03 while deadline_passed()): 08006, or allowed;
+--   - the partition answered, late: its own lock timeout (the key's row is held by another transaction
+--     there) or statement timeout, both shorter than the router's (create_router sets them): 55P03 or
+--     57014, never allowed: a locked key is that key's problem, not the partition's;
+--   - a connection that was open and broke: 08006, never allowed;
+--   - any other error is raised again as it was (errors a partition raised keep their SQLSTATE).
+CREATE OR REPLACE FUNCTION rate_limit_router.forwarding_failed(message text, state text, allow boolean)
+RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    late boolean := state = '55P03' AND message = 'canceling statement due to lock timeout';
+    remote boolean := message OPERATOR(pg_catalog.~) '^[^ ]+\([0-9]+\): \[[^]]*\] REMOTE ';
+    late boolean := state OPERATOR(pg_catalog.=) '55P03' AND NOT remote
+                    AND message OPERATOR(pg_catalog.=) 'canceling statement due to lock timeout'
+                    AND rate_limit_router.deadline_passed();
+    connecting boolean := state OPERATOR(pg_catalog.=) 'XX000'
+        AND message OPERATOR(pg_catalog.~) '^PL/Proxy function [^ ]+: (\[[^]]*\] (PQconnectStart|PQconnectPoll): |connect timeout to: )';
+    -- the partition answered the connection, with an error of its own (a role or database it does not
+    -- know, too many connections, a failed authentication): it is up
+    refused boolean := connecting AND message OPERATOR(pg_catalog.~) '(FATAL|ERROR): ';
+    unreachable boolean := late OR (connecting AND NOT refused);
+    lost boolean := state OPERATOR(pg_catalog.=) 'XX000'
+        AND message OPERATOR(pg_catalog.~) '^PL/Proxy function [^ ]+: (\[[^]]*\] (PQconsumeInput|PQsendQuery|PQsendQueryParams|PQflush): |check_old_conn: |poll\(\) failed: )';
 BEGIN
-    IF NOT late AND (state <> 'XX000' OR message !~ '^PL/Proxy function .*(PQconnect|PQconsumeInput|PQsendQuery|PQflush|connect timeout|query timeout|check_old_conn)') THEN
-        RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message;
-    END IF;
-    IF allow THEN
-        PERFORM nextval('rate_limit_router.allowed_while_down');
+    IF unreachable AND allow THEN
+        PERFORM pg_catalog.nextval('rate_limit_router.allowed_while_down'::pg_catalog.regclass);
         RETURN;
     END IF;
-    RAISE EXCEPTION USING ERRCODE = 'connection_failure',
-        MESSAGE = CASE WHEN late
-                       THEN 'rate_limit: a partition this call needs did not answer within the router''s timeout'
-                       ELSE 'rate_limit: a partition this call needs is down' END,
-        DETAIL = CASE WHEN late THEN 'rate_limit_router.settings.timeout passed' ELSE message END,
-        HINT = 'Nothing was granted, denied or changed on it. This router fails closed (docs/scaling.md#plproxy).';
+    IF unreachable OR refused OR lost THEN
+        RAISE EXCEPTION USING ERRCODE = 'connection_failure',
+            MESSAGE = CASE WHEN late
+                           THEN 'rate_limit: a partition this call needs did not answer within the router''s timeout'
+                           WHEN unreachable THEN 'rate_limit: a partition this call needs is down'
+                           WHEN refused THEN 'rate_limit: a partition this call needs refused the connection'
+                           ELSE 'rate_limit: the connection to a partition this call needs broke' END,
+            DETAIL = CASE WHEN late THEN 'rate_limit_router.settings.timeout passed' ELSE message END,
+            HINT = CASE WHEN unreachable AND NOT late
+                        THEN 'Nothing was granted, denied or changed on it: it was not reached. This router '
+                             || (CASE WHEN allow THEN 'fails open only for calls that take' ELSE 'fails closed' END)
+                             || ' (docs/scaling.md#plproxy).'
+                        WHEN refused
+                        THEN 'Nothing was granted, denied or changed on it. The partition is up and refused this role''s connection: the role must exist there, with CONNECT; a refusal is never answered "allowed" (docs/scaling.md#plproxy).'
+                        ELSE 'The partition may have applied the call if it had begun it: retrying may take a token twice, never grant one twice. A partition gives a call up at its own statement timeout, shorter than the router''s (docs/scaling.md#plproxy).' END;
+    END IF;
+    IF remote AND state OPERATOR(pg_catalog.=) '55P03' THEN
+        RAISE EXCEPTION USING ERRCODE = 'lock_not_available',
+            MESSAGE = 'rate_limit: the bucket of this key is held by another transaction on its partition',
+            DETAIL = message,
+            HINT = 'Nothing was granted, denied or changed: the partition gave the call up at its lock timeout, half the router''s. Retry; a transaction left open on the partition holds the key until it ends.';
+    END IF;
+    IF remote AND state OPERATOR(pg_catalog.=) '57014' THEN
+        RAISE EXCEPTION USING ERRCODE = 'query_canceled',
+            MESSAGE = 'rate_limit: the partition of this key did not finish the call within its statement timeout',
+            DETAIL = message,
+            HINT = 'Nothing was granted, denied or changed: the partition gave the call up at its own timeout, three quarters of the router''s. Retry, or give the router a longer timeout.';
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message;
+END
+$$;
+
+-- What the forwarding functions of a router set up by an earlier 0.5.0 build call, until create_router makes
+-- them again (and drops these): the same answers, as the caller, with nothing SECURITY DEFINER left.
+DO $$
+BEGIN
+    IF pg_catalog.to_regprocedure('rate_limit_router.partition_down(text,text,boolean)') IS NOT NULL THEN
+        CREATE OR REPLACE FUNCTION rate_limit_router.partition_down(message text, state text, allow boolean)
+        RETURNS void LANGUAGE plpgsql SECURITY INVOKER SET search_path = pg_catalog, pg_temp
+        AS 'BEGIN PERFORM rate_limit_router.forwarding_failed(message, state, allow); END';
+    END IF;
 END
 $$;
 
 -- take_many routes by its first key (create_router's wrapper refuses keys of several partitions).
 CREATE OR REPLACE FUNCTION rate_limit_router.first_key_hash(keys text[]) RETURNS integer
-LANGUAGE sql IMMUTABLE AS 'SELECT hashtext(keys[1])';
+LANGUAGE sql IMMUTABLE AS 'SELECT pg_catalog.hashtext(keys[1])';
 
 -- The extension's calls, as the router forwards them:
 --   name, schema (where the router defines it), parameters (the extension's), the arguments passed on,
@@ -118,37 +188,37 @@ RETURNS SETOF record LANGUAGE sql IMMUTABLE AS $$
 VALUES
   ('rate_limiting_request', 'public',
    'id text, refill_per_sec integer DEFAULT 2, window_seconds integer DEFAULT 60',
-   'id, refill_per_sec, window_seconds', 'integer', 'hashtext(id)', 'take', '0'),
+   'id, refill_per_sec, window_seconds', 'integer', 'pg_catalog.hashtext(id)', 'take', '0'),
   ('tokens', 'rate_limit', 'id text, refill_per_sec integer DEFAULT 2, window_seconds integer DEFAULT 60',
-   'id, refill_per_sec, window_seconds', 'numeric', 'hashtext(id)', 'read', NULL),
+   'id, refill_per_sec, window_seconds', 'numeric', 'pg_catalog.hashtext(id)', 'read', NULL),
   ('peek_request', 'rate_limit', 'id text, refill_per_sec integer DEFAULT 2, window_seconds integer DEFAULT 60',
-   'id, refill_per_sec, window_seconds', 'bigint', 'hashtext(id)', 'read', NULL),
-  ('reset_request', 'rate_limit', 'id text', 'id', 'boolean', 'hashtext(id)', 'owner', NULL),
+   'id, refill_per_sec, window_seconds', 'bigint', 'pg_catalog.hashtext(id)', 'read', NULL),
+  ('reset_request', 'rate_limit', 'id text', 'id', 'boolean', 'pg_catalog.hashtext(id)', 'owner', NULL),
   ('take', 'rate_limit', 'policy text, key text, cost integer DEFAULT 1', 'policy, key, cost',
-   'rate_limit.decision', 'hashtext(key)', 'take',
+   'rate_limit.decision', 'pg_catalog.hashtext(key)', 'take',
    'ROW(true, NULL, NULL, interval ''0'', NULL, policy, false, NULL)::rate_limit.decision'),
-  ('peek', 'rate_limit', 'policy text, key text', 'policy, key', 'rate_limit.decision', 'hashtext(key)',
+  ('peek', 'rate_limit', 'policy text, key text', 'policy, key', 'rate_limit.decision', 'pg_catalog.hashtext(key)',
    'read', NULL),
   ('wait', 'rate_limit', 'policy text, key text, cost integer DEFAULT 1, timeout interval DEFAULT NULL',
-   'policy, key, cost, timeout', 'rate_limit.decision', 'hashtext(key)', 'take',
+   'policy, key, cost, timeout', 'rate_limit.decision', 'pg_catalog.hashtext(key)', 'take',
    'ROW(true, NULL, NULL, interval ''0'', NULL, policy, false, NULL)::rate_limit.decision'),
   ('charge', 'rate_limit', 'policy text, key text, cost bigint', 'policy, key, cost', 'rate_limit.decision',
-   'hashtext(key)', 'take', 'ROW(true, NULL, NULL, interval ''0'', NULL, policy, false, NULL)::rate_limit.decision'),
-  ('acquire', 'rate_limit', 'policy text, key text', 'policy, key', 'rate_limit.decision', 'hashtext(key)', 'take',
+   'pg_catalog.hashtext(key)', 'take', 'ROW(true, NULL, NULL, interval ''0'', NULL, policy, false, NULL)::rate_limit.decision'),
+  ('acquire', 'rate_limit', 'policy text, key text', 'policy, key', 'rate_limit.decision', 'pg_catalog.hashtext(key)', 'take',
    'ROW(true, NULL, NULL, interval ''0'', NULL, policy, false, NULL)::rate_limit.decision'),
-  ('release', 'rate_limit', 'policy text, key text, lease bigint', 'policy, key, lease', 'boolean', 'hashtext(key)',
+  ('release', 'rate_limit', 'policy text, key text, lease bigint', 'policy, key, lease', 'boolean', 'pg_catalog.hashtext(key)',
    'read', NULL),
   ('refund', 'rate_limit', 'policy text, key text, tokens bigint', 'policy, key, tokens',
-   'rate_limit.decision', 'hashtext(key)', 'owner', NULL),
-  ('reset', 'rate_limit', 'policy text, key text', 'policy, key', 'boolean', 'hashtext(key)', 'owner', NULL),
+   'rate_limit.decision', 'pg_catalog.hashtext(key)', 'owner', NULL),
+  ('reset', 'rate_limit', 'policy text, key text', 'policy, key', 'boolean', 'pg_catalog.hashtext(key)', 'owner', NULL),
   ('block', 'rate_limit', 'policy text, key text, duration interval', 'policy, key, duration',
-   'rate_limit.decision', 'hashtext(key)', 'owner', NULL),
-  ('unblock', 'rate_limit', 'policy text, key text', 'policy, key', 'boolean', 'hashtext(key)', 'owner', NULL),
+   'rate_limit.decision', 'pg_catalog.hashtext(key)', 'owner', NULL),
+  ('unblock', 'rate_limit', 'policy text, key text', 'policy, key', 'boolean', 'pg_catalog.hashtext(key)', 'owner', NULL),
   ('take_ad_hoc', 'rate_limit',
    'key text, rate bigint, per interval, burst bigint DEFAULT NULL, cost integer DEFAULT 1',
-   'key, rate, per, burst, cost', 'rate_limit.decision', 'hashtext(key)', 'take',
+   'key, rate, per, burst, cost', 'rate_limit.decision', 'pg_catalog.hashtext(key)', 'take',
    'ROW(true, NULL, NULL, interval ''0'', NULL, NULL, false, NULL)::rate_limit.decision'),
-  ('reset_ad_hoc', 'rate_limit', 'key text', 'key', 'boolean', 'hashtext(key)', 'owner', NULL),
+  ('reset_ad_hoc', 'rate_limit', 'key text', 'key', 'boolean', 'pg_catalog.hashtext(key)', 'owner', NULL),
   ('take_many', 'rate_limit', 'policies text[], keys text[], cost integer DEFAULT 1', 'policies, keys, cost',
    'rate_limit.decision', 'rate_limit_router.first_key_hash(keys)', 'take',
    'ROW(true, NULL, NULL, interval ''0'', NULL, policies[1], false, NULL)::rate_limit.decision'),
@@ -169,48 +239,76 @@ VALUES
 $$;
 
 -- How the answers of every partition (RUN ON ALL) become one: NULL for calls routed to one partition.
-CREATE OR REPLACE FUNCTION rate_limit_router.combined(name text) RETURNS text LANGUAGE sql IMMUTABLE AS $$
-SELECT CASE name
-    WHEN 'create_policy' THEN 'PERFORM %s; PERFORM rate_limit_router.disarm_deadline(); RETURN;'
-    WHEN 'alter_policy' THEN 'PERFORM %s; PERFORM rate_limit_router.disarm_deadline(); RETURN;'
-    WHEN 'drop_policy' THEN 'RETURN rate_limit_router.disarmed((SELECT bool_or(r) FROM %s AS r));'
-    WHEN 'set_override' THEN 'PERFORM %s; PERFORM rate_limit_router.disarm_deadline(); RETURN;'
-    WHEN 'clear_override' THEN 'RETURN rate_limit_router.disarmed((SELECT bool_or(r) FROM %s AS r));'
-    WHEN 'purge' THEN 'RETURN rate_limit_router.disarmed((SELECT sum(r)::bigint FROM %s AS r));'
-END
+CREATE OR REPLACE FUNCTION rate_limit_router.combined(name text) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+SELECT CASE WHEN name OPERATOR(pg_catalog.=) ANY (ARRAY['create_policy', 'alter_policy', 'set_override'])
+            THEN 'PERFORM %s; RETURN;'
+            WHEN name OPERATOR(pg_catalog.=) ANY (ARRAY['drop_policy', 'clear_override'])
+            THEN 'RETURN (SELECT pg_catalog.bool_or(r) FROM %s AS r);'
+            WHEN name OPERATOR(pg_catalog.=) 'purge'
+            THEN 'RETURN (SELECT pg_catalog.sum(r)::bigint FROM %s AS r);'
+       END
 $$;
+-- only create_router reads the calls and how they combine
+REVOKE ALL ON FUNCTION rate_limit_router.combined(text), rate_limit_router.calls() FROM PUBLIC;
 
 -- Drops every function called schema.name, whatever its arguments: a router set up for an older version has
 -- the older signatures (create_policy of 0.3.0 took six arguments), which would forward to partitions that
 -- no longer have them and, beside the new ones, make calls by position ambiguous.
 CREATE OR REPLACE FUNCTION rate_limit_router.drop_every_overload(schema text, name text)
-RETURNS void LANGUAGE plpgsql AS $$
+RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    f regprocedure;
+    f pg_catalog.regprocedure;
 BEGIN
     FOR f IN SELECT p.oid::pg_catalog.regprocedure FROM pg_catalog.pg_proc AS p
              WHERE p.pronamespace OPERATOR(pg_catalog.=) schema::pg_catalog.regnamespace
                AND p.proname OPERATOR(pg_catalog.=) name LOOP
-        EXECUTE format('DROP FUNCTION %s', f);
+        EXECUTE pg_catalog.format('DROP FUNCTION %s', f);
     END LOOP;
 END
 $$;
 REVOKE ALL ON FUNCTION rate_limit_router.drop_every_overload(text, text) FROM PUBLIC;
 
+-- A partition's connection string as the router's cluster uses it: the caller's, with the settings every
+-- forwarded call runs under on the partition. Its own timeouts, shorter than the router's, so that a
+-- partition that is up answers before the router gives up: a call waiting for a row another transaction
+-- holds ends at half the router's timeout (lock_timeout: the key is busy), any call at three quarters
+-- (statement_timeout), each with nothing taken; and pg_catalog alone on its search_path. Connection
+-- options given by the client outrank every role's and database's own settings, so no role can lift them
+-- for its calls. 22023 for a connection string that sets options itself (they would be replaced).
+CREATE OR REPLACE FUNCTION rate_limit_router.partition_connection(partition text, timeout_ms integer)
+RETURNS text LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF partition OPERATOR(pg_catalog.~*) '(^|[[:space:]?&])options[[:space:]]*=' THEN
+        RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
+            MESSAGE = 'create_router: a partition''s connection string sets options',
+            DETAIL = 'The router sets the options of its connections: the timeouts a partition gives its calls.',
+            HINT = 'Remove options from the connection string; set what it held for the role or database on the partition.';
+    END IF;
+    RETURN partition OPERATOR(pg_catalog.||) pg_catalog.format(
+        ' options=''-c statement_timeout=%s -c lock_timeout=%s -c search_path=pg_catalog,pg_temp''',
+        GREATEST(1, timeout_ms OPERATOR(pg_catalog.*) 3 OPERATOR(pg_catalog./) 4),
+        GREATEST(1, timeout_ms OPERATOR(pg_catalog./) 2));
+END
+$$;
+
 -- Sets the router up, or replaces its set-up: the PL/Proxy cluster `cluster` (a SQL/MED server with one
 -- connection string per partition, a power of two of them, and a user mapping for PUBLIC: each caller
 -- reaches the partitions as itself, so they check its rights), and the forwarding functions. on_partition_down
--- is 'fail_closed' (a call whose partition is down raises 08006) or 'fail_open' (calls that take tokens are
--- allowed and counted in rate_limit_router.allowed_while_down; reads and the owner's calls still fail closed).
--- timeout bounds every call: a partition that has not answered by then is down for that call, whether it
--- refused the connection or stopped answering on one (a frozen server).
+-- is 'fail_closed' (a call whose partition cannot be reached raises 08006) or 'fail_open' (calls that take
+-- tokens are then allowed and counted in rate_limit_router.allowed_while_down; reads and the owner's calls
+-- still fail closed, and so does every call whose partition answered, late or with an error). timeout bounds
+-- every call: a partition that has not answered by then did not answer, whether it never accepted the
+-- connection or stopped answering on one (a frozen server); the partitions give calls up sooner themselves
+-- (partition_connection).
 DROP FUNCTION IF EXISTS rate_limit_router.create_router(text, text[], text);
 CREATE OR REPLACE FUNCTION rate_limit_router.create_router(
     cluster text, partitions text[], on_partition_down text DEFAULT 'fail_closed',
     timeout interval DEFAULT interval '2 seconds')
-RETURNS TABLE (object text, action text) LANGUAGE plpgsql AS $$
+RETURNS TABLE (object text, action text) LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     n integer := coalesce(cardinality(partitions), 0);
+    ms integer;
     c record;
     options text;
     remote_result text;
@@ -225,6 +323,7 @@ BEGIN
             MESSAGE = format('create_router: timeout is %s', timeout),
             HINT = 'Give how long a call may wait for its partitions, from 1 millisecond to 1 day, e.g. interval ''2 seconds''.';
     END IF;
+    ms := ceil(extract(epoch FROM timeout) * 1000)::integer;
     IF n < 1 OR n & (n - 1) <> 0 OR array_position(partitions, NULL) IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = format('create_router: %s partitions; PL/Proxy needs a power of two (1, 2, 4, …)', n),
@@ -232,11 +331,15 @@ BEGIN
     END IF;
     IF on_partition_down NOT IN ('fail_closed', 'fail_open') THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
-            MESSAGE = format('create_router: on_partition_down is %L', on_partition_down),
+            MESSAGE = format('create_router: on_partition_down is %L',
+                             CASE WHEN length(on_partition_down) > 64
+                                  THEN left(on_partition_down, 64) || format('… (%s bytes)', octet_length(on_partition_down))
+                                  ELSE on_partition_down END),
             HINT = 'Use fail_closed (08006 while a partition is down) or fail_open (allowed, counted).';
     END IF;
 
-    SELECT string_agg(format('p%s %L', i - 1, partitions[i]), ', ' ORDER BY i) INTO options
+    SELECT string_agg(format('p%s %L', i - 1, rate_limit_router.partition_connection(partitions[i], ms)), ', '
+                      ORDER BY i) INTO options
     FROM generate_subscripts(partitions, 1) AS i;
     EXECUTE format('DROP SERVER IF EXISTS %I CASCADE', cluster);
     EXECUTE format('CREATE SERVER %I FOREIGN DATA WRAPPER plproxy OPTIONS (connection_lifetime %L, %s)',
@@ -268,16 +371,17 @@ BEGIN
             EXECUTE format('REVOKE ALL ON FUNCTION rate_limit_router.%I FROM PUBLIC', c.name || '_remote');
         END IF;
 
-        -- the function callers see: the extension's name, parameters and result
+        -- the function callers see: the extension's name, parameters and result. Its block arms the
+        -- deadline, which ends with the block (a subtransaction): nothing else to clear on any path.
         body := CASE
             WHEN c.route = 'ALL' THEN
                 format(rate_limit_router.combined(c.name),
                        format('rate_limit_router.%I(%s)', c.name || '_remote', c.arguments))
-            ELSE format('RETURN rate_limit_router.disarmed(rate_limit_router.%I(%s));', c.name || '_remote',
-                        c.arguments) END;
+            ELSE format('RETURN rate_limit_router.%I(%s);', c.name || '_remote', c.arguments) END;
         IF c.name = 'take_many' THEN
             body := format(
-                'IF (SELECT count(DISTINCT hashtext(k) & %s) FROM unnest(keys) AS k) > 1 THEN '
+                'IF (SELECT pg_catalog.count(DISTINCT pg_catalog.hashtext(k) OPERATOR(pg_catalog.&) %s) '
+                '    FROM pg_catalog.unnest(keys) AS k) OPERATOR(pg_catalog.>) 1 THEN '
                 '  RAISE EXCEPTION USING ERRCODE = ''feature_not_supported'', '
                 '    MESSAGE = ''rate_limit.take_many: these keys live on different partitions'', '
                 '    HINT = ''Behind a PL/Proxy router take_many is all or nothing only for keys of one partition; '
@@ -289,11 +393,9 @@ BEGIN
             'CREATE FUNCTION %I.%I(%s) RETURNS %s LANGUAGE plpgsql AS %L',
             c.schema, c.name, c.parameters, c.result,
             format('BEGIN PERFORM rate_limit_router.arm_deadline(%s); %s '
-                   'EXCEPTION WHEN internal_error OR lock_not_available THEN '
-                   'PERFORM rate_limit_router.disarm_deadline(); '
-                   'PERFORM rate_limit_router.partition_down(SQLERRM, SQLSTATE, %s); RETURN %s; '
-                   'WHEN OTHERS THEN PERFORM rate_limit_router.disarm_deadline(); RAISE; END',
-                   ceil(extract(epoch FROM timeout) * 1000)::integer, body,
+                   'EXCEPTION WHEN internal_error OR lock_not_available OR query_canceled THEN '
+                   'PERFORM rate_limit_router.forwarding_failed(SQLERRM, SQLSTATE, %s); RETURN %s; END',
+                   ms, body,
                    CASE WHEN c.kind = 'take' AND on_partition_down = 'fail_open' THEN 'true' ELSE 'false' END,
                    coalesce(c.open_answer, CASE WHEN c.result = 'void' THEN '' ELSE 'NULL' END)));
         IF c.kind = 'owner' THEN
@@ -328,12 +430,18 @@ BEGIN
         RETURNS SETOF record LANGUAGE plproxy AS %L$f$,
         format('CLUSTER %L; RUN ON ALL; SELECT kind, policy, key, tokens, "limit", rate, per, algorithm, '
                'updated_at, store FROM rate_limit.buckets;', cluster));
+    REVOKE ALL ON FUNCTION rate_limit_router.stats_remote(), rate_limit_router.top_limited_remote(),
+        rate_limit_router.buckets_remote() FROM PUBLIC;
     object := 'rate_limit.stats, rate_limit.top_limited, rate_limit.buckets';
     action := 'merged from every partition';
     RETURN NEXT;
+    -- what forwarding functions made by an earlier 0.5.0 build called
+    DROP FUNCTION IF EXISTS rate_limit_router.partition_down(text, text, boolean);
+    DROP FUNCTION IF EXISTS rate_limit_router.disarmed(anyelement);
 END
 $$;
 REVOKE ALL ON FUNCTION rate_limit_router.create_router(text, text[], text, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION rate_limit_router.partition_connection(text, integer) FROM PUBLIC;
 
 -- Placeholders until create_router replaces them (the views need them to exist).
 DO $$
@@ -356,19 +464,14 @@ $$;
 
 -- The merged views read every partition; one that is down makes them fail with 08006.
 CREATE OR REPLACE FUNCTION rate_limit_router.every_partition(what text) RETURNS SETOF json
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM rate_limit_router.arm_deadline(coalesce(
-        (SELECT ceil(extract(epoch FROM timeout) * 1000)::integer FROM rate_limit_router.settings), 2000));
-    RETURN QUERY EXECUTE format('SELECT row_to_json(r) FROM rate_limit_router.%I() AS r', what || '_remote');
-    PERFORM rate_limit_router.disarm_deadline();
+        (SELECT ceil(extract(epoch FROM s.timeout) * 1000)::integer FROM rate_limit_router.settings AS s), 2000));
+    RETURN QUERY EXECUTE format('SELECT pg_catalog.row_to_json(r) FROM rate_limit_router.%I() AS r', what || '_remote');
 EXCEPTION
-    WHEN internal_error OR lock_not_available THEN
-        PERFORM rate_limit_router.disarm_deadline();
-        PERFORM rate_limit_router.partition_down(SQLERRM, SQLSTATE, false);
-    WHEN OTHERS THEN
-        PERFORM rate_limit_router.disarm_deadline();
-        RAISE;
+    WHEN internal_error OR lock_not_available OR query_canceled THEN
+        PERFORM rate_limit_router.forwarding_failed(SQLERRM, SQLSTATE, false);
 END
 $$;
 REVOKE ALL ON FUNCTION rate_limit_router.every_partition(text) FROM PUBLIC;

@@ -199,6 +199,29 @@ install_plproxy() {
 }
 install_plproxy
 
+# --- PL/Proxy for the tests' PostgreSQL 13 and 14 (the router's search_path test), built from Debian's source --
+# Debian builds binary packages of PL/Proxy for its own PostgreSQL (15 in bookworm) only; its source package's
+# upstream tarball (2.11.0, served by Debian's mirror, pinned by hash) builds against any PostgreSQL with PGXS.
+PLPROXY_ORIG=postgresql-plproxy_2.11.0.orig.tar.gz
+PLPROXY_SHA256=9b65d918fc7027a529868a1a30cced974c1fdbf91c0f1d25f757b9f8ec80353f
+build_plproxy() { # build_plproxy VERSION
+  local v=$1 prefix="$PG_CACHE/$1" work="$PG_CACHE/src/plproxy-$1" tarball="$PG_CACHE/src/$PLPROXY_ORIG"
+  [ -f "$prefix/.plproxy-2.11.0" ] && [ -f "$("$prefix/bin/pg_config" --pkglibdir)/plproxy.so" ] && return 0
+  log "building PL/Proxy 2.11.0 for PostgreSQL $v (Debian's source, about 20 seconds)"
+  if ! echo "$PLPROXY_SHA256  $tarball" | sha256sum -c --quiet - >/dev/null 2>&1; then
+    curl -fsSL -o "$tarball" "http://deb.debian.org/debian/pool/main/p/postgresql-plproxy/$PLPROXY_ORIG"
+    echo "$PLPROXY_SHA256  $tarball" | sha256sum -c --quiet - || { log "$tarball: wrong checksum"; return 1; }
+  fi
+  rm -rf "$work" && mkdir -p "$work"
+  tar -xzf "$tarball" -C "$work" --strip-components=1
+  ( cd "$work"
+    { make PG_CONFIG="$prefix/bin/pg_config" && make PG_CONFIG="$prefix/bin/pg_config" install; } \
+      >"$work.log" 2>&1 || { tail -n 40 "$work.log" >&2; exit 1; } )
+  rm -rf "$work"
+  touch "$prefix/.plproxy-2.11.0"
+}
+if $ALL; then for v in 13 14; do build_plproxy "$v"; done; fi
+
 # --- cargo pgrx init (writes ~/.pgrx/config.toml) ----------------------------------------------------------
 cfg="$HOME/.pgrx/config.toml"
 need_init=false

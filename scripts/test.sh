@@ -20,6 +20,8 @@
 #      rate_limit.distribute() (tests/integration/tests/citus.rs; Citus 14.0.1 built by install-deps.sh)
 #   (PostgreSQL 15) PL/Proxy: a router database set up by router/plproxy.sql, forwarding to two partitions
 #      (tests/integration/tests/plproxy.rs; Debian's postgresql-15-plproxy, installed by install-deps.sh)
+#   (PostgreSQL 13, 14, where every role may create in schema public) PL/Proxy again, the router's
+#      search_path test only (PL/Proxy built from Debian's source package by install-deps.sh)
 #   (PostgreSQL 15) failover: a standby promoted while clients hammer a key, with synchronous and
 #      asynchronous replication and with its clock an hour off (tests/integration/tests/failover.rs)
 #   6. (PostgreSQL 15) the examples of README.md and docs/: docs/examples/*.sql run on a preloaded cluster
@@ -133,8 +135,9 @@ citus() { # citus VERSION: three fresh nodes with Citus and rate_limit preloaded
 PLPROXY_SERVERS=(plproxy-router plproxy-partition0 plproxy-partition1)
 plproxy_port() { echo $((6700 - 100 * $2 + $1)); } # plproxy_port VERSION SERVER_INDEX: 6715, 6615, 6515
 
-plproxy() { # plproxy VERSION: a router server (PL/Proxy) and two partitions (rate_limit), then tests/plproxy.rs
-  local v=$1 i servers=() status=0 dir
+plproxy() { # plproxy VERSION [FILTER]: a router server (PL/Proxy) and two partitions (rate_limit), then
+  # tests/plproxy.rs (those whose names contain FILTER)
+  local v=$1 filter=${2:-} i servers=() status=0 dir
   for i in 0 1 2; do
     dir="$TEST_ROOT/${PLPROXY_SERVERS[i]}-$v"
     cluster_stop "$v" "$dir"
@@ -152,7 +155,7 @@ plproxy() { # plproxy VERSION: a router server (PL/Proxy) and two partitions (ra
   RATE_LIMIT_TEST_PLPROXY_PARTITION1_STOP="$(pg_ctl_command "$v" "$dir" stop)" \
   RATE_LIMIT_TEST_PLPROXY_PARTITION1_START="$(pg_ctl_command "$v" "$dir" start)" \
   RATE_LIMIT_TEST_PLPROXY_PARTITION1_DATA="$dir" \
-    cargo test -p rate_limit_integration --test plproxy -- --test-threads=1 || status=$?
+    cargo test -p rate_limit_integration --test plproxy -- --test-threads=1 $filter || status=$?
   for i in 0 1 2; do cluster_stop "$v" "$TEST_ROOT/${PLPROXY_SERVERS[i]}-$v"; done
   return "$status"
 }
@@ -249,6 +252,10 @@ for v in "${VERSIONS[@]}"; do
   stop_clusters "$v"
   if [ "$v" -ge 16 ]; then
     step "PostgreSQL $v: Citus, a coordinator and two workers" citus "$v"
+  fi
+  if [ "$v" -le 14 ]; then
+    step "PostgreSQL $v: PL/Proxy, the router's functions against look-alikes (CREATE on public for every role)" \
+      plproxy "$v" router_functions_ignore_every_look_alike
   fi
   if [ "$v" = 15 ]; then
     step "PostgreSQL 15: PL/Proxy, a router and two partitions" plproxy "$v"

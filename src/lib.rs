@@ -63,13 +63,21 @@ pub extern "C-unwind" fn _PG_init() {
 }
 
 /// A rolled-back transaction may refund tokens: forget the buckets remembered as short. Forget what the
-/// cluster module remembers for one transaction. At every end of a transaction, add this backend's pending denials to the statistics once they are old enough.
+/// cluster module remembers for one transaction, and clear the router's deadline. At every end of a transaction, add this backend's pending denials to the statistics once they are old enough.
 #[pg_guard]
 unsafe extern "C-unwind" fn on_xact_event(
     event: pg_sys::XactEvent::Type,
     _arg: *mut std::ffi::c_void,
 ) {
     cluster::forget_transaction_memos();
+    if event == pg_sys::XactEvent::XACT_EVENT_COMMIT
+        || event == pg_sys::XactEvent::XACT_EVENT_ABORT
+        || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_COMMIT
+        || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT
+        || event == pg_sys::XactEvent::XACT_EVENT_PREPARE
+    {
+        cluster::router::on_transaction_end();
+    }
     if event == pg_sys::XactEvent::XACT_EVENT_ABORT
         || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT
     {
@@ -81,14 +89,19 @@ unsafe extern "C-unwind" fn on_xact_event(
     }
 }
 
-/// Likewise for ROLLBACK TO SAVEPOINT.
+/// Likewise for ROLLBACK TO SAVEPOINT; and the router's deadline ends with the subtransaction that armed it.
 #[pg_guard]
 unsafe extern "C-unwind" fn on_subxact_event(
     event: pg_sys::SubXactEvent::Type,
-    _my: pg_sys::SubTransactionId,
+    my: pg_sys::SubTransactionId,
     _parent: pg_sys::SubTransactionId,
     _arg: *mut std::ffi::c_void,
 ) {
+    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_COMMIT_SUB
+        || event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB
+    {
+        cluster::router::on_subtransaction_end(my);
+    }
     if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
         cluster::forget_transaction_memos();
         store::short::forget_all();

@@ -20,7 +20,17 @@
 //! - a role with only LOGIN takes through the router (and through a `fail_open` one while a partition is
 //!   down), and is refused the owner's calls (42501), as on one server;
 //! - the router forwards exactly the SQL surface's forwarded functions (`src/surface.rs`), each with
-//!   its signature, its route and its privilege.
+//!   its signature, its route and its privilege;
+//! - no caller's search_path changes what a router function does or where it routes a key: look-alike
+//!   operators, functions, aggregates, types, tables and sequences in a schema before pg_catalog, in
+//!   `public` (where PostgreSQL 13 and 14 let every role create) and in pg_temp are never called, and
+//!   every answer equals a clean session's, also while a partition is down on a fail_open router;
+//! - a key whose row another transaction holds on its partition is that key's problem: the partition
+//!   gives the call up at its own lock timeout (half the router's) with nothing taken, the router answers
+//!   55P03, never "allowed" (before: a fail_open router allowed it, and the call kept waiting on the
+//!   partition, where it took the token once the lock was released);
+//! - the router's deadline never outlives the call or transaction that armed it (COMMIT, ROLLBACK, a
+//!   savepoint's end, DISCARD ALL): before, it cancelled the session's next statement.
 //!
 //! `RATE_LIMIT_TEST_PLPROXY` names the router's server and the two partitions' servers, separated by `;`
 //! (connection strings without a database); `none` skips these tests.
@@ -624,7 +634,7 @@ fn the_router_forwards_exactly_the_surfaces_forwarded_functions() {
         .filter(|f| f.route != Route::NotForwarded)
         .map(|f| {
             let route = match (f.route, f.key) {
-                (Route::KeysPartition, Some(key)) => format!("hashtext({key})"),
+                (Route::KeysPartition, Some(key)) => format!("pg_catalog.hashtext({key})"),
                 (Route::FirstKeysPartition, _) => "rate_limit_router.first_key_hash(keys)".into(),
                 (Route::EveryPartition, _) => "ALL".into(),
                 (Route::AnyPartition, _) => "ANY".into(),
@@ -721,4 +731,440 @@ fn a_frozen_partition_ends_every_call_within_the_timeout() {
             Err(e) => panic!("the resumed partition is not used again: {e:?}"),
         }
     }
+}
+
+/// The deadline ends with what armed it: a forwarded call's block, a savepoint, a transaction (committed,
+/// rolled back, or the one DISCARD ALL runs in). Before, `arm_deadline` (executable by PUBLIC) left a timer
+/// that cancelled the session's next statement after COMMIT and DISCARD ALL: behind a pooler, another
+/// client's. Checked as a role with only LOGIN.
+#[test]
+fn the_deadline_never_outlives_the_call_or_transaction_that_armed_it() {
+    let Some((_one, servers)) = router() else {
+        return;
+    };
+    let mut r = connect(&servers[0], ROUTER);
+    set_up(&mut r, servers, "fail_closed", "300 milliseconds");
+    ensure_role(servers, "rl_router_user");
+    let mut user = Client::connect(
+        &format!("{} dbname={ROUTER} user=rl_router_user", servers[0]),
+        NoTls,
+    )
+    .expect("connect as the role");
+    // each statement sent on its own (a simple-query batch would be one implicit transaction)
+    let sleeps = |c: &mut Client, before: &[&str]| -> Result<(), postgres::Error> {
+        for statement in before {
+            c.batch_execute(statement)?;
+        }
+        c.batch_execute("SELECT pg_catalog.pg_sleep(0.6)")
+    };
+    let arm = "SELECT rate_limit_router.arm_deadline(300)";
+    for (what, before) in [
+        ("after a statement", vec![arm]),
+        ("after COMMIT", vec!["BEGIN", arm, "COMMIT"]),
+        ("after ROLLBACK", vec!["BEGIN", arm, "ROLLBACK"]),
+        ("after DISCARD ALL", vec![arm, "DISCARD ALL"]),
+    ] {
+        sleeps(&mut user, &before).unwrap_or_else(|e| panic!("{what}: {e:?}"));
+    }
+    // a savepoint's end, and a forwarded call's, end the deadline inside a transaction that goes on
+    user.batch_execute(
+        "BEGIN; SAVEPOINT s; SELECT rate_limit_router.arm_deadline(300); RELEASE SAVEPOINT s",
+    )
+    .expect("a savepoint");
+    sleeps(&mut user, &[]).expect("after the savepoint's end");
+    user.batch_execute("COMMIT").expect("commit");
+    user.batch_execute("BEGIN").expect("begin");
+    user.query(
+        "SELECT rate_limiting_request($1)",
+        &[&fresh_name("deadline")],
+    )
+    .expect("a forwarded call");
+    sleeps(&mut user, &[]).expect("after a forwarded call in the same transaction");
+    user.batch_execute("COMMIT").expect("commit");
+    // and it does end a statement that outlives it
+    let e = sleeps(&mut user, &["BEGIN", arm]).expect_err("the deadline of its own transaction");
+    assert_eq!(e.code(), Some(&SqlState::LOCK_NOT_AVAILABLE), "{e:?}");
+    user.batch_execute("ROLLBACK").expect("rollback");
+    set_mode(&mut r, servers, "fail_closed");
+}
+
+/// The same role (LOGIN only) on the router's server and on every partition's.
+fn ensure_role(servers: &[String], role: &str) {
+    for server in servers {
+        connect(server, "postgres")
+            .batch_execute(&format!(
+                "DO $$ BEGIN CREATE ROLE {role} LOGIN; \
+                 EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+            ))
+            .expect("a LOGIN-only role");
+    }
+}
+
+/// A role connected straight to a partition holds a key's row (a take in a transaction it leaves open).
+/// Through the router, the key's calls end at the partition's own lock timeout (half the router's) with
+/// 55P03 and nothing taken, on a fail_open router as on a fail_closed one: a locked key is never an
+/// "allowed", nor counted as one. None of them is left waiting on the partition, and once the role rolls
+/// back the key holds what it held before: the calls the router gave up on were given up there too.
+#[test]
+fn a_key_held_on_its_partition_is_never_allowed_and_is_given_up_there_too() {
+    let Some((_one, servers)) = router() else {
+        return;
+    };
+    let mut r = connect(&servers[0], ROUTER);
+    ensure_role(servers, "rl_router_user");
+    let policy = fresh_name("held");
+    r.query(
+        "SELECT rate_limit.create_policy($1, 1, '1 day', burst => 2, store => 'table')",
+        &[&policy],
+    )
+    .expect("policy");
+    let key = key_on(&mut r, 1, "held");
+    let partition = format!("{} dbname={PARTITION}", servers[2]);
+    let mut holder = Client::connect(&format!("{partition} user=rl_router_user"), NoTls)
+        .expect("a role on the partition");
+    let mut watcher = Client::connect(&partition, NoTls).expect("the owner on the partition");
+    let allowed_while_down = |r: &mut Client| -> i64 {
+        r.query_one(
+            "SELECT allowed_while_down FROM rate_limit_router.status",
+            &[],
+        )
+        .expect("status")
+        .get(0)
+    };
+    for mode in ["fail_open", "fail_closed"] {
+        set_up(&mut r, servers, mode, "1 second");
+        let before = allowed_while_down(&mut r);
+        holder.batch_execute("BEGIN").expect("begin");
+        let remaining: i64 = holder
+            .query_one(
+                "SELECT remaining FROM rate_limit.take($1, $2)",
+                &[&policy, &key],
+            )
+            .expect("the holder takes one of two")
+            .get(0);
+        assert_eq!(remaining, 1, "{mode}");
+        let mut user = Client::connect(
+            &format!("{} dbname={ROUTER} user=rl_router_user", servers[0]),
+            NoTls,
+        )
+        .expect("connect as the role");
+        for attempt in 1..=4 {
+            let started = std::time::Instant::now();
+            let e = user
+                .query_one(
+                    "SELECT allowed FROM rate_limit.take($1, $2)",
+                    &[&policy, &key],
+                )
+                .expect_err("the key is held");
+            assert_eq!(
+                e.code(),
+                Some(&SqlState::LOCK_NOT_AVAILABLE),
+                "{mode} {attempt}: {e:?}"
+            );
+            let hint = e.as_db_error().and_then(|d| d.hint()).unwrap_or_default();
+            assert!(hint.starts_with("Nothing was granted"), "{mode}: {hint}");
+            assert!(started.elapsed().as_secs_f64() < 5.0, "{mode} {attempt}");
+        }
+        let waiting: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                &[],
+            )
+            .expect("activity")
+            .get(0);
+        assert_eq!(waiting, 0, "{mode}: calls left waiting on the partition");
+        holder.batch_execute("ROLLBACK").expect("rollback");
+        let left: i64 = watcher
+            .query_one(
+                "SELECT remaining FROM rate_limit.peek($1, $2)",
+                &[&policy, &key],
+            )
+            .expect("peek")
+            .get(0);
+        assert_eq!(left, 2, "{mode}: a call the router gave up on took a token");
+        assert_eq!(
+            allowed_while_down(&mut r),
+            before,
+            "{mode}: counted as allowed"
+        );
+    }
+    set_mode(&mut r, servers, "fail_closed");
+}
+
+/// What a role creates to hijack the router's functions, in schema `s` (its own schema placed before
+/// pg_catalog, or `public` where PostgreSQL 13 and 14 let every role create): look-alike operators,
+/// functions, aggregates, a `text` domain, tables and a sequence, every one of which records that it ran
+/// (and as whom) in `s.hijacked`, which every role may write. Types and operators take `text`, `int4` and
+/// `int8`, the types the router's functions compare and combine.
+fn look_alikes(s: &str) -> String {
+    format!(
+        r#"
+CREATE TABLE {s}.hijacked (who name, what text);
+GRANT INSERT ON {s}.hijacked TO PUBLIC;
+CREATE FUNCTION {s}.t_yes(text, text) RETURNS boolean LANGUAGE sql
+    AS $$ INSERT INTO {s}.hijacked VALUES (current_user, 'text op'); SELECT true $$;
+CREATE FUNCTION {s}.i_yes(int4, int4) RETURNS boolean LANGUAGE sql
+    AS $$ INSERT INTO {s}.hijacked VALUES (current_user, 'int op'); SELECT true $$;
+CREATE FUNCTION {s}.i_zero(int4, int4) RETURNS int4 LANGUAGE sql
+    AS $$ INSERT INTO {s}.hijacked VALUES (current_user, 'int arith'); SELECT 0 $$;
+CREATE FUNCTION {s}.t_cat(text, text) RETURNS text LANGUAGE sql
+    AS $$ INSERT INTO {s}.hijacked VALUES (current_user, '||'); SELECT 'x' $$;
+CREATE OPERATOR {s}.= (LEFTARG = text, RIGHTARG = text, FUNCTION = {s}.t_yes);
+CREATE OPERATOR {s}.~ (LEFTARG = text, RIGHTARG = text, FUNCTION = {s}.t_yes);
+CREATE OPERATOR {s}.!~ (LEFTARG = text, RIGHTARG = text, FUNCTION = {s}.t_yes);
+CREATE OPERATOR {s}.~* (LEFTARG = text, RIGHTARG = text, FUNCTION = {s}.t_yes);
+CREATE OPERATOR {s}.|| (LEFTARG = text, RIGHTARG = text, FUNCTION = {s}.t_cat);
+CREATE OPERATOR {s}.= (LEFTARG = int4, RIGHTARG = int4, FUNCTION = {s}.i_yes);
+CREATE FUNCTION {s}.l_yes(int8, int4) RETURNS boolean LANGUAGE sql
+    AS $$ INSERT INTO {s}.hijacked VALUES (current_user, 'bigint op'); SELECT true $$;
+CREATE OPERATOR {s}.> (LEFTARG = int8, RIGHTARG = int4, FUNCTION = {s}.l_yes);
+CREATE OPERATOR {s}.> (LEFTARG = int4, RIGHTARG = int4, FUNCTION = {s}.i_yes);
+CREATE OPERATOR {s}.& (LEFTARG = int4, RIGHTARG = int4, FUNCTION = {s}.i_zero);
+CREATE OPERATOR {s}.* (LEFTARG = int4, RIGHTARG = int4, FUNCTION = {s}.i_zero);
+CREATE OPERATOR {s}./ (LEFTARG = int4, RIGHTARG = int4, FUNCTION = {s}.i_zero);
+CREATE FUNCTION {s}.nextval(text) RETURNS bigint LANGUAGE sql
+    AS $$ INSERT INTO {s}.hijacked VALUES (current_user, 'nextval(text)'); SELECT 0::bigint $$;
+CREATE FUNCTION {s}.nextval(regclass) RETURNS bigint LANGUAGE sql
+    AS $$ INSERT INTO {s}.hijacked VALUES (current_user, 'nextval(regclass)'); SELECT 0::bigint $$;
+CREATE FUNCTION {s}.hashtext(text) RETURNS int4 LANGUAGE sql
+    AS $$ INSERT INTO {s}.hijacked VALUES (current_user, 'hashtext'); SELECT 0 $$;
+CREATE FUNCTION {s}.unnest(text[]) RETURNS SETOF text LANGUAGE sql
+    AS $$ INSERT INTO {s}.hijacked VALUES (current_user, 'unnest'); SELECT 'same' $$;
+CREATE FUNCTION {s}.greatest_of(int4, int4) RETURNS int4 LANGUAGE sql
+    AS $$ INSERT INTO {s}.hijacked VALUES (current_user, 'aggregate'); SELECT 0 $$;
+CREATE AGGREGATE {s}.count(int4) (SFUNC = {s}.greatest_of, STYPE = int4, INITCOND = '0');
+CREATE FUNCTION {s}.or_of(boolean, boolean) RETURNS boolean LANGUAGE sql
+    AS $$ INSERT INTO {s}.hijacked VALUES (current_user, 'bool_or'); SELECT true $$;
+CREATE AGGREGATE {s}.bool_or(boolean) (SFUNC = {s}.or_of, STYPE = boolean);
+CREATE FUNCTION {s}.clock_timestamp() RETURNS timestamptz LANGUAGE sql
+    AS $$ INSERT INTO {s}.hijacked VALUES (current_user, 'clock'); SELECT timestamptz '2999-01-01' $$;
+CREATE FUNCTION {s}.to_regprocedure(text) RETURNS regprocedure LANGUAGE sql
+    AS $$ INSERT INTO {s}.hijacked VALUES (current_user, 'to_regprocedure'); SELECT NULL::regprocedure $$;
+CREATE DOMAIN {s}.text AS pg_catalog.varchar(1);
+CREATE TABLE {s}.settings (one boolean, cluster text, partitions int, on_partition_down text, timeout interval);
+CREATE SEQUENCE {s}.allowed_while_down;
+"#
+    )
+}
+
+/// Every router function a role with only LOGIN may execute, with keys prefixed by `p` (and `split`, two
+/// keys of different partitions, for a take_many the router refuses), and each answer as text: the calls that take, read and combine, on keys of both partitions; the router's own helpers
+/// (its deadline, its routing hash, how it reads a failure).
+fn router_scenario(
+    c: &mut Client,
+    p: &str,
+    policy: &str,
+    leases: &str,
+    split: &(String, String),
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut row = |sql: &str| {
+        let sql = sql
+            .replace("{p}", p)
+            .replace("{policy}", policy)
+            .replace("{leases}", leases)
+            .replace("{s0}", &split.0)
+            .replace("{s1}", &split.1);
+        out.push(
+            match c.query_one(&format!("SELECT ({sql})::pg_catalog.text"), &[]) {
+                Ok(r) => r
+                    .get::<_, Option<String>>(0)
+                    .unwrap_or_else(|| "NULL".into()),
+                Err(e) => format!("error {}", e.code().map(|c| c.code()).unwrap_or("?")),
+            },
+        );
+    };
+    row("SELECT public.rate_limiting_request('{p}r', 1, 10)");
+    row("SELECT public.rate_limiting_request('{p}r', 1, 10)");
+    row("SELECT rate_limit.peek_request('{p}r', 1, 10)");
+    row("SELECT pg_catalog.floor(rate_limit.tokens('{p}r', 1, 10))");
+    for key in ["{p}a", "{p}b", "{p}c", "{p}d"] {
+        row(&format!("SELECT (allowed, remaining, \"limit\", policy) FROM rate_limit.take('{{policy}}', '{key}')"));
+        row(&format!("SELECT (allowed, remaining, \"limit\", policy) FROM rate_limit.take('{{policy}}', '{key}')"));
+        row(&format!(
+            "SELECT (allowed, remaining) FROM rate_limit.peek('{{policy}}', '{key}')"
+        ));
+        row(&format!("SELECT (allowed, remaining) FROM rate_limit.wait('{{policy}}', '{key}', 1, '0 seconds')"));
+        row(&format!(
+            "SELECT (allowed, remaining) FROM rate_limit.take_ad_hoc('{key}', 1, '1 hour', 2)"
+        ));
+    }
+    row("SELECT (allowed, policy) FROM rate_limit.take_many(ARRAY['{policy}', '{policy}'], ARRAY['{s0}', '{s1}'])");
+    row("SELECT (allowed, policy) FROM rate_limit.take_many(ARRAY['{policy}'], ARRAY['{p}m'])");
+    row("SELECT rate_limit.headers(d) FROM rate_limit.take('{policy}', '{p}h') AS d");
+    row("SELECT (allowed, remaining, lease IS NOT NULL) FROM rate_limit.acquire('{leases}', '{p}l')");
+    row("SELECT rate_limit_router.first_key_hash(ARRAY['same for all'])");
+    row("SELECT rate_limit_router.combined('purge')");
+    row("SELECT pg_catalog.count(*) FROM rate_limit_router.calls()");
+    row("SELECT rate_limit_router.arm_deadline(60000)");
+    row("SELECT rate_limit_router.deadline_passed()");
+    row("SELECT rate_limit_router.disarm_deadline()");
+    row("SELECT rate_limit_router.forwarding_failed('m', '22012', true)");
+    row("SELECT rate_limit_router.forwarding_failed('PL/Proxy function f(1): [d] PQconnectPoll: no', 'XX000', false)");
+    row("SELECT rate_limit_router.forwarding_failed('f(1): [d] REMOTE ERROR: canceling statement due to lock timeout', '55P03', true)");
+    row("SELECT (rate_limit_router.take_remote('{policy}', '{p}z', 1)).allowed");
+    out
+}
+
+/// No caller's search_path changes what a router function does: a role with only LOGIN creates look-alike
+/// operators, functions, aggregates, a domain, tables and a sequence, in a schema of its own before
+/// pg_catalog and in `public` (PostgreSQL 13 and 14 let every role create there; later versions are given
+/// that default back for the test), and temporary tables in pg_temp, then calls every router function it
+/// may execute, from a fresh backend, with each search_path; also on a fail_open router while a partition
+/// is down (the path that counts allowed calls, which used to run SECURITY DEFINER with the caller's
+/// operators). Every answer equals a clean session's, and no look-alike ever ran, as anyone.
+#[test]
+fn router_functions_ignore_every_look_alike_on_the_search_path() {
+    let Some((_one, servers)) = router() else {
+        return;
+    };
+    let mut r = connect(&servers[0], ROUTER);
+    set_mode(&mut r, servers, "fail_closed");
+    ensure_role(servers, "rl_router_evil");
+    ensure_role(servers, "rl_router_user");
+    // the clean sessions are another role with only LOGIN, without look-alikes
+    let clean_session = || {
+        Client::connect(
+            &format!("{} dbname={ROUTER} user=rl_router_user", servers[0]),
+            NoTls,
+        )
+        .expect("connect as a clean role")
+    };
+    let policy = fresh_name("hijack");
+    let leases = fresh_name("hijack_leases");
+    r.batch_execute(&format!(
+        "SELECT rate_limit.create_policy('{policy}', 1, '1 hour', burst => 1);
+         SELECT rate_limit.create_policy('{leases}', 1, '1 hour', algorithm => 'concurrency');
+         DROP SCHEMA IF EXISTS evil CASCADE;
+         CREATE SCHEMA evil AUTHORIZATION rl_router_evil;
+         GRANT CREATE ON SCHEMA public TO PUBLIC;"
+    ))
+    .expect("policies, and the schemas a role may create in");
+    let mut evil = Client::connect(
+        &format!("{} dbname={ROUTER} user=rl_router_evil", servers[0]),
+        NoTls,
+    )
+    .expect("connect as the role");
+    for schema in ["evil", "public"] {
+        evil.batch_execute(&look_alikes(schema))
+            .unwrap_or_else(|e| panic!("look-alikes in {schema}: {e:?}"));
+    }
+    let split = (key_on(&mut r, 0, "split"), key_on(&mut r, 1, "split"));
+    let clean = router_scenario(&mut clean_session(), "c", &policy, &leases, &split);
+    // the clean answers are the right ones: a drained key is denied, keys of two partitions refused
+    assert_eq!(clean[0..4], ["9", "8", "8", "8"], "{clean:?}");
+    assert_eq!(clean[4], "(t,0,1,{policy})".replace("{policy}", &policy));
+    assert_eq!(clean[5], "(f,0,1,{policy})".replace("{policy}", &policy));
+    for (i, path) in [
+        "evil, pg_catalog, public",
+        "pg_temp, evil, pg_catalog",
+        "\"$user\", public",
+        "public, pg_catalog",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mut attacker = Client::connect(
+            &format!("{} dbname={ROUTER} user=rl_router_evil", servers[0]),
+            NoTls,
+        )
+        .expect("a fresh backend");
+        attacker
+            .batch_execute(&format!(
+                "CREATE TEMP TABLE settings (one boolean, cluster text, partitions int, \
+                   on_partition_down text, timeout interval);
+                 CREATE TEMP TABLE calls (name text);
+                 CREATE TEMP SEQUENCE allowed_while_down;
+                 SET search_path = {path}"
+            ))
+            .expect("temporary look-alikes and the search_path");
+        let hijacked = router_scenario(&mut attacker, &format!("c{i}"), &policy, &leases, &split);
+        let clean_again = router_scenario(
+            &mut clean_session(),
+            &format!("d{i}"),
+            &policy,
+            &leases,
+            &split,
+        );
+        assert_eq!(clean_again, clean, "two clean sessions agree");
+        assert_eq!(
+            hijacked, clean,
+            "search_path {path}: the look-alikes changed an answer"
+        );
+    }
+    // fail_open with a partition down: the calls that take are allowed and counted, as the caller
+    set_mode(&mut r, servers, "fail_open");
+    let before: i64 = r
+        .query_one(
+            "SELECT allowed_while_down FROM rate_limit_router.status",
+            &[],
+        )
+        .expect("status")
+        .get(0);
+    {
+        let _down = StoppedServer::stop(
+            "RATE_LIMIT_TEST_PLPROXY_PARTITION1_STOP",
+            "RATE_LIMIT_TEST_PLPROXY_PARTITION1_START",
+        );
+        let down = key_on(&mut r, 1, "hijack_down");
+        for path in [
+            "evil, pg_catalog, public",
+            "public, pg_catalog",
+            "\"$user\", public",
+        ] {
+            let mut attacker = Client::connect(
+                &format!("{} dbname={ROUTER} user=rl_router_evil", servers[0]),
+                NoTls,
+            )
+            .expect("a fresh backend");
+            attacker
+                .batch_execute(&format!("SET search_path = {path}"))
+                .expect("search_path");
+            let allowed: bool = attacker
+                .query_one(
+                    "SELECT allowed FROM rate_limit.take($1, $2)",
+                    &[&policy, &down],
+                )
+                .expect("allowed while down")
+                .get(0);
+            assert!(allowed, "{path}");
+        }
+    }
+    let after: i64 = r
+        .query_one(
+            "SELECT allowed_while_down FROM rate_limit_router.status",
+            &[],
+        )
+        .expect("status")
+        .get(0);
+    assert_eq!(after, before + 3, "each allowed call counted once");
+    set_mode(&mut r, servers, "fail_closed");
+    for schema in ["evil", "public"] {
+        let ran: Vec<(String, String)> = r
+            .query(
+                &format!("SELECT who::text, what FROM {schema}.hijacked"),
+                &[],
+            )
+            .expect("the record")
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect();
+        assert_eq!(
+            ran,
+            Vec::<(String, String)>::new(),
+            "look-alikes in {schema} ran"
+        );
+    }
+    r.batch_execute(
+        "DROP SCHEMA evil CASCADE;
+         DROP TABLE public.hijacked; DROP SEQUENCE public.allowed_while_down; DROP TABLE public.settings;
+         DROP AGGREGATE public.count(int4); DROP AGGREGATE public.bool_or(boolean);
+         DROP DOMAIN public.text;
+         DROP FUNCTION public.t_yes, public.i_yes, public.l_yes, public.i_zero, public.t_cat, public.nextval(text),
+           public.nextval(regclass), public.hashtext, public.unnest, public.greatest_of,
+           public.or_of, public.clock_timestamp, public.to_regprocedure CASCADE;
+         REVOKE CREATE ON SCHEMA public FROM PUBLIC;",
+    )
+    .expect("clean up");
 }
