@@ -78,8 +78,8 @@ SELECT pg_catalog.pg_extension_config_dump('rate_limit.policies', '');
 
 -- Per-key overrides of a policy (rate_limit.set_override, clear_override; listed by rate_limit.overrides):
 -- one key's own rate, period or burst (those missing are the policy's), or a fixed answer, until expires_at
--- or for ever. Read with the policy by every backend's policy cache; its statement trigger is the
--- policies' (finalize.sql), so a change is seen as a policy change is. drop_policy deletes a policy's
+-- or for ever. Read per key by the calls of a key, by the primary key; its statement trigger
+-- (finalize.sql) tells every backend that the overrides changed. drop_policy deletes a policy's
 -- overrides; one set before its policy was created (left by a DELETE or TRUNCATE of rate_limit.policies,
 -- a dropped namesake's) is never read nor listed. No foreign key: TRUNCATE rate_limit.policies keeps
 -- working. Owner only; dumped.

@@ -8,8 +8,8 @@ CREATE TRIGGER policies_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON rate_limit.policies
     FOR EACH STATEMENT EXECUTE FUNCTION rate_limit.policies_changed();
 
--- A change of a key's override is a change of its policy: the same trigger invalidates every backend's
--- policy cache, which holds the overrides.
+-- A change of the overrides invalidates, in every backend, what it keeps of them: whether each policy it
+-- calls has any (overrides themselves are read per key, never kept).
 CREATE TRIGGER key_overrides_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON rate_limit.key_overrides
     FOR EACH STATEMENT EXECUTE FUNCTION rate_limit.policies_changed();
@@ -177,8 +177,12 @@ REVOKE ALL ON TABLE rate_limit.overrides FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.set_override FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.clear_override(text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION rate_limit.policies_dropped() FROM PUBLIC;
+-- no other role may attach it to a table of its own (CREATE TRIGGER needs EXECUTE), and it refuses to fire
+-- on any table but the two it is made for: a commit of a role's own table never makes other backends
+-- forget what they cached
+REVOKE EXECUTE ON FUNCTION rate_limit.policies_changed() FROM PUBLIC;
 COMMENT ON FUNCTION rate_limit.policies_changed() IS
-    'Trigger: every change of rate_limit.policies invalidates every backend''s policy cache; a direct call is refused';
+    'Trigger: a change of rate_limit.policies or rate_limit.key_overrides is seen by every backend''s next transaction; a direct call is refused';
 COMMENT ON FUNCTION rate_limit.policies_dropped() IS
     'Trigger: records dropped policies in rate_limit.dropped_policies, for the memory store';
 REVOKE ALL ON TABLE rate_limit.buckets FROM PUBLIC;

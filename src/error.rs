@@ -26,6 +26,20 @@ pub fn never_capture_backtraces() {
 /// must fit in a third of a page (about 2.7 kB), so the limit leaves room for the index tuple header.
 pub const MAX_ID_BYTES: usize = 2048;
 
+/// The most characters of a caller's text that a message quotes ([`quoted`]).
+pub const QUOTED_CHARS: usize = 64;
+
+/// A caller's text as a message quotes it: in double quotes, cut to its first [`QUOTED_CHARS`] characters
+/// with its length in bytes said when it is longer, so that no argument (a policy name, a key, a time
+/// zone, up to 1 GB of text) is copied whole into a message, the server log or a client's screen.
+pub fn quoted(text: &str) -> String {
+    let mut chars = text.char_indices();
+    match chars.nth(QUOTED_CHARS) {
+        None => format!("\"{text}\""),
+        Some((cut, _)) => format!("\"{}…\" ({} bytes)", &text[..cut], text.len()),
+    }
+}
+
 /// 22004: a required argument was NULL. `hint` says what to pass.
 pub fn null_argument(function: &'static str, argument: &str, hint: &str) -> ErrorReport {
     ErrorReport::new(
@@ -184,4 +198,22 @@ pub fn out_of_range_limit(function: &'static str, what: &str) -> ErrorReport {
         function,
     )
     .set_hint("Pass a positive refill rate and capacity.")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoted_cuts_long_text_and_says_its_length() {
+        assert_eq!(quoted("api"), "\"api\"");
+        let exact = "é".repeat(QUOTED_CHARS);
+        assert_eq!(quoted(&exact), format!("\"{exact}\""));
+        let long = "é".repeat(1 << 20);
+        let shown = quoted(&long);
+        assert_eq!(
+            shown,
+            format!("\"{}…\" (2097152 bytes)", "é".repeat(QUOTED_CHARS))
+        );
+    }
 }

@@ -390,7 +390,7 @@ pub const FUNCTIONS: &[Function] = &[
         name: "policies_changed",
         arguments: "",
         schema: Schema::RateLimit,
-        access: Access::Public,
+        access: Access::Owner,
         purpose: Use::OwnTrigger,
         key: None,
         route: Route::NotForwarded,

@@ -1,9 +1,9 @@
--- Per-key overrides (#30): the table, set_override and clear_override, the view, and the trigger that
--- keeps every backend's policy cache (which holds them) coherent.
+-- Per-key overrides (#30, read per key since #40): the table, set_override and clear_override, the view,
+-- and the trigger that tells every backend of a change.
 -- Per-key overrides of a policy (rate_limit.set_override, clear_override; listed by rate_limit.overrides):
 -- one key's own rate, period or burst (those missing are the policy's), or a fixed answer, until expires_at
--- or for ever. Read with the policy by every backend's policy cache; its statement trigger is the
--- policies' (finalize.sql), so a change is seen as a policy change is. drop_policy deletes a policy's
+-- or for ever. Read per key by the calls of a key, by the primary key; its statement trigger
+-- (finalize.sql) tells every backend that the overrides changed. drop_policy deletes a policy's
 -- overrides; one set before its policy was created (left by a DELETE or TRUNCATE of rate_limit.policies,
 -- a dropped namesake's) is never read nor listed. No foreign key: TRUNCATE rate_limit.policies keeps
 -- working. Owner only; dumped.
@@ -46,8 +46,8 @@ VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'clear_override_wrapper';
 
--- A change of a key's override is a change of its policy: the same trigger invalidates every backend's
--- policy cache, which holds the overrides.
+-- A change of the overrides invalidates, in every backend, what it keeps of them: whether each policy it
+-- calls has any (overrides themselves are read per key, never kept).
 CREATE TRIGGER key_overrides_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON rate_limit.key_overrides
     FOR EACH STATEMENT EXECUTE FUNCTION rate_limit.policies_changed();

@@ -15,11 +15,13 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::Array;
 
+use std::collections::HashMap;
+
 use super::materialized::Materialized;
-use super::{policy_arg, policy_target, store_of};
+use super::{policy_arg, policy_target, store_of, with_override};
 use crate::algorithm::Outcome;
 use crate::error::{self, MAX_ID_BYTES};
-use crate::policies::Named;
+use crate::policies::{overrides, Named};
 use crate::store;
 use crate::target::{granted, Target, MAX_TARGETS};
 
@@ -144,23 +146,40 @@ fn take_each(
     costs: &[i64],
 ) -> Result<Vec<Outcome>, ErrorReport> {
     let store = store_of(Some(named));
-    if named.overrides.is_some() {
-        // keys may have numbers or answers of their own: each is taken as `take` takes it
-        return keys
-            .iter()
-            .zip(costs)
-            .map(|(key, &cost)| {
-                let t = policy_target(named, key);
-                let outcomes = store::take(function, store, std::slice::from_ref(&t), cost)?;
-                outcomes
-                    .first()
-                    .copied()
-                    .ok_or_else(|| error::bug(function, "a take of one key has no outcome"))
-            })
-            .collect();
+    let overridden = if overrides::any(function, named)? {
+        overrides::of_keys(function, named, keys)?
+    } else {
+        HashMap::new()
+    };
+    if overridden.is_empty() {
+        let template = with_override(named, "", None);
+        return store::take_each(function, store, &template, keys, costs);
     }
-    let template = policy_target(named, "");
-    store::take_each(function, store, &template, keys, costs)
+    // the keys without an override are decided together, as ever; then each key with one, as `take`
+    // decides it, in key order: every batch takes its rows in the order (overridden or not, key), so two
+    // batches never wait for each other's rows in a circle
+    let (with, without): (Vec<usize>, Vec<usize>) =
+        (0..keys.len()).partition(|&i| overridden.contains_key(keys[i]));
+    let template = with_override(named, "", None);
+    let plain_keys: Vec<&str> = without.iter().map(|&i| keys[i]).collect();
+    let plain_costs: Vec<i64> = without.iter().map(|&i| costs[i]).collect();
+    let plain = store::take_each(function, store, &template, &plain_keys, &plain_costs)?;
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; keys.len()];
+    for (&i, o) in without.iter().zip(plain) {
+        outcomes[i] = Some(o);
+    }
+    let mut with = with;
+    with.sort_by_key(|&i| (keys[i], i));
+    for i in with {
+        let t = with_override(named, keys[i], overridden.get(keys[i]));
+        outcomes[i] = store::take(function, store, std::slice::from_ref(&t), costs[i])?
+            .first()
+            .copied();
+    }
+    outcomes
+        .into_iter()
+        .map(|o| o.ok_or_else(|| error::bug(function, "a batch lost a key's outcome")))
+        .collect()
 }
 
 /// The keys decided together, all or nothing: at most [`MAX_TARGETS`] distinct keys and one cost; every
@@ -189,7 +208,10 @@ fn take_all_or_nothing(
             "Pass the same cost for every key, or all_or_nothing => false.",
         ));
     }
-    let targets: Vec<Target<'_>> = keys.iter().map(|k| policy_target(named, k)).collect();
+    let targets = keys
+        .iter()
+        .map(|k| policy_target(function, named, k))
+        .collect::<Result<Vec<Target<'_>>, ErrorReport>>()?;
     if let Some((i, _)) = keys
         .iter()
         .enumerate()

@@ -6,7 +6,7 @@ use pgrx::datum::Interval;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
-use super::{any_policy_arg, combine, key_arg, policy_target, store_of, to_row};
+use super::{any_policy_arg, combine, key_arg, store_of, to_row, with_override};
 use crate::algorithm::Outcome;
 use crate::error;
 use crate::policies;
@@ -37,7 +37,7 @@ mod rate_limit {
             )
         })?;
         let duration = policies::block_duration_us(F, "duration", duration)?;
-        let t = policy_target(&named, key);
+        let t = with_override(&named, key, None);
         let blocked = store::block(F, store_of(Some(&named)), &t, duration)?;
         // what a call on the key is told from now on
         let reported = Outcome {
@@ -54,7 +54,7 @@ mod rate_limit {
         const F: &str = "rate_limit.unblock";
         let named = any_policy_arg(F, policy)?;
         let key = key_arg(F, "key", key)?;
-        let t = policy_target(&named, key);
+        let t = with_override(&named, key, None);
         store::unblock(F, store_of(Some(&named)), &t)
     }
 }

@@ -11,7 +11,7 @@ use pgrx::prelude::*;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha20Rng;
 
-use super::{combine, key_arg, lease_policy_arg, policy_target, store_of, to_row};
+use super::{combine, key_arg, lease_policy_arg, store_of, to_row, with_override};
 use crate::error;
 use crate::store;
 
@@ -62,7 +62,7 @@ mod rate_limit {
         const F: &str = "rate_limit.acquire";
         let named = lease_policy_arg(F, policy)?;
         let key = key_arg(F, "key", key)?;
-        let t = policy_target(&named, key);
+        let t = with_override(&named, key, None);
         let (outcome, lease) = store::acquire(F, store_of(Some(&named)), &t, random_bits(F)?)?;
         let mut d = combine(&[t], &[outcome]);
         d.lease = lease;
@@ -87,7 +87,7 @@ mod rate_limit {
                 "Pass the lease that rate_limit.acquire returned.",
             )
         })?;
-        let t = policy_target(&named, key);
+        let t = with_override(&named, key, None);
         store::release(F, store_of(Some(&named)), &t, lease)
     }
 }

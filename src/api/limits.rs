@@ -7,7 +7,7 @@ use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
-use super::{decide, key_arg, policy_arg, policy_target, store_of, to_row};
+use super::{decide, key_arg, policy_arg, policy_target, store_of, to_row, with_override};
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;
 use crate::error;
@@ -52,9 +52,27 @@ pub(super) fn take_policy(
     decide(
         function,
         store_of(Some(&named)),
-        &[policy_target(&named, key)],
+        &[policy_target(function, &named, key)?],
         cost,
     )
+}
+
+/// 22023 when two targets name the same bucket.
+fn each_bucket_once(function: &'static str, targets: &[Target<'_>]) -> Result<(), ErrorReport> {
+    for (i, t) in targets.iter().enumerate() {
+        if targets[..i].iter().any(|o| o.same_bucket(t)) {
+            return Err(error::invalid_value(
+                function,
+                format!(
+                    "policy {} is named twice for key {}",
+                    error::quoted(t.namespace.stored_name()),
+                    error::quoted(t.key)
+                ),
+                "Name each (policy, key) once; pass a higher cost to take more tokens.",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Several (policy, key) pairs, validated: 1 to [`MAX_TARGETS`] policies, one key for all or one per
@@ -109,24 +127,18 @@ fn take_pairs(
     for k in &keys {
         valid_keys.push(key_arg(function, "keys", k.as_deref())?);
     }
-    let targets: Vec<Target<'_>> = named
+    let targets = named
         .iter()
         .enumerate()
-        .map(|(i, n)| policy_target(n, valid_keys[if valid_keys.len() == 1 { 0 } else { i }]))
-        .collect();
-    for (i, t) in targets.iter().enumerate() {
-        if targets[..i].iter().any(|o| o.same_bucket(t)) {
-            return Err(error::invalid_value(
+        .map(|(i, n)| {
+            policy_target(
                 function,
-                format!(
-                    "policy \"{}\" is named twice for key \"{}\"",
-                    t.namespace.stored_name(),
-                    t.key
-                ),
-                "Name each (policy, key) once; pass a higher cost to take more tokens.",
-            ));
-        }
-    }
+                n,
+                valid_keys[if valid_keys.len() == 1 { 0 } else { i }],
+            )
+        })
+        .collect::<Result<Vec<Target<'_>>, ErrorReport>>()?;
+    each_bucket_once(function, &targets)?;
     let store = store_of(Some(&named[0]));
     if named.iter().any(|n| store_of(Some(n)) != store) {
         return Err(ErrorReport::new(
@@ -292,7 +304,7 @@ mod rate_limit {
         if tokens < 0 {
             return Err(error::out_of_range(F, "tokens", tokens, 0, i64::MAX));
         }
-        let t = policy_target(&named, key);
+        let t = policy_target(F, &named, key)?;
         let o = store::refund(F, store_of(Some(&named)), &t, tokens)?;
         to_row(F, &crate::api::combine(&[t], &[o]))
     }
@@ -320,7 +332,7 @@ mod rate_limit {
             return Err(error::out_of_range(F, "cost", cost, 0, i64::MAX)
                 .set_hint("To give tokens back, use rate_limit.refund."));
         }
-        let t = policy_target(&named, key);
+        let t = policy_target(F, &named, key)?;
         let o = store::charge(F, store_of(Some(&named)), &t, cost, named.max_debt)?;
         to_row(F, &crate::api::combine(&[t], &[o]))
     }
@@ -331,7 +343,7 @@ mod rate_limit {
         const F: &str = "rate_limit.reset";
         let named = policy_arg(F, policy)?;
         let key = key_arg(F, "key", key)?;
-        let t = policy_target(&named, key);
+        let t = with_override(&named, key, None);
         store::reset(F, store_of(Some(&named)), &t.namespace, key)
     }
 

@@ -6,7 +6,8 @@
 //! - `batch`: `take_batch`, decisions for many keys of one policy in one statement;
 //! - `leases`: `acquire` and `release` of concurrency policies;
 //! - `blocks`: `block` and `unblock`, blocks by hand (owner only);
-//! - `policies`: creating, changing and dropping policies (owner only);
+//! - `policies`: creating, changing and dropping policies (owner only); `json_arg` reads their `options`
+//!   (a `jsonb`) as text, for the policies module to check;
 //! - `overrides`: `set_override` and `clear_override`, per-key overrides of a policy (owner only);
 //! - `triggers`: `limit_writes`, the row trigger that limits writes per key; `trigger_call` refuses
 //!   direct calls of trigger functions with 39P01;
@@ -22,6 +23,7 @@
 pub mod batch;
 pub mod blocks;
 pub mod internal;
+pub mod json_arg;
 pub mod leases;
 pub mod limits;
 pub mod materialized;
@@ -44,7 +46,7 @@ use crate::algorithm::{Algorithm, Outcome};
 use crate::decision::{self, Decision, Reported};
 use crate::error::{self, MAX_ID_BYTES};
 use crate::gucs::{self, Store};
-use crate::policies::overrides::{in_effect, Effect};
+use crate::policies::overrides::{in_effect, Effect, Override};
 use crate::policies::{self as named_policies, Named};
 use crate::store;
 use crate::target::{Namespace, Target};
@@ -109,8 +111,23 @@ pub fn any_policy_arg(
     named_policies::get(function, name)
 }
 
-/// The bucket of `key` under a named policy.
-pub fn policy_target<'a>(named: &'a Named, key: &'a str) -> Target<'a> {
+/// The bucket of `key` under a named policy, with the key's override if the policy has any (one
+/// primary-key read, [`named_policies::overrides::of_key`]; a policy without overrides reads nothing).
+pub fn policy_target<'a>(
+    function: &'static str,
+    named: &'a Named,
+    key: &'a str,
+) -> Result<Target<'a>, ErrorReport> {
+    let override_of_key = if named_policies::overrides::any(function, named)? {
+        named_policies::overrides::of_key(function, named, key)?
+    } else {
+        None
+    };
+    Ok(with_override(named, key, override_of_key.as_ref()))
+}
+
+/// The bucket of `key` under a named policy, given the key's override (`None`: it has none).
+pub fn with_override<'a>(named: &'a Named, key: &'a str, o: Option<&Override>) -> Target<'a> {
     let mut target = Target {
         namespace: Namespace::Policy {
             name: &named.name,
@@ -123,8 +140,7 @@ pub fn policy_target<'a>(named: &'a Named, key: &'a str) -> Target<'a> {
         blocking: Some(named.blocking),
         verdict: None,
     };
-    // a policy without overrides looks nothing up; a key of one with some, one map lookup
-    if let Some(o) = named.overrides.as_ref().and_then(|m| m.get(key)) {
+    if let Some(o) = o {
         match in_effect(named, o, clock::now_us()) {
             Effect::Limit { policy, changed_at } => {
                 target.policy = policy;

@@ -40,6 +40,11 @@ fn not_distributed(function: &'static str) -> ErrorReport {
 
 /// Each key of `keys` with its node, in the order given.
 fn nodes_of(function: &'static str, keys: &[Option<String>]) -> Result<Vec<KeyNode>, ErrorReport> {
+    // first, so that no keys (an empty array) are answered as any keys are, and Citus's catalogs are read
+    // only where they exist
+    if !shards::distributed() {
+        return Err(not_distributed(function));
+    }
     let mut shards_of_keys = Vec::with_capacity(keys.len());
     for key in keys {
         let key = key_arg(function, "keys", key.as_deref())?;

@@ -10,8 +10,8 @@ use pgrx::spi::Spi;
 
 use super::{key_arg, policy_arg};
 use crate::error;
+use crate::policies;
 use crate::policies::overrides::{self, Effect, Stored, ACTIONS};
-use crate::policies::{self, Row};
 use crate::time::clock;
 
 /// Checks an override's arguments against its policy (22023, with what to pass instead) and returns the
@@ -51,9 +51,7 @@ fn checked(
             ));
         }
     }
-    let (row, _) = Row::read(function, &named.name, policies::Lock::None)?
-        .ok_or_else(|| policies::unknown(function, &named.name))?;
-    let o = overrides::resolve(function, &row, named, stored)?;
+    let o = overrides::resolve(function, named, stored)?;
     if let Effect::Limit { policy, .. } = o.effect {
         crate::bounds::policy(function, &policy, named.max_debt, &named.blocking)?;
     }

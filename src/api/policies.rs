@@ -1,11 +1,12 @@
 //! SQL functions that manage named policies (owner only), and the trigger that keeps every backend's policy
 //! cache coherent. Every statement names its objects and operators with their schema.
 
-use pgrx::datum::{DatumWithOid, Interval, JsonB, Timestamp, TimestampWithTimeZone};
+use pgrx::datum::{DatumWithOid, Interval, Timestamp, TimestampWithTimeZone};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::spi::Spi;
 
+use super::json_arg::JsonbText;
 use crate::algorithm::{Algorithm, Policy};
 use crate::error;
 use crate::policies::{self, check_name, options, parse_algorithm, parse_store, Lock, Row};
@@ -60,6 +61,48 @@ fn changed_penalty_box(
     }
 }
 
+/// The extension's tables a statement trigger of its own may fire on.
+enum OwnTable {
+    /// `rate_limit.policies` (or, under Citus, a shard of it).
+    Policies,
+    /// `rate_limit.key_overrides` (or a shard of it).
+    Overrides,
+}
+
+/// Which of the extension's tables `relid` is: one in schema `rate_limit` (where only the owner creates
+/// relations) named `policies` or `key_overrides`, or a Citus shard of one (`policies_102008`); `None` for
+/// any other relation.
+fn own_table(relid: pg_sys::Oid) -> Option<OwnTable> {
+    // SAFETY: catalog lookups by oid and name inside the trigger's transaction; the names they return
+    // (palloc'd, or NULL) are read at once.
+    let name = unsafe {
+        let schema = pg_sys::get_namespace_oid(c"rate_limit".as_ptr(), true);
+        let name = pg_sys::get_rel_name(relid);
+        if name.is_null()
+            || schema == pg_sys::InvalidOid
+            || pg_sys::get_rel_namespace(relid) != schema
+        {
+            return None;
+        }
+        std::ffi::CStr::from_ptr(name).to_bytes().to_vec()
+    };
+    let named = |table: &[u8]| {
+        name == table
+            || name.strip_prefix(table).is_some_and(|rest| {
+                rest.first() == Some(&b'_')
+                    && rest[1..].iter().all(u8::is_ascii_digit)
+                    && rest.len() > 1
+            })
+    };
+    if named(b"policies") {
+        Some(OwnTable::Policies)
+    } else if named(b"key_overrides") {
+        Some(OwnTable::Overrides)
+    } else {
+        None
+    }
+}
+
 /// Policy management, in schema `rate_limit`.
 #[pg_schema]
 mod rate_limit {
@@ -86,7 +129,7 @@ mod rate_limit {
         anchor: default!(Option<Timestamp>, "NULL"),
         block_after: default!(Option<i64>, "NULL"),
         block_for: default!(Option<Interval>, "NULL"),
-        options: default!(Option<JsonB>, "NULL"),
+        options: default!(Option<JsonbText>, "NULL"),
     ) -> Result<(), ErrorReport> {
         const F: &str = "rate_limit.create_policy";
         let name = required(F, "name", name, "Pass the policy's name, e.g. 'api'.")?;
@@ -135,7 +178,8 @@ mod rate_limit {
             blocks_by_hand: false,
             description: None,
         };
-        options::apply(F, &mut row, options.as_ref().map(|o| &o.0))?;
+        let options = options.map(|o| options::parse(F, &o.0)).transpose()?;
+        options::apply(F, &mut row, options.as_ref())?;
         let (named, row) = policies::checked(F, row)?;
         crate::bounds::policy(F, &named.policy, max_debt, &named.blocking)?;
         if !row.insert(F)? {
@@ -164,7 +208,7 @@ mod rate_limit {
         anchor: default!(Option<Timestamp>, "NULL"),
         block_after: default!(Option<i64>, "NULL"),
         block_for: default!(Option<Interval>, "NULL"),
-        options: default!(Option<JsonB>, "NULL"),
+        options: default!(Option<JsonbText>, "NULL"),
     ) -> Result<(), ErrorReport> {
         const F: &str = "rate_limit.alter_policy";
         let name = required(F, "name", name, "Pass the name of an existing policy.")?;
@@ -217,7 +261,8 @@ mod rate_limit {
             blocks_by_hand,
             ..old
         };
-        options::apply(F, &mut row, options.as_ref().map(|o| &o.0))?;
+        let options = options.map(|o| options::parse(F, &o.0)).transpose()?;
+        options::apply(F, &mut row, options.as_ref())?;
         let (named, row) = policies::checked(F, row)?;
         if sets_the_bound {
             crate::bounds::policy(F, &named.policy, named.max_debt, &named.blocking)?;
@@ -274,23 +319,22 @@ CREATE FUNCTION rate_limit."policies_changed"()
                 "rate_limit.policies_changed",
             )
         })?;
-        // SAFETY: a catalog lookup by OID inside the trigger's transaction; the name it returns (palloc'd,
-        // or NULL for no relation) is read at once.
-        let on_policies = unsafe {
-            let name = pg_sys::get_rel_name(relid);
-            !name.is_null()
-                && std::ffi::CStr::from_ptr(name)
-                    .to_bytes()
-                    .starts_with(b"policies")
-        };
-        if on_policies {
+        match own_table(relid) {
             // rate_limit.policies, or under Citus this node's copy of it: the relation the cache read
-            policies::invalidate(relid);
-        } else {
-            // rate_limit.key_overrides (or a node's copy): the cache holds them with the policies, read from a
-            // relation this trigger cannot name (under Citus, this node's copy of the policies), so every
-            // relation cache of the database is invalidated, which empties every backend's policy cache
-            policies::invalidate_all();
+            Some(OwnTable::Policies) => policies::invalidate(relid),
+            // rate_limit.key_overrides (or a node's copy): every backend forgets which policies have
+            // overrides; nothing else (overrides are read per key, never kept)
+            Some(OwnTable::Overrides) => policies::invalidate_overrides(),
+            // raised here, not returned: pgrx reports a trigger's Err as a panic (XX000)
+            None => ErrorReport::new(
+                PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+                "rate_limit.policies_changed fires only on rate_limit.policies and rate_limit.key_overrides",
+                "rate_limit.policies_changed",
+            )
+            .set_hint(
+                "It is the extension's own trigger function; use rate_limit.limit_writes to limit writes.",
+            )
+            .report(PgLogLevel::ERROR),
         }
         Ok(None)
     }

@@ -62,24 +62,26 @@ fn arguments(trigger: &PgTrigger<'_>) -> Result<Arguments, ErrorReport> {
             ))
         }
     };
-    let cost =
-        match cost {
-            None => 1,
-            Some(text) => {
-                text.trim()
-                    .parse::<i32>()
-                    .ok()
-                    .filter(|c| *c >= 0)
-                    .ok_or_else(|| {
-                        ErrorReport::new(
-                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                format!("cost must be an integer from 0 to {}, got \"{text}\"", i32::MAX),
-                F,
-            )
-            .set_hint("Pass the tokens one row takes as the third trigger argument, e.g. '1'.")
-                    })?
-            }
-        };
+    let cost = match cost {
+        None => 1,
+        Some(text) => text
+            .trim()
+            .parse::<i32>()
+            .ok()
+            .filter(|c| *c >= 0)
+            .ok_or_else(|| {
+                ErrorReport::new(
+                    PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                    format!(
+                        "cost must be an integer from 0 to {}, got {}",
+                        i32::MAX,
+                        crate::error::quoted(text)
+                    ),
+                    F,
+                )
+                .set_hint("Pass the tokens one row takes as the third trigger argument, e.g. '1'.")
+            })?,
+    };
     Ok(Arguments {
         policy: policy.clone(),
         column: column.clone(),
@@ -110,7 +112,11 @@ fn key_of(trigger: &PgTrigger<'_>, column: &str) -> Result<String, ErrorReport> 
             let table = trigger.table_name().unwrap_or_default();
             return Err(ErrorReport::new(
                 PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN,
-                format!("table \"{table}\" has no column \"{column}\" to limit writes by"),
+                format!(
+                    "table {} has no column {} to limit writes by",
+                    crate::error::quoted(&table),
+                    crate::error::quoted(column)
+                ),
                 F,
             )
             .set_hint(
@@ -126,7 +132,10 @@ fn key_of(trigger: &PgTrigger<'_>, column: &str) -> Result<String, ErrorReport> 
         if value.is_null() {
             return Err(ErrorReport::new(
                 PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
-                format!("column \"{column}\" is NULL: there is no key to limit this write by"),
+                format!(
+                    "column {} is NULL: there is no key to limit this write by",
+                    crate::error::quoted(column)
+                ),
                 F,
             )
             .set_hint(
@@ -173,7 +182,11 @@ fn denied(policy: &str, key: &str, d: &Decision) -> Result<ErrorReport, ErrorRep
     };
     Ok(ErrorReport::new(
         DENIED,
-        format!("rate limit exceeded: policy \"{policy}\", key \"{key}\""),
+        format!(
+            "rate limit exceeded: policy {}, key {}",
+            crate::error::quoted(policy),
+            crate::error::quoted(key)
+        ),
         F,
     )
     .set_detail(detail)

@@ -330,7 +330,8 @@ fn ensure_bucket_on_this_node(
         Some((host, port, _)) => Err(ErrorReport::new(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
             format!(
-                "the {what} of key \"{key}\" lives on node {}:{}, not on {here}",
+                "the {what} of key {} lives on node {}:{}, not on {here}",
+                crate::error::quoted(key),
                 host.unwrap_or_default(),
                 port.unwrap_or_default()
             ),

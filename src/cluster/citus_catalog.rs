@@ -60,6 +60,11 @@ pub fn is_placed_here(id: i64) -> bool {
 
 /// `f` of the state table's layout, read again if the catalogs may have changed since it was read;
 /// `None` while the table is not hash-distributed.
+/// Whether the state table is hash-distributed (see [`shard_of_key`] for when the catalogs are read).
+pub fn is_distributed() -> bool {
+    with_layout(|_| ()).is_some()
+}
+
 fn with_layout<R>(f: impl FnOnce(&Layout) -> R) -> Option<R> {
     // SAFETY: a plain global of this backend, read on its only thread.
     let seen = unsafe { pg_sys::SharedInvalidMessageCounter };

@@ -63,6 +63,11 @@ pub fn shard_of(key: &str) -> Option<Shard> {
     })
 }
 
+/// Whether the state table is distributed by Citus (`rate_limit.distribute()` has run).
+pub fn distributed() -> bool {
+    citus_installed() && citus_catalog::is_distributed()
+}
+
 thread_local! {
     /// The last key [`local_shard`] answered for in this transaction, and its answer: valid until the
     /// transaction ends, or the subtransaction that took the shard's lock aborts (see [`forget`]), as long
@@ -168,7 +173,8 @@ fn moved_while_waiting(function: &'static str, key: &str) -> ErrorReport {
     ErrorReport::new(
         PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
         format!(
-            "the shard of key \"{key}\" moved to another node while this call waited for the move"
+            "the shard of key {} moved to another node while this call waited for the move",
+            crate::error::quoted(key)
         ),
         function,
     )

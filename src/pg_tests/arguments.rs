@@ -32,7 +32,7 @@ mod tests {
                  now(), now(), 1, now())"
             )
             .as_deref(),
-            Some("22023: invalid bucket numbers: unknown algorithm 'leaky'")
+            Some("22023: invalid bucket numbers: unknown algorithm \"leaky\"")
         );
     }
 

@@ -118,9 +118,9 @@ pub fn wrong_kind(function: &'static str, named: &Named) -> ErrorReport {
     ErrorReport::new(
         PgSqlErrorCode::ERRCODE_WRONG_OBJECT_TYPE,
         if concurrency {
-            format!("policy \"{}\" limits leases held at once, not tokens", named.name)
+            format!("policy {} limits leases held at once, not tokens", error::quoted(&named.name))
         } else {
-            format!("policy \"{}\" limits tokens, not leases held at once", named.name)
+            format!("policy {} limits tokens, not leases held at once", error::quoted(&named.name))
         },
         function,
     )
@@ -206,7 +206,10 @@ pub fn parse_store(function: &'static str, s: &str) -> Result<Store, ErrorReport
         "memory" => Ok(Store::Memory),
         _ => Err(ErrorReport::new(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("store must be 'table', 'memory' or NULL, got '{s}'"),
+            format!(
+                "store must be 'table', 'memory' or NULL, got {}",
+                error::quoted(s)
+            ),
             function,
         )
         .set_hint("NULL follows the rate_limit.store setting of the calling session.")),
@@ -218,7 +221,7 @@ pub fn parse_algorithm(function: &'static str, s: &str) -> Result<Algorithm, Err
     Algorithm::parse(s).filter(|a| a.makes_policies()).ok_or_else(|| {
         ErrorReport::new(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("unknown algorithm '{s}'"),
+            format!("unknown algorithm {}", error::quoted(s)),
             function,
         )
         .set_hint(
@@ -240,7 +243,7 @@ pub fn check_name(function: &'static str, name: &str) -> Result<(), ErrorReport>
     } else {
         Err(ErrorReport::new(
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-            format!("invalid policy name \"{name}\""),
+            format!("invalid policy name {}", error::quoted(name)),
             function,
         )
         .set_hint(format!(

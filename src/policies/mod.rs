@@ -64,8 +64,8 @@ pub struct Named {
     pub max_debt: i64,
     /// How its keys are blocked: their block buckets' numbers and its penalty box, if any.
     pub blocking: Blocking,
-    /// Its per-key overrides, when it has any ([`overrides`]): read with the policy, cached with it.
-    pub overrides: Option<Rc<overrides::Overrides>>,
+    /// Its row as stored (an override's missing numbers are this row's, [`overrides::resolve`]).
+    pub row: Row,
 }
 
 struct Cache {
@@ -105,6 +105,7 @@ unsafe extern "C-unwind" fn on_relcache(_arg: pg_sys::Datum, relid: pg_sys::Oid)
         // borrowed by a lookup on this stack: count it, so that the lookup does not cache its value
         Err(_) => GENERATION.with(|g| g.set(g.get().wrapping_add(1))),
     });
+    overrides::on_relcache(relid);
     crate::decision::forget_type_if(relid);
 }
 
@@ -114,19 +115,24 @@ pub fn invalidate(table: pg_sys::Oid) {
     unsafe { pg_sys::CacheInvalidateRelcacheByRelid(table) }
 }
 
-/// Queues the invalidation of every relation cache of the database, which empties every backend's policy
-/// cache too (from the trigger on `rate_limit.key_overrides`): each backend then rebuilds the relation
-/// cache entries it uses, a cost paid per change of the overrides.
-pub fn invalidate_all() {
-    // SAFETY: as for invalidate: a plain call into the invalidation machinery inside a transaction.
-    unsafe { pg_sys::CacheInvalidateRelcacheAll() }
+/// Queues the invalidation of `rate_limit.key_overrides` alone in every backend (from its trigger): each
+/// forgets which policies have overrides ([`overrides::any`]) and rebuilds that one relation's cache
+/// entry, whatever the number of overrides.
+pub fn invalidate_overrides() {
+    let table = overrides::table_oid();
+    if table != pg_sys::InvalidOid {
+        invalidate(table);
+    }
 }
 
 /// 42704 for an unknown policy name.
 pub fn unknown(function: &'static str, name: &str) -> ErrorReport {
     ErrorReport::new(
         PgSqlErrorCode::ERRCODE_UNDEFINED_OBJECT,
-        format!("rate limit policy \"{name}\" does not exist"),
+        format!(
+            "rate limit policy {} does not exist",
+            crate::error::quoted(name)
+        ),
         function,
     )
     .set_hint(
@@ -175,14 +181,20 @@ fn load_latest(
     function: &'static str,
     name: &str,
 ) -> Result<Option<(Named, pg_sys::Oid)>, ErrorReport> {
+    with_latest_snapshot(|| load(function, name))
+}
+
+/// Runs `read` (read-only statements) with the latest snapshot as the active one: it sees every change
+/// committed before it was taken, whatever the caller's isolation level.
+pub fn with_latest_snapshot<T>(read: impl FnOnce() -> T) -> T {
     // SAFETY: inside a transaction (an SQL function call), taking the latest snapshot and pushing it as the
     // active one is what PostgreSQL's own code does around catalog-like reads; it is popped on return, and
     // on error the transaction's abort pops every snapshot pushed since.
     unsafe { pg_sys::PushActiveSnapshot(pg_sys::GetLatestSnapshot()) };
-    let loaded = load(function, name);
-    // SAFETY: pops the snapshot pushed above (the read-only SPI call pushes and pops its own).
+    let result = read();
+    // SAFETY: pops the snapshot pushed above (a read-only SPI call pushes and pops its own).
     unsafe { pg_sys::PopActiveSnapshot() };
-    loaded
+    result
 }
 
 /// Reads one policy from the table, with the active snapshot, and checks it as a caller's would be.
@@ -193,8 +205,7 @@ pub fn load(
     let Some((row, table)) = Row::read(function, name, Lock::None)? else {
         return Ok(None);
     };
-    let (mut named, row) = checked(function, row)?;
-    named.overrides = overrides::load(function, &row, &named)?;
+    let (named, _) = checked(function, row)?;
     Ok(Some((named, table)))
 }
 
@@ -245,7 +256,7 @@ pub fn checked(function: &'static str, row: Row) -> Result<(Named, Row), ErrorRe
         shadow: row.shadow,
         max_debt: row.max_debt,
         blocking,
-        overrides: None,
+        row: row.clone(),
     };
     Ok((named, row))
 }

@@ -76,6 +76,63 @@ pub fn apply(
     Ok(())
 }
 
+/// The deepest nesting `options` may hold: every option takes a flat value, so anything deeper is a
+/// mistake, refused before the text is parsed (a `jsonb` may nest 10 000 levels).
+pub const MAX_DEPTH: usize = 16;
+
+/// `options` as a `jsonb` argument's text ([`crate::api::json_arg::JsonbText`]) made a JSON value: 22023
+/// for values nested deeper than [`MAX_DEPTH`] or numbers beyond what a 64-bit float holds (`1e400`),
+/// which `jsonb` accepts and no option takes.
+pub fn parse(function: &'static str, text: &str) -> Result<Value, ErrorReport> {
+    let depth = nesting(text);
+    if depth > MAX_DEPTH {
+        return Err(error::invalid_value(
+            function,
+            format!("options are nested {depth} levels deep; at most {MAX_DEPTH} are accepted"),
+            &format!(
+                "Pass a flat JSON object of options, e.g. options => '{{\"description\": \"…\"}}'; known options: {}.",
+                known()
+            ),
+        ));
+    }
+    serde_json::from_str(text).map_err(|e| {
+        error::invalid_value(
+            function,
+            format!("options hold a value no option takes: {e}"),
+            &format!(
+                "Pass numbers within the range of a double precision value; known options: {}.",
+                known()
+            ),
+        )
+    })
+}
+
+/// How deeply the arrays and objects of JSON text `text` nest (brackets inside strings do not count).
+fn nesting(text: &str) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for b in text.bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// The known options' names, for hints.
 fn known() -> String {
     OPTIONS
@@ -173,6 +230,15 @@ mod tests {
             let row = format!("| `{}` | {} |", o.name, o.takes.replace("null", "`null`"));
             assert!(reference.contains(&row), "docs/reference.md lacks: {row}");
         }
+    }
+
+    #[test]
+    fn nesting_counts_brackets_outside_strings() {
+        assert_eq!(nesting(r#"{"description": "[[{{"}"#), 1);
+        assert_eq!(nesting(r#"{"a": [1, {"b": "\\\"[["}]}"#), 3);
+        assert_eq!(nesting("1"), 0);
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        assert_eq!(nesting(&deep), 200);
     }
 
     #[test]

@@ -2,26 +2,33 @@
 //! `rate_limit.overrides`): one key of a policy gets its own rate, period or burst, or is denied or
 //! exempted, until a time or for ever.
 //!
-//! Read with the policy: the policy cache ([`super::get`]) loads a policy's overrides when it loads its row,
-//! under the same latest snapshot, into a map kept with the cached policy. A policy with none keeps no map,
-//! so its calls read nothing more; a key of a policy with some costs one lookup in that map. The table has
-//! the policies' statement trigger, which invalidates every backend's policy cache: a change is seen as a
-//! policy change is (the next transaction of every backend), and the policy's map is read again then.
+//! Read per key, where a key is used: a call of a key of a policy that has overrides reads that key's row
+//! by the table's primary key ([`of_key`]; a batch reads its keys' rows in one statement, [`of_keys`]),
+//! with the latest snapshot, as the policy cache reads a policy: an override committed before a call's
+//! snapshot is taken is used by it, in every backend, whatever its isolation level. Nothing per key is
+//! kept in a backend: its memory does not grow with the overrides, and a change costs the other backends
+//! nothing for the keys they do not call. What a backend keeps is whether each policy it calls has any
+//! overrides at all ([`any`]), so that a call of a policy without them reads nothing more; a change of
+//! `rate_limit.key_overrides` invalidates that answer in every backend, by a relation-cache invalidation
+//! of the table alone (sent by its statement trigger, `rate_limit.policies_changed`): each backend then
+//! asks again, once per policy it calls (one primary-key probe), and replans its one lookup statement.
 //!
 //! Numbers. An override's missing rate, period or burst are the policy's; a window's burst is its rate. Its
 //! numbers take effect when it was set (`set_at`) and the policy's again when it ends (`expires_at`): a
-//! bucket carries its tokens over at that instant, as a policy change does, never gaining any.
+//! bucket carries its tokens over at that instant, as a policy change does, never gaining any. An
+//! override set before its policy was created (left by a DELETE or TRUNCATE of `rate_limit.policies`, a
+//! dropped namesake's) is never read.
 
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::rc::Rc;
 
 use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::ErrorReport;
-use pgrx::spi::Spi;
+use pgrx::spi::{OwnedPreparedStatement, Spi, SpiClient, SpiError, SpiHeapTupleData};
 use pgrx::PgSqlErrorCode;
 
-use super::{build, Named, Row};
+use super::{build, with_latest_snapshot, Named};
 use crate::algorithm::{Algorithm, Policy};
 use crate::error;
 use crate::target::Verdict;
@@ -49,9 +56,6 @@ pub struct Override {
     pub expires_at: Option<i64>,
 }
 
-/// A policy's overrides by key.
-pub type Overrides = HashMap<Box<str>, Override>;
-
 /// The overrides' actions, as the table's `action` column names them.
 pub const ACTIONS: [&str; 3] = ["limit", "deny", "exempt"];
 
@@ -74,14 +78,14 @@ pub struct Stored {
     pub set_at: i64,
 }
 
-/// The override `stored` makes of policy `named` (whose row is `row`); 22023 when its numbers do not
-/// make a policy of the policy's algorithm.
+/// The override `stored` makes of policy `named`; 22023 when its numbers do not make a policy of the
+/// policy's algorithm.
 pub fn resolve(
     function: &'static str,
-    row: &Row,
     named: &Named,
     stored: &Stored,
 ) -> Result<Override, ErrorReport> {
+    let row = &named.row;
     let expires_at = stored.expires_at;
     let effect = match stored.action.as_str() {
         "deny" => Effect::Fixed(Verdict::Deny { until: expires_at }),
@@ -115,86 +119,204 @@ pub fn resolve(
     Ok(Override { effect, expires_at })
 }
 
-/// Reads the overrides of policy `named` (row `row`) with the active snapshot: `None` when it has none.
-pub fn load(
-    function: &'static str,
-    row: &Row,
-    named: &Named,
-) -> Result<Option<Rc<Overrides>>, ErrorReport> {
-    // (an override set before the policy was created is a dropped namesake's: never read)
-    let query =
-        "SELECT key, action, rate, per, burst, expires_at, set_at FROM rate_limit.key_overrides \
-                 WHERE policy OPERATOR(pg_catalog.=) $1 AND set_at OPERATOR(pg_catalog.>=) $2";
-    let created_at = TimestampWithTimeZone::try_from(named.created_at)
-        .map_err(|_| error::bug(function, "a policy's created_at is out of range"))?;
+/// One key's override, by the primary key: `$1` policy, `$2` key, `$3` the policy's `created_at`.
+const OF_KEY: &str = "SELECT key, action, rate, per, burst, expires_at, set_at \
+     FROM rate_limit.key_overrides \
+     WHERE policy OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2 \
+       AND set_at OPERATOR(pg_catalog.>=) $3";
+
+/// Whether a policy has any override: `$1` policy, `$2` its `created_at`.
+const ANY: &str = "SELECT true FROM rate_limit.key_overrides \
+     WHERE policy OPERATOR(pg_catalog.=) $1 AND set_at OPERATOR(pg_catalog.>=) $2 LIMIT 1";
+
+/// The overrides of many keys of one policy: `$1` policy, `$2` the keys, `$3` its `created_at`.
+const OF_KEYS: &str = "SELECT key, action, rate, per, burst, expires_at, set_at \
+     FROM rate_limit.key_overrides \
+     WHERE policy OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) ANY ($2) \
+       AND set_at OPERATOR(pg_catalog.>=) $3";
+
+thread_local! {
+    /// [`OF_KEY`], prepared on first use and kept for the life of the backend (PostgreSQL's plan cache
+    /// replans it when the table changes or is recreated).
+    static OF_KEY_PLAN: Cell<Option<&'static OwnedPreparedStatement>> = const { Cell::new(None) };
+    /// Whether each policy this backend called has overrides, by (name, created_at): valid until an
+    /// invalidation of `rate_limit.key_overrides` (see [`on_relcache`]).
+    static HAS_ANY: RefCell<HashMap<(String, i64), bool>> = RefCell::new(HashMap::new());
+    /// The oid of `rate_limit.key_overrides` when [`HAS_ANY`] was filled (`InvalidOid`: not known yet, so
+    /// every relation-cache invalidation empties it).
+    static TABLE: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
+    /// Counts the invalidations that emptied [`HAS_ANY`]: an answer read while it moved is not kept.
+    static GENERATION: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Called for every relation-cache invalidation (by the policy cache's callback): one of
+/// `rate_limit.key_overrides` (or of every relation, or any while the table's oid is unknown) forgets
+/// which policies have overrides.
+pub fn on_relcache(relid: pg_sys::Oid) {
+    let table = TABLE.with(Cell::get);
+    if relid == pg_sys::InvalidOid || table == pg_sys::InvalidOid || relid == table {
+        if let Ok(mut has) =
+            HAS_ANY.with(|h| h.try_borrow_mut().map(|mut h| std::mem::take(&mut *h)))
+        {
+            has.clear();
+        }
+        TABLE.with(|t| t.set(pg_sys::InvalidOid));
+        GENERATION.with(|g| g.set(g.get().wrapping_add(1)));
+    }
+}
+
+/// The oid of `rate_limit.key_overrides` (under Citus, the table every node has, whose shard holds the
+/// rows); `InvalidOid` if there is none.
+pub fn table_oid() -> pg_sys::Oid {
+    // SAFETY: catalog lookups by name inside a transaction; both return InvalidOid when nothing is found
+    // (missing_ok), and the names are NUL-terminated literals.
+    unsafe {
+        let schema = pg_sys::get_namespace_oid(c"rate_limit".as_ptr(), true);
+        if schema == pg_sys::InvalidOid {
+            return pg_sys::InvalidOid;
+        }
+        pg_sys::get_relname_relid(c"key_overrides".as_ptr(), schema)
+    }
+}
+
+/// Whether policy `named` has any override (one set since it was created): from this backend's memory,
+/// else one probe of the table with the latest snapshot.
+pub fn any(function: &'static str, named: &Named) -> Result<bool, ErrorReport> {
+    let id = (named.name.clone(), named.created_at);
+    if let Some(known) = HAS_ANY.with(|h| h.borrow().get(&id).copied()) {
+        return Ok(known);
+    }
+    // SAFETY: accepting invalidation messages is allowed anywhere inside a transaction; it may run the
+    // relcache callbacks, which only touch thread-locals (no borrow is held here).
+    unsafe { pg_sys::AcceptInvalidationMessages() };
+    let generation = GENERATION.with(Cell::get);
+    let created_at = timestamptz(function, named.created_at)?;
     let args: [DatumWithOid<'_>; 2] = [named.name.as_str().into(), created_at.into()];
-    let rows = as_table_owner(function, || {
-        Spi::connect(|client| {
-            client
-                .select(query, None, &args)?
-                .map(|r| {
-                    Ok(Stored {
-                        key: r.get(1)?.unwrap_or_default(),
-                        action: r.get(2)?.unwrap_or_default(),
-                        rate: r.get(3)?,
-                        per: r.get(4)?,
-                        burst: r.get(5)?,
-                        expires_at: r
-                            .get::<TimestampWithTimeZone>(6)?
-                            .map(TimestampWithTimeZone::into_inner),
-                        // NOT NULL in the table
-                        set_at: r
-                            .get::<TimestampWithTimeZone>(7)?
-                            .map_or(i64::MIN, TimestampWithTimeZone::into_inner),
-                    })
-                })
-                .collect::<Result<Vec<Stored>, pgrx::spi::SpiError>>()
+    let found = with_latest_snapshot(|| {
+        as_table_owner(function, || {
+            Spi::connect(|client| Ok(!client.select(ANY, Some(1), &args)?.is_empty()))
+                .map_err(|e: SpiError| error::internal(function, e))
         })
-        .map_err(|e| error::internal(function, e))
     })?;
-    if rows.is_empty() {
-        return Ok(None);
+    if GENERATION.with(Cell::get) == generation {
+        TABLE.with(|t| t.set(table_oid()));
+        HAS_ANY.with(|h| h.borrow_mut().insert(id, found));
     }
-    let mut map = Overrides::with_capacity(rows.len());
-    for stored in &rows {
-        map.insert(
-            stored.key.as_str().into(),
-            resolve(function, row, named, stored)?,
-        );
+    Ok(found)
+}
+
+/// The override of `key` under policy `named`, if it has one: one primary-key read with the latest
+/// snapshot (call it only when [`any`] says the policy has overrides).
+pub fn of_key(
+    function: &'static str,
+    named: &Named,
+    key: &str,
+) -> Result<Option<Override>, ErrorReport> {
+    let created_at = timestamptz(function, named.created_at)?;
+    let args: [DatumWithOid<'_>; 3] = [named.name.as_str().into(), key.into(), created_at.into()];
+    let stored = with_latest_snapshot(|| {
+        as_table_owner(function, || {
+            Spi::connect(|client| {
+                let plan = of_key_plan(client)?;
+                let mut rows = client.select(plan, Some(1), &args)?;
+                rows.next().map(|row| stored(&row)).transpose()
+            })
+            .map_err(|e: SpiError| error::internal(function, e))
+        })
+    })?;
+    stored.map(|s| resolve(function, named, &s)).transpose()
+}
+
+/// The overrides of those of `keys` that have one under policy `named`, by key: one statement.
+pub fn of_keys(
+    function: &'static str,
+    named: &Named,
+    keys: &[&str],
+) -> Result<HashMap<String, Override>, ErrorReport> {
+    let created_at = timestamptz(function, named.created_at)?;
+    let keys: Vec<&str> = keys.to_vec();
+    let args: [DatumWithOid<'_>; 3] = [named.name.as_str().into(), keys.into(), created_at.into()];
+    let rows = with_latest_snapshot(|| {
+        as_table_owner(function, || {
+            Spi::connect(|client| {
+                client
+                    .select(OF_KEYS, None, &args)?
+                    .map(|row| stored(&row))
+                    .collect::<Result<Vec<Stored>, SpiError>>()
+            })
+            .map_err(|e: SpiError| error::internal(function, e))
+        })
+    })?;
+    rows.into_iter()
+        .map(|s| Ok((s.key.clone(), resolve(function, named, &s)?)))
+        .collect()
+}
+
+/// [`OF_KEY`]'s kept plan.
+fn of_key_plan(client: &SpiClient<'_>) -> Result<&'static OwnedPreparedStatement, SpiError> {
+    if let Some(plan) = OF_KEY_PLAN.with(Cell::get) {
+        return Ok(plan);
     }
-    Ok(Some(Rc::new(map)))
+    let text = pgrx::pg_sys::PgOid::from(pg_sys::TEXTOID);
+    let tstz = pgrx::pg_sys::PgOid::from(pg_sys::TIMESTAMPTZOID);
+    // Leaked on purpose: one small plan per backend, alive as long as the backend.
+    let plan: &'static OwnedPreparedStatement = Box::leak(Box::new(
+        client.prepare(OF_KEY, &[text, text, tstz])?.keep(),
+    ));
+    OF_KEY_PLAN.with(|p| p.set(Some(plan)));
+    Ok(plan)
+}
+
+/// The row `row` is on, as stored (the columns of [`OF_KEY`], in [`Stored`]'s order).
+fn stored(row: &SpiHeapTupleData<'_>) -> Result<Stored, SpiError> {
+    Ok(Stored {
+        key: row.get(1)?.unwrap_or_default(),
+        action: row.get(2)?.unwrap_or_default(),
+        rate: row.get(3)?,
+        per: row.get(4)?,
+        burst: row.get(5)?,
+        expires_at: row
+            .get::<TimestampWithTimeZone>(6)?
+            .map(TimestampWithTimeZone::into_inner),
+        // NOT NULL in the table
+        set_at: row
+            .get::<TimestampWithTimeZone>(7)?
+            .map_or(i64::MIN, TimestampWithTimeZone::into_inner),
+    })
+}
+
+/// Microseconds as a `timestamptz` argument.
+fn timestamptz(function: &'static str, us: i64) -> Result<TimestampWithTimeZone, ErrorReport> {
+    TimestampWithTimeZone::try_from(us)
+        .map_err(|_| error::bug(function, "a policy's created_at is out of range"))
 }
 
 /// Runs `read` as the owner of `rate_limit.key_overrides` (the extension's owner), as PostgreSQL's
-/// referential-integrity triggers run their queries as the table's owner: a policy is read into the cache
-/// by whatever call needs it first, and a call that is not SECURITY DEFINER (`headers`) runs as a role that
-/// may not read the overrides (they name customers' keys; the policies are readable by every role). What
-/// is read is the same whoever calls, so the cache is.
+/// referential-integrity triggers run their queries as the table's owner: the calls that read overrides
+/// are SECURITY DEFINER and run as the owner already (nothing to switch, the common case); any other
+/// caller reads them as the owner too, never with its own rights, so what a call decides does not depend
+/// on who calls it.
 fn as_table_owner<T>(
     function: &'static str,
     read: impl FnOnce() -> Result<T, ErrorReport>,
 ) -> Result<T, ErrorReport> {
-    // a read-only statement: a hot standby reads its policies too (Spi::get_one would run it read-write,
-    // which assigns a transaction id, refused during recovery)
-    let owner = Spi::connect(|client| {
-        client
-            .select(
-                "SELECT c.relowner FROM pg_catalog.pg_class AS c \
-                 WHERE c.oid OPERATOR(pg_catalog.=) 'rate_limit.key_overrides'::pg_catalog.regclass",
-                Some(1),
-                &[],
-            )?
-            .first()
-            .get_one::<pg_sys::Oid>()
-    })
-    .map_err(|e| error::internal(function, e))?
-    .ok_or_else(|| error::bug(function, "rate_limit.key_overrides has no owner"))?;
+    let owner = table_owner();
     let (mut user, mut context) = (pg_sys::InvalidOid, 0);
-    // SAFETY: reading and setting the current user id and security context is what PostgreSQL's own
-    // ri_triggers.c does around its queries; an error inside `read` aborts the (sub)transaction, which
-    // restores both (AbortTransaction / AbortSubTransaction), and on return they are restored here.
+    // SAFETY: reads the current user id and security context, as ri_triggers.c does.
+    unsafe { pg_sys::GetUserIdAndSecContext(&mut user, &mut context) };
+    if owner == user {
+        return read();
+    }
+    if owner == pg_sys::InvalidOid {
+        return Err(error::bug(
+            function,
+            "rate_limit.key_overrides has no owner",
+        ));
+    }
+    // SAFETY: setting the current user id and security context is what PostgreSQL's own ri_triggers.c
+    // does around its queries; an error inside `read` aborts the (sub)transaction, which restores both
+    // (AbortTransaction / AbortSubTransaction), and on return they are restored here.
     unsafe {
-        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
         pg_sys::SetUserIdAndSecContext(
             owner,
             context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32,
@@ -204,6 +326,29 @@ fn as_table_owner<T>(
     // SAFETY: restores what was read above.
     unsafe { pg_sys::SetUserIdAndSecContext(user, context) };
     result
+}
+
+/// The owner of `rate_limit.key_overrides` (`InvalidOid` if there is no such table), from the catalog
+/// cache: no statement, so a hot standby reads it too.
+fn table_owner() -> pg_sys::Oid {
+    let relid = table_oid();
+    if relid == pg_sys::InvalidOid {
+        return pg_sys::InvalidOid;
+    }
+    // SAFETY: a catalog-cache lookup by oid inside a transaction; the tuple is released before return and
+    // its relowner field read while it is held.
+    unsafe {
+        let tuple = pg_sys::SearchSysCache1(
+            pg_sys::SysCacheIdentifier::RELOID as i32,
+            pg_sys::Datum::from(relid),
+        );
+        if tuple.is_null() {
+            return pg_sys::InvalidOid;
+        }
+        let owner = (*pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_class>(tuple)).relowner;
+        pg_sys::ReleaseSysCache(tuple);
+        owner
+    }
 }
 
 /// What applies to a key of `named` with override `o` at `now`: the override's effect while it lasts,
@@ -222,7 +367,7 @@ pub fn in_effect(named: &Named, o: &Override, now: i64) -> Effect {
 pub fn unknown_action(function: &'static str, action: &str) -> ErrorReport {
     ErrorReport::new(
         PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-        format!("unknown override action \"{action}\""),
+        format!("unknown override action {}", error::quoted(action)),
         function,
     )
     .set_hint("Use 'limit' (with rate, per or burst), 'deny' or 'exempt'.")

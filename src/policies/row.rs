@@ -262,7 +262,7 @@ pub fn mark_blocked_by_hand(function: &'static str, name: &str) -> Result<(), Er
 pub fn duplicate(function: &'static str, name: &str) -> ErrorReport {
     ErrorReport::new(
         PgSqlErrorCode::ERRCODE_DUPLICATE_OBJECT,
-        format!("rate limit policy \"{name}\" already exists"),
+        format!("rate limit policy {} already exists", error::quoted(name)),
         function,
     )
     .set_hint("Change it with rate_limit.alter_policy(name, ...).")

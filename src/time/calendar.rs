@@ -148,7 +148,7 @@ fn known_zone(function: &'static str, name: &str) -> Result<&'static PgZone, Err
     zone(name).ok_or_else(|| {
         error::invalid_value(
             function,
-            format!("unknown time zone \"{name}\""),
+            format!("unknown time zone {}", error::quoted(name)),
             "Use a name from pg_timezone_names, e.g. 'Europe/Paris' or 'UTC'.",
         )
     })

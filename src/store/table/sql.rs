@@ -89,7 +89,10 @@ fn row_policy(
     burst: i64,
 ) -> Result<Policy, ErrorReport> {
     let algorithm = Algorithm::parse(algorithm).ok_or_else(|| {
-        error::invalid_numbers(function, &format!("unknown algorithm '{algorithm}'"))
+        error::invalid_numbers(
+            function,
+            &format!("unknown algorithm {}", error::quoted(algorithm)),
+        )
     })?;
     Policy::new(algorithm, rate, per_us, burst)
         .map_err(|e| error::invalid_numbers(function, &e.to_string()))

@@ -2,6 +2,13 @@
 //! XX000 (a Rust panic), NULL or a silent "everything":
 //! - the trigger functions `rate_limit.limit_writes()` and `rate_limit.policies_changed()` called as plain
 //!   functions: 39P01, as PostgreSQL's own trigger functions answer (before: XX000 "NotTrigger");
+//!   `policies_changed` is the owner's: another role may neither call it nor attach it to a table of its
+//!   own (42501), so it cannot make other backends forget their caches at every commit of its own, and
+//!   attached to any other table by a superuser it refuses to fire (42501);
+//! - `create_policy`/`alter_policy` with `options` nested 128 deep or holding `1e400`: 22023 (before:
+//!   XX000 from the JSON library); `nodes_of('{}')` without Citus: 0A000 (before: 42P01);
+//! - arguments of a megabyte quoted in errors: cut to 64 characters with their length said, in the
+//!   message the client reads and in the server log (before: whole);
 //! - `rate_limit.headers(NULL)`: 22004, like every other function (before: NULL);
 //! - `rate_limit.reset_stats(NULL)`: 22004 (before: it reset every statistic); `reset_stats()` resets all;
 //! - `rate_limit.headers(d, label)` for an ad-hoc decision: the label only names the fields, whose numbers
@@ -46,17 +53,19 @@ fn trigger_functions_called_directly_raise_39p01() {
     let mut admin = db.connect();
     let mut role = login_role(&db, &mut admin, "rl_misuse");
     for client in [&mut admin, &mut role] {
-        for sql in [
-            "SELECT rate_limit.limit_writes()",
-            "SELECT rate_limit.policies_changed()",
-        ] {
-            assert_eq!(
-                code_of(client, sql),
-                SqlState::E_R_I_E_TRIGGER_PROTOCOL_VIOLATED,
-                "{sql}"
-            );
-        }
+        assert_eq!(
+            code_of(client, "SELECT rate_limit.limit_writes()"),
+            SqlState::E_R_I_E_TRIGGER_PROTOCOL_VIOLATED
+        );
     }
+    assert_eq!(
+        code_of(&mut admin, "SELECT rate_limit.policies_changed()"),
+        SqlState::E_R_I_E_TRIGGER_PROTOCOL_VIOLATED
+    );
+    assert_eq!(
+        code_of(&mut role, "SELECT rate_limit.policies_changed()"),
+        SqlState::INSUFFICIENT_PRIVILEGE
+    );
     // and as triggers they still work
     admin
         .batch_execute(
@@ -71,6 +80,155 @@ fn trigger_functions_called_directly_raise_39p01() {
         code_of(&mut admin, "INSERT INTO t VALUES ('a')"),
         SqlState::CONFIGURATION_LIMIT_EXCEEDED
     );
+}
+
+/// What a role with only LOGIN made every backend of the database do before: attach the extension's own
+/// trigger function to a temporary table of its own, so that each of its commits made every other backend
+/// empty its policy cache. Now it may not attach it (42501), nor may anyone make it fire on another table:
+/// another backend keeps its cached policy across the role's commits (the cache's reads are counted).
+#[test]
+fn no_other_role_can_make_backends_forget_their_policies() {
+    let db = TestDb::new("misuse_flush");
+    let mut admin = db.connect();
+    admin
+        .batch_execute("SELECT rate_limit.create_policy('cached', 100, '1 second', 100)")
+        .expect("policy");
+    let mut role = login_role(&db, &mut admin, "rl_misuse_f");
+    role.batch_execute("CREATE TEMP TABLE mine (k int)")
+        .expect("a table of its own");
+    for sql in [
+        "CREATE TRIGGER flush AFTER INSERT ON pg_temp.mine \
+         FOR EACH STATEMENT EXECUTE FUNCTION rate_limit.policies_changed()",
+        "CREATE TRIGGER flush AFTER INSERT ON pg_temp.mine \
+         FOR EACH ROW EXECUTE FUNCTION rate_limit.policies_changed()",
+    ] {
+        assert_eq!(
+            code_of(&mut role, sql),
+            SqlState::INSUFFICIENT_PRIVILEGE,
+            "{sql}"
+        );
+    }
+    // a superuser who attaches it anyway gets a trigger that refuses to fire
+    admin
+        .batch_execute(
+            "CREATE TABLE not_ours (k int);
+             CREATE TRIGGER flush AFTER INSERT ON not_ours
+                 FOR EACH STATEMENT EXECUTE FUNCTION rate_limit.policies_changed()",
+        )
+        .expect("a superuser may attach it");
+    assert_eq!(
+        code_of(&mut admin, "INSERT INTO not_ours VALUES (1)"),
+        SqlState::INSUFFICIENT_PRIVILEGE
+    );
+    // the role's commits leave another backend's cached policy alone: its takes read no policy row (the
+    // scans of rate_limit.policies and its index in each take's own transaction)
+    let mut other = db.connect();
+    let take_reads = |c: &mut Client| -> i64 {
+        // a backend's statistics are its pending counts until it flushes them, which it does only between
+        // transactions: the difference within one transaction is its take's
+        let scans = "SELECT pg_catalog.pg_stat_get_xact_numscans('rate_limit.policies'::regclass) \
+                       + pg_catalog.pg_stat_get_xact_numscans('rate_limit.policies_pkey'::regclass)";
+        let mut tx = c.transaction().expect("begin");
+        let before: i64 = tx.query_one(scans, &[]).expect("scans").get(0);
+        tx.execute("SELECT rate_limit.take('cached', 'k')", &[])
+            .expect("take");
+        let after: i64 = tx.query_one(scans, &[]).expect("scans").get(0);
+        tx.commit().expect("commit");
+        after - before
+    };
+    assert!(
+        take_reads(&mut other) > 0,
+        "the first take reads the policy"
+    );
+    // (a read during which any invalidation arrived is used but not kept: the next one is)
+    let warm = (0..5).any(|_| take_reads(&mut other) == 0);
+    assert!(warm, "the policy is kept in this backend's cache");
+    for _ in 0..20 {
+        let _ = role.batch_execute("INSERT INTO pg_temp.mine VALUES (1)");
+        assert_eq!(take_reads(&mut other), 0, "the cache was emptied");
+    }
+}
+
+/// Bad input that used to reach a library's panic, or the wrong SQLSTATE: `options` nested deeper than
+/// any option takes, or holding a number beyond a double (the owner's functions), 22023; `nodes_of` of no
+/// keys without Citus, 0A000 as for any keys (a role with only LOGIN).
+#[test]
+fn options_too_deep_or_too_large_and_nodes_of_no_keys_get_their_sqlstates() {
+    let db = TestDb::new("misuse_input");
+    let mut admin = db.connect();
+    admin
+        .batch_execute("SELECT rate_limit.create_policy('opts', 1, '1 minute')")
+        .expect("policy");
+    let deep = format!("{}1{}", "[".repeat(128), "]".repeat(128));
+    for options in [
+        format!(r#"{{"description": {deep}}}"#),
+        deep.clone(),
+        r#"{"description": 1e400}"#.to_string(),
+        "1e400".to_string(),
+    ] {
+        for sql in [
+            format!(
+                "SELECT rate_limit.create_policy('opts2', 1, '1 minute', options => '{options}')"
+            ),
+            format!("SELECT rate_limit.alter_policy('opts', options => '{options}')"),
+        ] {
+            assert_eq!(
+                code_of(&mut admin, &sql),
+                SqlState::INVALID_PARAMETER_VALUE,
+                "{}",
+                &sql[..80]
+            );
+        }
+    }
+    let mut role = login_role(&db, &mut admin, "rl_misuse_n");
+    for sql in [
+        "SELECT * FROM rate_limit.nodes_of('{}')",
+        "SELECT * FROM rate_limit.nodes_of(ARRAY['k'])",
+    ] {
+        assert_eq!(
+            code_of(&mut role, sql),
+            SqlState::FEATURE_NOT_SUPPORTED,
+            "{sql}"
+        );
+    }
+}
+
+/// A megabyte argument is quoted in an error cut to its first 64 characters, with its length: in the
+/// message the client reads, and so in the server log.
+#[test]
+fn long_arguments_are_cut_in_errors() {
+    let db = TestDb::new("misuse_long");
+    let mut admin = db.connect();
+    admin
+        .batch_execute("SELECT rate_limit.create_policy('lp', 1, '1 minute')")
+        .expect("policy");
+    let mut role = login_role(&db, &mut admin, "rl_misuse_l");
+    let long = "p".repeat(1 << 20);
+    let cut = format!("\"{}…\" (1048576 bytes)", "p".repeat(64));
+    // (true: as the role with only LOGIN; false: as the owner)
+    for (as_role, sql, state) in [
+        (true, "SELECT rate_limit.take($1, 'k')", SqlState::UNDEFINED_OBJECT),
+        (true, "SELECT rate_limit.take_many(ARRAY['lp', 'lp'], ARRAY[$1])", SqlState::INVALID_PARAMETER_VALUE),
+        (false, "SELECT rate_limit.create_policy($1, 1, '1 minute')", SqlState::INVALID_PARAMETER_VALUE),
+        (false, "SELECT rate_limit.create_policy('lq', 1, '1 minute', algorithm => $1)", SqlState::INVALID_PARAMETER_VALUE),
+        (false, "SELECT rate_limit.create_policy('lq', 1, '1 month', algorithm => 'calendar_window', time_zone => $1)", SqlState::INVALID_PARAMETER_VALUE),
+        (false, "SELECT rate_limit.set_override('lp', 'k', action => $1)", SqlState::INVALID_PARAMETER_VALUE),
+    ] {
+        let client = if as_role { &mut role } else { &mut admin };
+        // (a key is at most 2048 bytes: the longest one take_many may quote)
+        let argument = if sql.contains("take_many") { "k".repeat(2048) } else { long.clone() };
+        let e = client.execute(sql, &[&argument]).expect_err(sql);
+        let db_error = e.as_db_error().expect("a server error");
+        assert_eq!(db_error.code(), &state, "{sql}");
+        assert!(
+            db_error.message().len() < 400,
+            "{sql}: a message of {} bytes",
+            db_error.message().len()
+        );
+        if !sql.contains("take_many") {
+            assert!(db_error.message().contains(&cut), "{sql}: {}", db_error.message());
+        }
+    }
 }
 
 #[test]

@@ -245,7 +245,6 @@ const MAKE_NOTHING: &[&str] = &[
     "rate_limit.nodes_of(text[])",
     "rate_limit.peek(text,text)",
     "rate_limit.peek_request(text,integer,integer)",
-    "rate_limit.policies_changed()",
     "rate_limit.release(text,text,bigint)",
     "rate_limit.tokens(text,integer,integer)",
 ];
