@@ -227,6 +227,11 @@ AS 'MODULE_PATHNAME', 'clear_override_wrapper';
 CREATE TRIGGER key_overrides_changed
     AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON rate_limit.key_overrides
     FOR EACH STATEMENT EXECUTE FUNCTION rate_limit.policies_changed();
+-- Every override written sets its key in the shared filter of keys that may have one, before it commits:
+-- a call of a key the filter says has none reads nothing.
+CREATE TRIGGER key_overrides_filter
+    BEFORE INSERT OR UPDATE ON rate_limit.key_overrides
+    FOR EACH ROW EXECUTE FUNCTION rate_limit.policies_changed();
 
 -- Every per-key override, with whether it applies now (until expires_at). Owner only.
 CREATE VIEW rate_limit.overrides AS

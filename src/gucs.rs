@@ -1,6 +1,7 @@
 //! Every setting of the extension: a documented `static`, one `init()` that registers them, and small
 //! accessors. Every setting is registered whenever the library loads, so a `SET` always validates its
-//! value, except the two PGC_POSTMASTER ones (`rate_limit.max_buckets`, `rate_limit.stats_max`): only when
+//! value, except the PGC_POSTMASTER ones (`rate_limit.max_buckets`, `rate_limit.stats_max`,
+//! `rate_limit.override_filter_mb`): only when
 //! preloading, the only time PostgreSQL allows them and the only time shared memory is requested.
 
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting, PostgresGucEnum};
@@ -101,6 +102,14 @@ pub const DEFAULT_STATS_MAX: i32 = 1000;
 
 /// `rate_limit.stats_max`: (database, namespace) pairs with statistics; fixed at server start.
 pub static STATS_MAX: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_STATS_MAX);
+
+/// Default of `rate_limit.override_filter_mb`: 4 MB, about 1% false positives with 3 million overrides.
+pub const DEFAULT_OVERRIDE_FILTER_MB: i32 = 4;
+
+/// `rate_limit.override_filter_mb`: the size of the shared-memory filter that tells a key without an
+/// override from one that may have one (`policies::overrides::filter`); 0 turns it off. Fixed at server
+/// start.
+pub static OVERRIDE_FILTER_MB: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_OVERRIDE_FILTER_MB);
 
 /// Default of `rate_limit.purge_interval`: 5 minutes. A purge reads the whole state table (about a second
 /// of one core per million rows) and a full bucket costs only its row until then: every 5 minutes keeps
@@ -297,6 +306,18 @@ fn define_sizes() {
         GucContext::Postmaster,
         GucFlags::default(),
     );
+    GucRegistry::define_int_guc(
+        c"rate_limit.override_filter_mb",
+        c"Megabytes of shared memory for the filter of keys that have a per-key override.",
+        c"Calls of keys without an override read no row when the filter says so: about 10 bits per \
+          override keep false positives near 1%. 0 turns the filter off (every call of a policy with \
+          overrides reads its key's row).",
+        &OVERRIDE_FILTER_MB,
+        0,
+        1024,
+        GucContext::Postmaster,
+        GucFlags::UNIT_MB,
+    );
 }
 
 /// The store selected for this call.
@@ -362,6 +383,11 @@ pub fn memory_snapshot_interval() -> i32 {
 /// The configured number of statistics entries.
 pub fn stats_max() -> i32 {
     STATS_MAX.get()
+}
+
+/// The configured size of the overrides filter, in megabytes (0: none).
+pub fn override_filter_mb() -> i32 {
+    OVERRIDE_FILTER_MB.get()
 }
 
 /// The configured capacity of the memory store.

@@ -11,6 +11,7 @@
 
 use pgrx::pg_sys;
 
+use crate::policies::overrides::filter as overrides_filter;
 use crate::shmem;
 use crate::stats;
 use crate::store;
@@ -49,6 +50,7 @@ unsafe fn request_all() {
         store::request_memory();
         stats::request_shmem();
         clock_shift::request_shmem();
+        overrides_filter::request();
     }
 }
 
@@ -79,6 +81,7 @@ unsafe extern "C-unwind" fn shmem_startup() {
         let memory_created = store::attach_memory();
         let stats_created = stats::attach_or_create();
         clock_shift::attach_or_create();
+        overrides_filter::attach();
         pg_sys::LWLockRelease(init_lock);
         if !pg_sys::IsUnderPostmaster {
             if memory_created {

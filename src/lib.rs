@@ -77,11 +77,13 @@ unsafe extern "C-unwind" fn on_xact_event(
         || event == pg_sys::XactEvent::XACT_EVENT_PREPARE
     {
         cluster::router::on_transaction_end();
+        policies::overrides::on_transaction_end();
     }
     if event == pg_sys::XactEvent::XACT_EVENT_ABORT
         || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT
     {
         store::short::forget_all();
+        policies::overrides::filter::on_abort();
     }
     if event == pg_sys::XactEvent::XACT_EVENT_COMMIT || event == pg_sys::XactEvent::XACT_EVENT_ABORT
     {
@@ -103,6 +105,7 @@ unsafe extern "C-unwind" fn on_subxact_event(
         cluster::router::on_subtransaction_end(my);
     }
     if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
+        policies::overrides::on_transaction_end();
         cluster::forget_transaction_memos();
         store::short::forget_all();
     }

@@ -5,8 +5,10 @@
 
 use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
 use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::pg_sys::{self, PgOid};
 use pgrx::prelude::*;
-use pgrx::spi::Spi;
+use pgrx::spi::{OwnedPreparedStatement, Spi, SpiClient};
+use std::cell::Cell;
 
 use super::{key_arg, policy_arg};
 use crate::error;
@@ -56,6 +58,60 @@ fn checked(
         crate::bounds::policy(function, &policy, named.max_debt, &named.blocking)?;
     }
     Ok(())
+}
+
+/// Writes one override, replacing the key's earlier one.
+const UPSERT: &str = "INSERT INTO rate_limit.key_overrides \
+       (policy, key, action, rate, per, burst, expires_at, set_at, note) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+     ON CONFLICT (policy, key) DO UPDATE SET action = EXCLUDED.action, \
+       rate = EXCLUDED.rate, per = EXCLUDED.per, burst = EXCLUDED.burst, \
+       expires_at = EXCLUDED.expires_at, set_at = EXCLUDED.set_at, note = EXCLUDED.note";
+
+/// [`UPSERT`]'s parameter types.
+const SET_TYPES: [pg_sys::Oid; 9] = [
+    pg_sys::TEXTOID,
+    pg_sys::TEXTOID,
+    pg_sys::TEXTOID,
+    pg_sys::INT8OID,
+    pg_sys::INTERVALOID,
+    pg_sys::INT8OID,
+    pg_sys::TIMESTAMPTZOID,
+    pg_sys::TIMESTAMPTZOID,
+    pg_sys::TEXTOID,
+];
+
+/// Deletes one override.
+const DELETE: &str = "DELETE FROM rate_limit.key_overrides \
+     WHERE policy OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2 RETURNING 1";
+
+/// [`DELETE`]'s parameter types.
+const CLEAR_TYPES: [pg_sys::Oid; 2] = [pg_sys::TEXTOID, pg_sys::TEXTOID];
+
+thread_local! {
+    /// [`UPSERT`] and [`DELETE`], prepared on first use and kept for the life of the backend: a statement
+    /// that sets or clears many overrides plans each once, so that it costs the same per override whether
+    /// it sets ten or a million.
+    static SET: Cell<Option<&'static OwnedPreparedStatement>> = const { Cell::new(None) };
+    static CLEAR: Cell<Option<&'static OwnedPreparedStatement>> = const { Cell::new(None) };
+}
+
+/// The kept plan of `query` in `cell`, prepared on first use.
+fn kept(
+    client: &SpiClient<'_>,
+    cell: &'static std::thread::LocalKey<Cell<Option<&'static OwnedPreparedStatement>>>,
+    query: &str,
+    types: &[pg_sys::Oid],
+) -> Result<&'static OwnedPreparedStatement, pgrx::spi::SpiError> {
+    if let Some(plan) = cell.with(Cell::get) {
+        return Ok(plan);
+    }
+    let types: Vec<PgOid> = types.iter().map(|&t| PgOid::from(t)).collect();
+    // Leaked on purpose: two small plans per backend, alive as long as the backend.
+    let plan: &'static OwnedPreparedStatement =
+        Box::leak(Box::new(client.prepare_mut(query, &types)?.keep()));
+    cell.with(|c| c.set(Some(plan)));
+    Ok(plan)
 }
 
 /// Per-key override SQL functions, in schema `rate_limit`.
@@ -114,16 +170,8 @@ mod rate_limit {
             note.into(),
         ];
         Spi::connect_mut(|client| {
-            client.update(
-                "INSERT INTO rate_limit.key_overrides \
-                   (policy, key, action, rate, per, burst, expires_at, set_at, note) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-                 ON CONFLICT (policy, key) DO UPDATE SET action = EXCLUDED.action, \
-                   rate = EXCLUDED.rate, per = EXCLUDED.per, burst = EXCLUDED.burst, \
-                   expires_at = EXCLUDED.expires_at, set_at = EXCLUDED.set_at, note = EXCLUDED.note",
-                None,
-                &args,
-            )?;
+            let plan = kept(client, &SET, UPSERT, &SET_TYPES)?;
+            client.update(plan, None, &args)?;
             Ok::<_, pgrx::spi::SpiError>(())
         })
         .map_err(|e| error::internal(F, e))
@@ -139,12 +187,8 @@ mod rate_limit {
         let key = key_arg(F, "key", key)?;
         let args: [DatumWithOid<'_>; 2] = [policy.into(), key.into()];
         let deleted = Spi::connect_mut(|client| {
-            let t = client.update(
-                "DELETE FROM rate_limit.key_overrides \
-                 WHERE policy OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2 RETURNING 1",
-                None,
-                &args,
-            )?;
+            let plan = kept(client, &CLEAR, DELETE, &CLEAR_TYPES)?;
+            let t = client.update(plan, None, &args)?;
             Ok::<_, pgrx::spi::SpiError>(t.len())
         })
         .map_err(|e| error::internal(F, e))?;

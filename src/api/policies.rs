@@ -300,8 +300,9 @@ mod rate_limit {
         Ok(dropped > 0)
     }
 
-    /// Statement trigger on `rate_limit.policies` and `rate_limit.key_overrides`: every change invalidates
-    /// every backend's policy cache.
+    /// Statement trigger on `rate_limit.policies` and `rate_limit.key_overrides`: a change is seen by every
+    /// backend's next transaction. As a row trigger (BEFORE INSERT OR UPDATE) of `rate_limit.key_overrides`,
+    /// it sets the row's key in the shared filter of keys that may have an override.
     /// Its C entry point is `policies_changed_wrapper` below, which refuses a direct call with 39P01.
     #[pg_trigger(sql = r#"
 CREATE FUNCTION rate_limit."policies_changed"()
@@ -319,14 +320,27 @@ CREATE FUNCTION rate_limit."policies_changed"()
                 "rate_limit.policies_changed",
             )
         })?;
+        let row_level = matches!(trigger.level(), pgrx::PgTriggerLevel::Row);
         match own_table(relid) {
+            // a row of rate_limit.key_overrides, inserted or updated (BEFORE, so before the transaction
+            // commits): its key's bits in the shared filter of keys that may have an override
+            Some(OwnTable::Overrides) if row_level => {
+                let new = trigger.new();
+                if let Some(row) = &new {
+                    let text = |column: &str| row.get_by_name::<String>(column).ok().flatten();
+                    if let (Some(policy), Some(key)) = (text("policy"), text("key")) {
+                        policies::overrides::filter::add(&policy, &key);
+                    }
+                }
+                return Ok(new);
+            }
             // rate_limit.policies, or under Citus this node's copy of it: the relation the cache read
-            Some(OwnTable::Policies) => policies::invalidate(relid),
+            Some(OwnTable::Policies) if !row_level => policies::invalidate(relid),
             // rate_limit.key_overrides (or a node's copy): every backend forgets which policies have
             // overrides; nothing else (overrides are read per key, never kept)
             Some(OwnTable::Overrides) => policies::invalidate_overrides(),
             // raised here, not returned: pgrx reports a trigger's Err as a panic (XX000)
-            None => ErrorReport::new(
+            _ => ErrorReport::new(
                 PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
                 "rate_limit.policies_changed fires only on rate_limit.policies and rate_limit.key_overrides",
                 "rate_limit.policies_changed",

@@ -115,13 +115,16 @@ pub fn invalidate(table: pg_sys::Oid) {
     unsafe { pg_sys::CacheInvalidateRelcacheByRelid(table) }
 }
 
-/// Queues the invalidation of `rate_limit.key_overrides` alone in every backend (from its trigger): each
-/// forgets which policies have overrides ([`overrides::any`]) and rebuilds that one relation's cache
-/// entry, whatever the number of overrides.
+/// Queues the invalidation of `rate_limit.key_overrides` alone in every backend (from its statement
+/// trigger): each forgets which policies have overrides ([`overrides::any`]) and rebuilds that one
+/// relation's cache entry, whatever the number of overrides. Once per transaction (see
+/// [`overrides::changed`]).
 pub fn invalidate_overrides() {
-    let table = overrides::table_oid();
-    if table != pg_sys::InvalidOid {
-        invalidate(table);
+    if overrides::changed() {
+        let table = overrides::table_oid();
+        if table != pg_sys::InvalidOid {
+            invalidate(table);
+        }
     }
 }
 
