@@ -141,7 +141,9 @@ BEGIN
                              || ' (docs/scaling.md#plproxy).'
                         WHEN refused
                         THEN 'Nothing was granted, denied or changed on it. The partition is up and refused this role''s connection: the role must exist there, with CONNECT; a refusal is never answered "allowed" (docs/scaling.md#plproxy).'
-                        ELSE 'The partition may have applied the call if it had begun it: retrying may take a token twice, never grant one twice. A partition gives a call up at its own statement timeout, shorter than the router''s (docs/scaling.md#plproxy).' END;
+                        WHEN late
+                        THEN 'A call the partition had begun ends there at its own statement timeout, shorter than the router''s, and applies nothing; one it had not begun when it stopped answering may still run when it comes back: a token may be spent that nobody was told of, never one granted twice (docs/scaling.md#plproxy).'
+                        ELSE 'The partition may have applied the call before the connection broke: retrying may take a token twice, never grant one twice (docs/scaling.md#plproxy).' END;
     END IF;
     IF remote AND state OPERATOR(pg_catalog.=) '55P03' THEN
         RAISE EXCEPTION USING ERRCODE = 'lock_not_available',

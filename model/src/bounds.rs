@@ -110,6 +110,48 @@ pub const BOUNDS: &[Bound] = &[
         enforced_by: "`src/worker.rs`",
         test: "worker.rs: a_purge_that_cannot_lock_the_table_is_logged_and_retried",
     },
+    Bound {
+        resource: "other backends' caches (a change they must see)",
+        who: "the owner only: changes of `rate_limit.policies` and `rate_limit.key_overrides`; the trigger function that tells the other backends is not executable by PUBLIC and fires on no other table",
+        bound: "a policy change: each backend reads that policy again; an override change: each backend forgets only which policies have overrides (one row read per policy it calls) and rebuilds one relation's cache entry, once per changing transaction, whatever the number of overrides; nothing per key is kept in a backend",
+        enforced_by: "`rate_limit.policies_changed` (`src/api/policies.rs`), `src/policies/overrides`",
+        test: "misuse.rs: no_other_role_can_make_backends_forget_their_policies",
+    },
+    Bound {
+        resource: "the filter of overridden keys",
+        who: "the owner only (every override written sets its key's bits)",
+        bound: "`rate_limit.override_filter_mb` of shared memory (4 MB), fixed at server start; bits are never cleared until a restart, so false positives only cost a read",
+        enforced_by: "`src/policies/overrides/filter.rs`",
+        test: "overrides.rs: a_call_reads_its_own_keys_override_and_a_change_costs_others_no_reread",
+    },
+    Bound {
+        resource: "router deadline (a timer)",
+        who: "any role (every forwarded call arms one; `rate_limit_router.arm_deadline` is PUBLIC)",
+        bound: "ends with the forwarding function's block, or the savepoint or transaction that armed it, whichever way it ends: never past COMMIT, ROLLBACK or DISCARD ALL",
+        enforced_by: "`src/cluster/router.rs` (transaction callbacks)",
+        test: "plproxy.rs: the_deadline_never_outlives_the_call_or_transaction_that_armed_it",
+    },
+    Bound {
+        resource: "a forwarded call on its partition (its locks, its wait)",
+        who: "any role calling through the PL/Proxy router",
+        bound: "the router's `timeout` on the router; on the partition, half of it waiting for a row lock and three quarters in all (`lock_timeout`, `statement_timeout` in the connection's options, which no role's own settings outrank); a call waiting for a locked key ends with 55P03, never an allowed answer",
+        enforced_by: "`router/plproxy.sql` (`partition_connection`, `forwarding_failed`)",
+        test: "plproxy.rs: a_key_held_on_its_partition_is_never_allowed_and_is_given_up_there_too",
+    },
+    Bound {
+        resource: "connection from the router to a partition",
+        who: "any role calling through the PL/Proxy router",
+        bound: "one per router backend and partition (PL/Proxy's), as the calling role, so within the partition's `max_connections` and the role's connection limit; closed after `connection_lifetime` (30 min) or when it breaks",
+        enforced_by: "PL/Proxy, `create_router`'s cluster options",
+        test: "plproxy.rs: a_login_only_role_takes_through_the_router_and_is_refused_the_owners_calls",
+    },
+    Bound {
+        resource: "`rate_limit_router.allowed_while_down` (a counter)",
+        who: "any role (each caller of a fail_open router counts its own allowed calls: `nextval`)",
+        bound: "a count for the operator, not a control: a role can make it larger, not reset it (UPDATE is the owner's)",
+        enforced_by: "`router/plproxy.sql` (the sequence's grants)",
+        test: "plproxy.rs: router_functions_ignore_every_look_alike_on_the_search_path",
+    },
 ];
 
 impl Policy {
