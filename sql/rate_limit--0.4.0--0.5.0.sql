@@ -197,6 +197,10 @@ CREATE TABLE rate_limit.key_overrides (
     CONSTRAINT key_overrides_numbers_check
         CHECK ((action = 'limit') = (rate IS NOT NULL OR per IS NOT NULL OR burst IS NOT NULL))
 );
+-- How a call finds its key's override: one bucket page of a hash index (a policy name holds no space, so
+-- the pair is unambiguous), where the primary key's btree descends four levels of text comparisons.
+CREATE INDEX key_overrides_lookup ON rate_limit.key_overrides
+    USING hash (((policy OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) key) COLLATE "C"));
 COMMENT ON TABLE rate_limit.key_overrides IS
     'rate_limit per-key overrides of a policy; change them with rate_limit.set_override and clear_override';
 SELECT pg_catalog.pg_extension_config_dump('rate_limit.key_overrides', '');

@@ -200,10 +200,14 @@ mod tests {
         assert!(!crate::policies::overrides::any("test", &none).expect("any"));
         let some = crate::policies::get("test", "pt_ovr_some").expect("policy");
         assert!(crate::policies::overrides::any("test", &some).expect("any"));
+        // (a call reads with its statement's snapshot; this test's statement began before the overrides
+        // were set, so it reads with a snapshot of its own, as a later statement would)
         let of = |key: &str| {
-            crate::policies::overrides::of_key("test", &some, key)
-                .expect("of_key")
-                .map(|o| o.effect)
+            crate::policies::with_latest_snapshot(|| {
+                crate::policies::overrides::of_key("test", &some, key)
+            })
+            .expect("of_key")
+            .map(|o| o.effect)
         };
         assert!(matches!(
             of("a"),
@@ -332,9 +336,11 @@ mod tests {
         );
         let cached = crate::policies::get("test", "pt_ovr_first").expect("cached");
         assert!(crate::policies::overrides::any("test", &cached).expect("read as the owner"));
-        assert!(crate::policies::overrides::of_key("test", &cached, "k")
-            .expect("read as the owner")
-            .is_some());
+        assert!(crate::policies::with_latest_snapshot(|| {
+            crate::policies::overrides::of_key("test", &cached, "k")
+        })
+        .expect("read as the owner")
+        .is_some());
         assert_eq!(
             text("SELECT current_user::text").as_deref(),
             Some("pt_ovr_reader"),

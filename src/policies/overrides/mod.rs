@@ -4,8 +4,8 @@
 //!
 //! Read per key, where a key is used: a call of a key of a policy that has overrides reads that key's row
 //! by the table's primary key ([`of_key`]; a batch reads its keys' rows in one statement, [`of_keys`]),
-//! with the latest snapshot, as the policy cache reads a policy: an override committed before a call's
-//! snapshot is taken is used by it, in every backend, whatever its isolation level. Nothing per key is
+//! with the call's own snapshot: an override committed before the call's statement began (in REPEATABLE
+//! READ and SERIALIZABLE, before its transaction began) is used, in every backend. Nothing per key is
 //! kept in a backend: its memory does not grow with the overrides, and a change costs the other backends
 //! nothing for the keys they do not call. What a backend keeps is whether each policy it calls has any
 //! overrides at all ([`any`]), so that a call of a policy without them reads nothing more; a change of
@@ -204,7 +204,7 @@ pub fn any(function: &'static str, named: &Named) -> Result<bool, ErrorReport> {
 }
 
 /// The override of `key` under policy `named`, if it has one: nothing read when the shared filter says
-/// the key has none ([`filter`]), else one primary-key read with the latest snapshot (call it only when
+/// the key has none ([`filter`]), else one primary-key read with the call's snapshot (call it only when
 /// [`any`] says the policy has overrides).
 pub fn of_key(
     function: &'static str,

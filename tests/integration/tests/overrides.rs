@@ -244,12 +244,14 @@ fn a_hundred_thousand_overrides_are_set_and_cleared_in_one_statement_in_linear_t
     assert_eq!(left, 0);
 }
 
-/// The scans of `rate_limit.key_overrides`'s primary key a take of `key` makes and the index entries they
-/// return, in a transaction of its own (a backend's statistics are its own pending counts within a
+/// The scans of `rate_limit.key_overrides`'s indexes (its primary key, its lookup index) a take of `key`
+/// makes and the index entries they return, in a transaction of its own (a backend's statistics are its own pending counts within a
 /// transaction), and whether the take was allowed.
 fn override_reads(c: &mut Client, policy: &str, key: &str) -> ((i64, i64), bool) {
-    let read = "SELECT pg_catalog.pg_stat_get_xact_numscans('rate_limit.key_overrides_pkey'::regclass), \
-                       pg_catalog.pg_stat_get_xact_tuples_returned('rate_limit.key_overrides_pkey'::regclass)";
+    let read = "SELECT pg_catalog.sum(pg_catalog.pg_stat_get_xact_numscans(i))::int8, \
+                       pg_catalog.sum(pg_catalog.pg_stat_get_xact_tuples_returned(i))::int8 \
+                FROM pg_catalog.unnest(ARRAY['rate_limit.key_overrides_pkey'::regclass, \
+                                             'rate_limit.key_overrides_lookup'::regclass]) AS i";
     let mut tx = c.transaction().expect("begin");
     let before = tx.query_one(read, &[]).expect("stats");
     let allowed: bool = tx
