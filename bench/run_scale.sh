@@ -15,6 +15,9 @@
 #
 #   bench/run_scale.sh                                  (about 15 minutes, release builds included)
 #   BENCH_CLIENTS=16 BENCH_ROUNDS=5 bench/run_scale.sh
+#   BENCH_ROUTER_BASELINE=946eb46 bench/run_scale.sh    also the router's forwarding functions as that
+#                                                        revision's router/plproxy.sql made them (a database
+#                                                        of their own on the same router server and library)
 #
 # Its servers are its own (release builds in copies of the tests' PostgreSQL 15 and 17 under
 # $RATE_LIMIT_BENCH_DIR, ports 7000-7009 and 7100-7109): the tests' installations are not touched.
@@ -111,8 +114,15 @@ partitions() { # partitions N: the array literal of the first N partitions
 router_of() { # router_of N: the router forwards to the first N partitions
   sql b15 7000 router -c "SELECT count(*) FROM rate_limit_router.create_router('rate_limit', '$(partitions "$1")')" >/dev/null
   sql b15 7000 router -c "CREATE OR REPLACE FUNCTION bench_select1(k text) RETURNS integer LANGUAGE plproxy AS
-    \$\$ CLUSTER 'rate_limit'; RUN ON hashtext(k); SELECT 1; \$\$"
+    \$\$ CLUSTER 'rate_limit'; RUN ON pg_catalog.hashtext(k); SELECT 1; \$\$"
+  if [ -n "${BENCH_ROUTER_BASELINE:-}" ]; then
+    sql b15 7000 router_base -c "SELECT count(*) FROM rate_limit_router.create_router('rate_limit', '$(partitions "$1")')" >/dev/null
+  fi
 }
+if [ -n "${BENCH_ROUTER_BASELINE:-}" ]; then
+  sql b15 7000 postgres -c "CREATE DATABASE router_base"
+  git -C "$ROOT" show "$BENCH_ROUTER_BASELINE:router/plproxy.sql" | sql b15 7000 router_base >/dev/null
+fi
 router_of 4
 sql b15 7000 router -c "SELECT rate_limit.create_policy('bench', 2, '1 second', burst => 120, store => 'table')" >/dev/null
 
@@ -167,6 +177,9 @@ for ((r = 1; r <= ROUNDS; r++)); do
     router_of "$n"
     measure "plproxy router $n take" b15 7000 router take.sql
     measure "plproxy router $n SELECT 1" b15 7000 router select1_routed.sql
+    if [ -n "${BENCH_ROUTER_BASELINE:-}" ] && [ "$n" = 1 ]; then
+      measure "plproxy router 1 take, baseline forwarding" b15 7000 router_base take.sql
+    fi
   done
   measure "citus direct take" b17 7109 app take.sql
   measure "citus direct SELECT 1" b17 7109 app select1.sql
@@ -230,6 +243,9 @@ lines += [
     "| --- | --- |",
     f"| citus delegated take | {cell(bound_ratios('citus delegated take', 'citus delegated SELECT 1', 'citus direct take'))} |",
     f"| plproxy router 1 take | {cell(bound_ratios('plproxy router 1 take', 'plproxy router 1 SELECT 1', 'plproxy direct take'))} |",
+] + ([
+    f"| plproxy router 1 take, the forwarding functions of the baseline's router/plproxy.sql | {cell(bound_ratios('plproxy router 1 take, baseline forwarding', 'plproxy router 1 SELECT 1', 'plproxy direct take'))} |",
+] if 'plproxy router 1 take, baseline forwarding' in runs else []) + [
     "",
     "| path | of the same script on one server (median; each round) |",
     "| --- | --- |",
