@@ -97,69 +97,36 @@ CREATE SEQUENCE IF NOT EXISTS rate_limit_router.allowed_while_down;
 REVOKE ALL ON SEQUENCE rate_limit_router.allowed_while_down FROM PUBLIC;
 GRANT USAGE ON SEQUENCE rate_limit_router.allowed_while_down TO PUBLIC;
 
--- What a forwarded call that failed with `message` and `state` becomes; returns only when the call is to
--- be answered "allowed" (allow: a call that takes, on a fail_open router), having counted it:
+-- What a forwarded call that failed with `message` and `state` becomes, in the router's PL/pgSQL functions
+-- (the calls sent to every partition, the merged views), as the forwarder decides it for the others
+-- (src/cluster/router/forward.rs): returns only when the call is to be answered "allowed" (allow: a call
+-- that takes, on a fail_open router), having counted it; raises the answer otherwise:
 --   - the partition could not be reached: PL/Proxy could not open a connection to it (its message names
 --     PQconnectStart, PQconnectPoll or a connect timeout, and carries no answer of the partition's), or the
---     router's deadline passed with no answer (55P03 while deadline_passed()): 08006, or allowed;
+--     router's deadline passed with no answer (55P03 once the deadline has passed): 08006, or allowed;
 --   - the partition answered, late: its own lock timeout (the key's row is held by another transaction
 --     there) or statement timeout, both shorter than the router's (create_router sets them): 55P03 or
 --     57014, never allowed: a locked key is that key's problem, not the partition's;
---   - a connection that was open and broke: 08006, never allowed;
+--   - the partition refused the connection with an error of its own, or an open connection broke: 08006,
+--     never allowed;
 --   - any other error is raised again as it was (errors a partition raised keep their SQLSTATE).
+DROP FUNCTION IF EXISTS rate_limit_router.deadline_passed();
 CREATE OR REPLACE FUNCTION rate_limit_router.forwarding_failed(message text, state text, allow boolean)
-RETURNS void LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    remote boolean := message OPERATOR(pg_catalog.~) '^[^ ]+\([0-9]+\): \[[^]]*\] REMOTE ';
-    late boolean := state OPERATOR(pg_catalog.=) '55P03' AND NOT remote
-                    AND message OPERATOR(pg_catalog.=) 'canceling statement due to lock timeout'
-                    AND rate_limit_router.deadline_passed();
-    connecting boolean := state OPERATOR(pg_catalog.=) 'XX000'
-        AND message OPERATOR(pg_catalog.~) '^PL/Proxy function [^ ]+: (\[[^]]*\] (PQconnectStart|PQconnectPoll): |connect timeout to: )';
-    -- the partition answered the connection, with an error of its own (a role or database it does not
-    -- know, too many connections, a failed authentication): it is up
-    refused boolean := connecting AND message OPERATOR(pg_catalog.~) '(FATAL|ERROR): ';
-    unreachable boolean := late OR (connecting AND NOT refused);
-    lost boolean := state OPERATOR(pg_catalog.=) 'XX000'
-        AND message OPERATOR(pg_catalog.~) '^PL/Proxy function [^ ]+: (\[[^]]*\] (PQconsumeInput|PQsendQuery|PQsendQueryParams|PQflush): |check_old_conn: |poll\(\) failed: )';
-BEGIN
-    IF unreachable AND allow THEN
-        PERFORM pg_catalog.nextval('rate_limit_router.allowed_while_down'::pg_catalog.regclass);
-        RETURN;
-    END IF;
-    IF unreachable OR refused OR lost THEN
-        RAISE EXCEPTION USING ERRCODE = 'connection_failure',
-            MESSAGE = CASE WHEN late
-                           THEN 'rate_limit: a partition this call needs did not answer within the router''s timeout'
-                           WHEN unreachable THEN 'rate_limit: a partition this call needs is down'
-                           WHEN refused THEN 'rate_limit: a partition this call needs refused the connection'
-                           ELSE 'rate_limit: the connection to a partition this call needs broke' END,
-            DETAIL = CASE WHEN late THEN 'rate_limit_router.settings.timeout passed' ELSE message END,
-            HINT = CASE WHEN unreachable AND NOT late
-                        THEN 'Nothing was granted, denied or changed on it: it was not reached. This router '
-                             || (CASE WHEN allow THEN 'fails open only for calls that take' ELSE 'fails closed' END)
-                             || ' (docs/scaling.md#plproxy).'
-                        WHEN refused
-                        THEN 'Nothing was granted, denied or changed on it. The partition is up and refused this role''s connection: the role must exist there, with CONNECT; a refusal is never answered "allowed" (docs/scaling.md#plproxy).'
-                        WHEN late
-                        THEN 'A call the partition had begun ends there at its own statement timeout, shorter than the router''s, and applies nothing; one it had not begun when it stopped answering may still run when it comes back: a token may be spent that nobody was told of, never one granted twice (docs/scaling.md#plproxy).'
-                        ELSE 'The partition may have applied the call before the connection broke: retrying may take a token twice, never grant one twice (docs/scaling.md#plproxy).' END;
-    END IF;
-    IF remote AND state OPERATOR(pg_catalog.=) '55P03' THEN
-        RAISE EXCEPTION USING ERRCODE = 'lock_not_available',
-            MESSAGE = 'rate_limit: the bucket of this key is held by another transaction on its partition',
-            DETAIL = message,
-            HINT = 'Nothing was granted, denied or changed: the partition gave the call up at its lock timeout, half the router''s. Retry; a transaction left open on the partition holds the key until it ends.';
-    END IF;
-    IF remote AND state OPERATOR(pg_catalog.=) '57014' THEN
-        RAISE EXCEPTION USING ERRCODE = 'query_canceled',
-            MESSAGE = 'rate_limit: the partition of this key did not finish the call within its statement timeout',
-            DETAIL = message,
-            HINT = 'Nothing was granted, denied or changed: the partition gave the call up at its own timeout, three quarters of the router''s. Retry, or give the router a longer timeout.';
-    END IF;
-    RAISE EXCEPTION USING ERRCODE = state, MESSAGE = message;
-END
-$$;
+RETURNS void LANGUAGE c VOLATILE AS 'rate_limit', 'router_forwarding_failed_wrapper';
+
+-- What each forwarding function that sends its call to one partition is, for the forwarder in the
+-- library (rate_limit_router.forward): written by create_router, read by the forwarder as this table's
+-- owner, once per backend and function.
+CREATE TABLE IF NOT EXISTS rate_limit_router.forwarded (
+    name text PRIMARY KEY,
+    timeout_ms integer NOT NULL CHECK (timeout_ms >= 1),
+    allow boolean NOT NULL,              -- a call that takes, on a fail_open router
+    policy_arg integer,                  -- the argument naming the policy of an allowed answer (1-based)
+    policy_is_array boolean NOT NULL,    -- ... an array of policies, of which the first is named
+    keys_arg integer,                    -- the keys that must live on one partition (take_many)
+    partitions integer NOT NULL CHECK (partitions >= 1)
+);
+REVOKE ALL ON TABLE rate_limit_router.forwarded FROM PUBLIC;
 
 -- What the forwarding functions of a router set up by an earlier 0.5.0 build call, until create_router makes
 -- them again (and drops these): the same answers, as the caller, with nothing SECURITY DEFINER left.
@@ -173,71 +140,67 @@ BEGIN
 END
 $$;
 
--- take_many routes by its first key (create_router's wrapper refuses keys of several partitions).
+-- take_many routes by its first key (the forwarder refuses keys of several partitions, 0A000).
 CREATE OR REPLACE FUNCTION rate_limit_router.first_key_hash(keys text[]) RETURNS integer
 LANGUAGE sql IMMUTABLE AS 'SELECT pg_catalog.hashtext(keys[1])';
 
 -- The extension's calls, as the router forwards them:
 --   name, schema (where the router defines it), parameters (the extension's), the arguments passed on,
 --   result, how it routes (a key expression, ALL or ANY), and what it is:
---     take   - takes tokens: fails open on a fail_open router, with the decision in open_answer;
+--     take   - takes tokens: fails open on a fail_open router (the forwarder answers "allowed");
 --     read   - reads: always fails closed (an invented figure would mislead);
 --     owner  - the extension owner's: fails closed, not executable by PUBLIC on the router either.
-CREATE OR REPLACE FUNCTION rate_limit_router.calls(
+DROP FUNCTION IF EXISTS rate_limit_router.calls();
+CREATE FUNCTION rate_limit_router.calls(
     OUT name text, OUT schema text, OUT parameters text, OUT arguments text, OUT result text,
-    OUT route text, OUT kind text, OUT open_answer text)
+    OUT route text, OUT kind text)
 RETURNS SETOF record LANGUAGE sql IMMUTABLE AS $$
 VALUES
   ('rate_limiting_request', 'public',
    'id text, refill_per_sec integer DEFAULT 2, window_seconds integer DEFAULT 60',
-   'id, refill_per_sec, window_seconds', 'integer', 'pg_catalog.hashtext(id)', 'take', '0'),
+   'id, refill_per_sec, window_seconds', 'integer', 'pg_catalog.hashtext(id)', 'take'),
   ('tokens', 'rate_limit', 'id text, refill_per_sec integer DEFAULT 2, window_seconds integer DEFAULT 60',
-   'id, refill_per_sec, window_seconds', 'numeric', 'pg_catalog.hashtext(id)', 'read', NULL),
+   'id, refill_per_sec, window_seconds', 'numeric', 'pg_catalog.hashtext(id)', 'read'),
   ('peek_request', 'rate_limit', 'id text, refill_per_sec integer DEFAULT 2, window_seconds integer DEFAULT 60',
-   'id, refill_per_sec, window_seconds', 'bigint', 'pg_catalog.hashtext(id)', 'read', NULL),
-  ('reset_request', 'rate_limit', 'id text', 'id', 'boolean', 'pg_catalog.hashtext(id)', 'owner', NULL),
+   'id, refill_per_sec, window_seconds', 'bigint', 'pg_catalog.hashtext(id)', 'read'),
+  ('reset_request', 'rate_limit', 'id text', 'id', 'boolean', 'pg_catalog.hashtext(id)', 'owner'),
   ('take', 'rate_limit', 'policy text, key text, cost integer DEFAULT 1', 'policy, key, cost',
-   'rate_limit.decision', 'pg_catalog.hashtext(key)', 'take',
-   'ROW(true, NULL, NULL, interval ''0'', NULL, policy, false, NULL)::rate_limit.decision'),
+   'rate_limit.decision', 'pg_catalog.hashtext(key)', 'take'),
   ('peek', 'rate_limit', 'policy text, key text', 'policy, key', 'rate_limit.decision', 'pg_catalog.hashtext(key)',
-   'read', NULL),
+   'read'),
   ('wait', 'rate_limit', 'policy text, key text, cost integer DEFAULT 1, timeout interval DEFAULT NULL',
-   'policy, key, cost, timeout', 'rate_limit.decision', 'pg_catalog.hashtext(key)', 'take',
-   'ROW(true, NULL, NULL, interval ''0'', NULL, policy, false, NULL)::rate_limit.decision'),
+   'policy, key, cost, timeout', 'rate_limit.decision', 'pg_catalog.hashtext(key)', 'take'),
   ('charge', 'rate_limit', 'policy text, key text, cost bigint', 'policy, key, cost', 'rate_limit.decision',
-   'pg_catalog.hashtext(key)', 'take', 'ROW(true, NULL, NULL, interval ''0'', NULL, policy, false, NULL)::rate_limit.decision'),
-  ('acquire', 'rate_limit', 'policy text, key text', 'policy, key', 'rate_limit.decision', 'pg_catalog.hashtext(key)', 'take',
-   'ROW(true, NULL, NULL, interval ''0'', NULL, policy, false, NULL)::rate_limit.decision'),
+   'pg_catalog.hashtext(key)', 'take'),
+  ('acquire', 'rate_limit', 'policy text, key text', 'policy, key', 'rate_limit.decision', 'pg_catalog.hashtext(key)', 'take'),
   ('release', 'rate_limit', 'policy text, key text, lease bigint', 'policy, key, lease', 'boolean', 'pg_catalog.hashtext(key)',
-   'read', NULL),
+   'read'),
   ('refund', 'rate_limit', 'policy text, key text, tokens bigint', 'policy, key, tokens',
-   'rate_limit.decision', 'pg_catalog.hashtext(key)', 'owner', NULL),
-  ('reset', 'rate_limit', 'policy text, key text', 'policy, key', 'boolean', 'pg_catalog.hashtext(key)', 'owner', NULL),
+   'rate_limit.decision', 'pg_catalog.hashtext(key)', 'owner'),
+  ('reset', 'rate_limit', 'policy text, key text', 'policy, key', 'boolean', 'pg_catalog.hashtext(key)', 'owner'),
   ('block', 'rate_limit', 'policy text, key text, duration interval', 'policy, key, duration',
-   'rate_limit.decision', 'pg_catalog.hashtext(key)', 'owner', NULL),
-  ('unblock', 'rate_limit', 'policy text, key text', 'policy, key', 'boolean', 'pg_catalog.hashtext(key)', 'owner', NULL),
+   'rate_limit.decision', 'pg_catalog.hashtext(key)', 'owner'),
+  ('unblock', 'rate_limit', 'policy text, key text', 'policy, key', 'boolean', 'pg_catalog.hashtext(key)', 'owner'),
   ('take_ad_hoc', 'rate_limit',
    'key text, rate bigint, per interval, burst bigint DEFAULT NULL, cost integer DEFAULT 1',
-   'key, rate, per, burst, cost', 'rate_limit.decision', 'pg_catalog.hashtext(key)', 'take',
-   'ROW(true, NULL, NULL, interval ''0'', NULL, NULL, false, NULL)::rate_limit.decision'),
-  ('reset_ad_hoc', 'rate_limit', 'key text', 'key', 'boolean', 'pg_catalog.hashtext(key)', 'owner', NULL),
+   'key, rate, per, burst, cost', 'rate_limit.decision', 'pg_catalog.hashtext(key)', 'take'),
+  ('reset_ad_hoc', 'rate_limit', 'key text', 'key', 'boolean', 'pg_catalog.hashtext(key)', 'owner'),
   ('take_many', 'rate_limit', 'policies text[], keys text[], cost integer DEFAULT 1', 'policies, keys, cost',
-   'rate_limit.decision', 'rate_limit_router.first_key_hash(keys)', 'take',
-   'ROW(true, NULL, NULL, interval ''0'', NULL, policies[1], false, NULL)::rate_limit.decision'),
+   'rate_limit.decision', 'rate_limit_router.first_key_hash(keys)', 'take'),
   ('headers', 'rate_limit', 'decision rate_limit.decision, policy text DEFAULT NULL', 'decision, policy',
-   'jsonb', 'ANY', 'read', NULL),
+   'jsonb', 'ANY', 'read'),
   ('create_policy', 'rate_limit',
    'name text, rate bigint, per interval, burst bigint DEFAULT NULL, algorithm text DEFAULT ''token_bucket'', store text DEFAULT NULL, shadow boolean DEFAULT false, max_debt bigint DEFAULT 0, time_zone text DEFAULT NULL, anchor timestamp DEFAULT NULL, block_after bigint DEFAULT NULL, block_for interval DEFAULT NULL, options jsonb DEFAULT NULL',
-   'name, rate, per, burst, algorithm, store, shadow, max_debt, time_zone, anchor, block_after, block_for, options', 'void', 'ALL', 'owner', NULL),
+   'name, rate, per, burst, algorithm, store, shadow, max_debt, time_zone, anchor, block_after, block_for, options', 'void', 'ALL', 'owner'),
   ('alter_policy', 'rate_limit',
    'name text, rate bigint DEFAULT NULL, per interval DEFAULT NULL, burst bigint DEFAULT NULL, algorithm text DEFAULT NULL, shadow boolean DEFAULT NULL, max_debt bigint DEFAULT NULL, time_zone text DEFAULT NULL, anchor timestamp DEFAULT NULL, block_after bigint DEFAULT NULL, block_for interval DEFAULT NULL, options jsonb DEFAULT NULL',
-   'name, rate, per, burst, algorithm, shadow, max_debt, time_zone, anchor, block_after, block_for, options', 'void', 'ALL', 'owner', NULL),
-  ('drop_policy', 'rate_limit', 'name text', 'name', 'boolean', 'ALL', 'owner', NULL),
+   'name, rate, per, burst, algorithm, shadow, max_debt, time_zone, anchor, block_after, block_for, options', 'void', 'ALL', 'owner'),
+  ('drop_policy', 'rate_limit', 'name text', 'name', 'boolean', 'ALL', 'owner'),
   ('set_override', 'rate_limit',
    'policy text, key text, rate bigint DEFAULT NULL, per interval DEFAULT NULL, burst bigint DEFAULT NULL, action text DEFAULT ''limit'', until timestamptz DEFAULT NULL, note text DEFAULT NULL',
-   'policy, key, rate, per, burst, action, until, note', 'void', 'ALL', 'owner', NULL),
-  ('clear_override', 'rate_limit', 'policy text, key text', 'policy, key', 'boolean', 'ALL', 'owner', NULL),
-  ('purge', 'rate_limit', '', '', 'bigint', 'ALL', 'owner', NULL)
+   'policy, key, rate, per, burst, action, until, note', 'void', 'ALL', 'owner'),
+  ('clear_override', 'rate_limit', 'policy text, key text', 'policy, key', 'boolean', 'ALL', 'owner'),
+  ('purge', 'rate_limit', '', '', 'bigint', 'ALL', 'owner')
 $$;
 
 -- How the answers of every partition (RUN ON ALL) become one: NULL for calls routed to one partition.
@@ -351,6 +314,7 @@ BEGIN
     object := cluster; action := format('PL/Proxy cluster of %s partitions', n); RETURN NEXT;
 
     DELETE FROM rate_limit_router.settings;
+    DELETE FROM rate_limit_router.forwarded;
     INSERT INTO rate_limit_router.settings (one, cluster, partitions, on_partition_down, timeout)
     VALUES (true, cluster, n, on_partition_down, timeout);
 
@@ -373,33 +337,36 @@ BEGIN
             EXECUTE format('REVOKE ALL ON FUNCTION rate_limit_router.%I FROM PUBLIC', c.name || '_remote');
         END IF;
 
-        -- the function callers see: the extension's name, parameters and result. Its block arms the
-        -- deadline, which ends with the block (a subtransaction): nothing else to clear on any path.
-        body := CASE
-            WHEN c.route = 'ALL' THEN
-                format(rate_limit_router.combined(c.name),
-                       format('rate_limit_router.%I(%s)', c.name || '_remote', c.arguments))
-            ELSE format('RETURN rate_limit_router.%I(%s);', c.name || '_remote', c.arguments) END;
-        IF c.name = 'take_many' THEN
-            body := format(
-                'IF (SELECT pg_catalog.count(DISTINCT pg_catalog.hashtext(k) OPERATOR(pg_catalog.&) %s) '
-                '    FROM pg_catalog.unnest(keys) AS k) OPERATOR(pg_catalog.>) 1 THEN '
-                '  RAISE EXCEPTION USING ERRCODE = ''feature_not_supported'', '
-                '    MESSAGE = ''rate_limit.take_many: these keys live on different partitions'', '
-                '    HINT = ''Behind a PL/Proxy router take_many is all or nothing only for keys of one partition; '
-                'take them one by one, or route by one key for all (keys => ARRAY[one key]).''; '
-                'END IF; ', n - 1) || body;
-        END IF;
+        -- the function callers see: the extension's name, parameters and result. A call sent to one
+        -- partition goes through the library's forwarder (no PL/pgSQL, no subtransaction unless the router
+        -- may answer it "allowed"); a call sent to every partition, an owner's, through PL/pgSQL, whose
+        -- block arms the deadline, which ends with the block (a subtransaction)
         PERFORM rate_limit_router.drop_every_overload(c.schema, c.name);
-        EXECUTE format(
-            'CREATE FUNCTION %I.%I(%s) RETURNS %s LANGUAGE plpgsql AS %L',
-            c.schema, c.name, c.parameters, c.result,
-            format('BEGIN PERFORM rate_limit_router.arm_deadline(%s); %s '
-                   'EXCEPTION WHEN internal_error OR lock_not_available OR query_canceled THEN '
-                   'PERFORM rate_limit_router.forwarding_failed(SQLERRM, SQLSTATE, %s); RETURN %s; END',
-                   ms, body,
-                   CASE WHEN c.kind = 'take' AND on_partition_down = 'fail_open' THEN 'true' ELSE 'false' END,
-                   coalesce(c.open_answer, CASE WHEN c.result = 'void' THEN '' ELSE 'NULL' END)));
+        IF c.route = 'ALL' THEN
+            body := format(rate_limit_router.combined(c.name),
+                           format('rate_limit_router.%I(%s)', c.name || '_remote', c.arguments));
+            EXECUTE format(
+                'CREATE FUNCTION %I.%I(%s) RETURNS %s LANGUAGE plpgsql AS %L',
+                c.schema, c.name, c.parameters, c.result,
+                format('BEGIN PERFORM rate_limit_router.arm_deadline(%s); %s '
+                       'EXCEPTION WHEN internal_error OR lock_not_available OR query_canceled THEN '
+                       'PERFORM rate_limit_router.forwarding_failed(SQLERRM, SQLSTATE, false); RETURN %s; END',
+                       ms, body, CASE WHEN c.result = 'void' THEN '' ELSE 'NULL' END));
+        ELSE
+            EXECUTE format('CREATE FUNCTION %I.%I(%s) RETURNS %s LANGUAGE c VOLATILE AS %L, %L',
+                           c.schema, c.name, c.parameters, c.result, 'rate_limit', 'router_forward');
+            INSERT INTO rate_limit_router.forwarded
+                (name, timeout_ms, allow, policy_arg, policy_is_array, keys_arg, partitions)
+            SELECT c.name, ms, c.kind = 'take' AND on_partition_down = 'fail_open',
+                   coalesce(array_position(a, 'policy'), array_position(a, 'policies')),
+                   array_position(a, 'policies') IS NOT NULL,
+                   CASE WHEN c.route LIKE 'rate_limit_router.first_key_hash(%' THEN array_position(a, 'keys') END,
+                   n
+            FROM (SELECT regexp_split_to_array(c.arguments, ', ') AS a) AS args
+            ON CONFLICT (name) DO UPDATE SET timeout_ms = EXCLUDED.timeout_ms, allow = EXCLUDED.allow,
+                policy_arg = EXCLUDED.policy_arg, policy_is_array = EXCLUDED.policy_is_array,
+                keys_arg = EXCLUDED.keys_arg, partitions = EXCLUDED.partitions;
+        END IF;
         IF c.kind = 'owner' THEN
             EXECUTE format('REVOKE ALL ON FUNCTION %I.%I(%s) FROM PUBLIC', c.schema, c.name,
                            regexp_replace(c.parameters, ' DEFAULT [^,]*', '', 'g'));

@@ -7,8 +7,8 @@
 //!   a second copy.
 //! - [`merged`]: on the coordinator, the statistics, top limited keys and memory buckets of every node,
 //!   merged into one answer.
-//! - [`router`]: the deadline of the PL/Proxy router's calls (`router/plproxy.sql`), loaded into the router
-//!   database.
+//! - [`router`]: what the PL/Proxy router (`router/plproxy.sql`) loads into its database: the deadline of
+//!   its calls, and the forwarder of those sent to one partition.
 
 pub mod citus;
 pub mod citus_catalog;

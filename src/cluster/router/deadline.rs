@@ -1,7 +1,7 @@
 //! The PL/Proxy router's deadline (`router/plproxy.sql`): every forwarded call ends within the router's
 //! `timeout`, even when a partition stops answering without closing its connections (a frozen process, a
-//! host that stopped). Loaded into the router database by three C functions the router file declares; not
-//! part of the extension's SQL (the router database does not have the extension).
+//! host that stopped). Armed by the forwarder ([`super::forward`]) and by three C functions the router file
+//! declares; not part of the extension's SQL (the router database does not have the extension).
 //!
 //! Why PostgreSQL's lock timeout: PL/Proxy 2.10-2.12 check their own `query_timeout` only when a
 //! partition's socket has an event, which a frozen partition never gives, and a statement timeout (57014)
@@ -52,7 +52,7 @@ thread_local! {
 
 /// Clears the armed deadline, if any (the lock timeout of PostgreSQL's own lock waits is left alone when
 /// this backend armed none).
-fn disarm() {
+pub(super) fn disarm() {
     if ARMED.with(|a| a.take()).is_some() {
         // SAFETY: disabling a registered timeout is allowed whether or not it is active, in or out of a
         // transaction.
@@ -98,6 +98,12 @@ fn router_arm_deadline(milliseconds: Option<i32>) -> Result<(), ErrorReport> {
             i64::from(i32::MAX),
         ));
     }
+    arm(ms);
+    Ok(())
+}
+
+/// Arms the deadline `ms` (at least 1) milliseconds from now, in the current subtransaction.
+pub(super) fn arm(ms: i32) {
     // SAFETY: inside a transaction (a function call); reads the current subtransaction's id and the clock.
     let (subtransaction, now) = unsafe {
         (
@@ -109,8 +115,7 @@ fn router_arm_deadline(milliseconds: Option<i32>) -> Result<(), ErrorReport> {
     LAST_END.with(|e| e.set(now.saturating_add(i64::from(ms) * 1000)));
     // SAFETY: the timeout module is initialised in every backend (InitPostgres registers LOCK_TIMEOUT's
     // handler); arming a registered timeout from a function call is what the lock manager itself does.
-    unsafe { enable_timeout_after(LOCK_TIMEOUT, ms) };
-    Ok(())
+    unsafe { enable_timeout_after(LOCK_TIMEOUT, ms.max(1)) };
 }
 
 /// Clears the router's deadline (nothing if it is not armed).
@@ -123,6 +128,11 @@ fn router_disarm_deadline() {
 /// lock timeout of the caller's own (`lock_timeout`) that happened first.
 #[pg_extern(sql = false)]
 fn router_deadline_passed() -> bool {
+    passed()
+}
+
+/// Whether the last deadline armed in this transaction has passed.
+pub(super) fn passed() -> bool {
     let end = LAST_END.with(Cell::get);
     // SAFETY: reads the clock.
     end != 0 && unsafe { pg_sys::GetCurrentTimestamp() } >= end
