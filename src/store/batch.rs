@@ -89,7 +89,8 @@ fn take_run(
         let end = taken.len().min(next_interrupt_check(from));
         let stop = if short_path && !run.blocks_by_hand(hand_block_bit) {
             run.take_group(from, end, template, |n, o| {
-                let (i, _, cost) = run.key(n);
+                let (i, key, cost) = run.key(n);
+                short::forget_taken(&template.namespace, key);
                 grants += 1;
                 tokens += cost as u64;
                 taken[i] = Some(o);
@@ -155,6 +156,7 @@ fn count_batch(template: &Target<'_>, keys: &[&str], costs: &[i64], outcomes: &[
     let (mut grants, mut tokens) = (0u64, 0u64);
     for ((key, &cost), o) in keys.iter().zip(costs).zip(outcomes) {
         if o.allowed {
+            short::forget_taken(&template.namespace, key);
             grants += 1;
             tokens += cost as u64;
         } else {

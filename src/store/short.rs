@@ -1,6 +1,8 @@
 //! Per-backend memory of buckets seen short, so that a flood of calls on a drained bucket is denied without
-//! touching the table or the shared hash table at all, for every kind of call (`rate_limiting_request`,
-//! policies, ad-hoc limits, multi-limit calls).
+//! touching the table or the shared hash table at all, for every call of one bucket
+//! (`rate_limiting_request`, a policy's, an ad-hoc limit's, each key of a batch). A multi-limit call is
+//! remembered per bucket but always asks the store: its denial reports the longest wait of its buckets,
+//! which only the store knows.
 //!
 //! What is remembered is the bucket's state (under the numbers of the call that saw it) at the instant of
 //! the denial. A later call with the same numbers evaluates that state at its own time and cost: if the
@@ -12,11 +14,13 @@
 //! if the remembered state cannot grant, the real one cannot either. The exceptions add tokens:
 //! - this backend's own transaction rolling back (a denial it saw may have counted its own uncommitted
 //!   take): the memory is cleared at every (sub)transaction abort;
-//! - `reset` / `refund` in this backend: the bucket is forgotten;
+//! - `reset` / `refund` in this backend: the bucket is forgotten (and so is a bucket this backend takes or
+//!   charges tokens from by any path: the remembered figures would then say it holds more than it does);
 //! - `reset`, `refund` or a lossy eviction in another backend: seen once the remembered state would grant
 //!   again, at most the time the call's cost takes to refill (documented);
 //! - a policy change: the numbers no longer match, so the entry is not used;
-//! - the clock stepping back behind the remembered instant: the entry is not used (the store rebases).
+//! - the clock stepping back behind the remembered instant, or behind the instant the numbers changed: the
+//!   entry is not used (the store rebases, and carries over at the change's instant).
 //!
 //! The memory holds at most [`CAPACITY`] buckets and is emptied when full.
 
@@ -72,7 +76,13 @@ pub fn denial(store: Store, target: &Target<'_>, now: i64, cost: i64) -> Option<
         SHORT.with(|m| {
             let mut m = m.borrow_mut();
             let e = m.get(key)?;
-            if e.policy != target.policy || e.changed_at != target.changed_at || now < e.state.at {
+            // (numbers changed at an instant still ahead of the clock, which stepped back past it, are not
+            // in effect yet: the store refills under the old ones until then, the memory would not)
+            if e.policy != target.policy
+                || e.changed_at != target.changed_at
+                || now < e.state.at
+                || now < target.changed_at
+            {
                 m.remove(key);
                 return None;
             }
@@ -113,6 +123,16 @@ pub fn forget(namespace: &Namespace<'_>, key: &str) {
             SHORT.with(|m| m.borrow_mut().remove(k))
         });
     }
+}
+
+/// Forgets a bucket this backend has just taken tokens from (or charged): what it remembered of it holds
+/// more tokens than the bucket now does, and would report them (a denial is still right, its figures
+/// not). Costs one check when nothing is remembered, the common case.
+pub fn forget_taken(namespace: &Namespace<'_>, key: &str) {
+    if SHORT.with(|m| m.borrow().is_empty()) {
+        return;
+    }
+    forget(namespace, key);
 }
 
 /// Forgets everything (at transaction abort: a rolled-back take may have been refunded).
