@@ -61,7 +61,9 @@ psql_at() {
 
 # The pg_regress examples of tests/pg_regress against an existing database:
 #   run_regress VERSION PORT DATABASE OUTPUT_DIR TEST...
-# with the settings of `cargo pgrx regress` (no NOTICEs in the expected files); prints the diffs on failure.
+# with the settings of `cargo pgrx regress` (no NOTICEs in the expected files) and psql told to print no
+# CONTEXT lines (the portable edition's errors come from PL/pgSQL, which adds one to each: the same examples
+# must print the same in both editions); prints the diffs on failure.
 run_regress() {
   local version=$1 port=$2 db=$3 out=$4 pgxs
   shift 4
@@ -69,13 +71,19 @@ run_regress() {
   rm -rf "$out" && mkdir -p "$out"
   [ "$(id -u)" != 0 ] || chown postgres "$out"
   PGOPTIONS="-c client_min_messages=warning" "$(dirname "$(dirname "$pgxs")")/test/regress/pg_regress" \
+    --launcher="$(pwd)/scripts/psql-without-context.sh" \
     --use-existing --dbname="$db" --host="$RATE_LIMIT_SOCKET_DIR" --port="$port" \
     --user=postgres --inputdir="$(pwd)/tests/pg_regress" --outputdir="$out" \
     --bindir="$(pg_bindir "$version")" "$@" ||
     { cat "$out/regression.diffs" 2>/dev/null; return 1; }
 }
 
-# The pg_regress examples, in order (setup creates the extension).
-REGRESS_TESTS=(setup seed_timeline management transactions errors permissions memory_store bounds policies
-  policy_errors policy_options postgrest write_limits statistics shadow_mode charges calendar_windows concurrency_leases
-  blocks batches monitoring nothing_left_behind)
+# The pg_regress examples, in order (setup creates the extension), one feature per file: REGRESS_TESTS for the
+# compiled edition, REGRESS_PORTABLE the files of the features the portable edition has too, run against it
+# with the same expected output (scripts/portable-test.sh installs it instead of setup).
+REGRESS_TESTS=(setup seed_timeline management transactions errors permissions memory_store bounds bounds_settings
+  policies policy_errors policy_options postgrest write_limits statistics shadow_mode shadow_switch charges
+  calendar_windows concurrency_leases blocks batches monitoring monitoring_policies nothing_left_behind)
+REGRESS_PORTABLE=(seed_timeline management transactions errors permissions bounds policies policy_errors
+  policy_options write_limits shadow_mode charges calendar_windows concurrency_leases blocks batches
+  monitoring_policies nothing_left_behind)

@@ -222,6 +222,31 @@ build_plproxy() { # build_plproxy VERSION
 }
 if $ALL; then for v in 13 14; do build_plproxy "$v"; done; fi
 
+# --- pg_tle 1.5.3 for every version the tests run (the portable edition installed as a managed service's user
+# installs it), from the vendored source; installed into the cached PostgreSQL, rebuilt only when it lacks it.
+PG_TLE_VERSION=1.5.3
+PG_TLE_SHA256=4dc057e12aa161305fbb106039b035fb70bad32e794aba5649207bff8232f636
+build_pg_tle() { # build_pg_tle VERSION
+  local v=$1 prefix="$PG_CACHE/$1" tarball="" candidate
+  [ -f "$prefix/.pg_tle-$PG_TLE_VERSION" ] && [ -f "$("$prefix/bin/pg_config" --pkglibdir)/pg_tle.so" ] && return 0
+  for candidate in "${RATE_LIMIT_VENDOR:-}" "$(dirname "$0")/../../shared/vendor" /work/shared/vendor; do
+    [ -n "$candidate" ] && [ -f "$candidate/pg_tle-$PG_TLE_VERSION.tar.gz" ] && { tarball="$candidate/pg_tle-$PG_TLE_VERSION.tar.gz"; break; }
+  done
+  [ -n "$tarball" ] || { log "pg_tle-$PG_TLE_VERSION.tar.gz not found (set RATE_LIMIT_VENDOR to its directory)"; return 1; }
+  echo "$PG_TLE_SHA256  $tarball" | sha256sum -c --quiet - || { log "$tarball: wrong checksum"; return 1; }
+  log "building pg_tle $PG_TLE_VERSION for PostgreSQL $v (about 30 seconds)"
+  local work="$PG_CACHE/src/pg_tle-$v"
+  rm -rf "$work" && mkdir -p "$work"
+  tar -xzf "$tarball" -C "$work" --strip-components=1
+  ( cd "$work"
+    { make PG_CONFIG="$prefix/bin/pg_config" && make PG_CONFIG="$prefix/bin/pg_config" install; } \
+      >"$work.log" 2>&1 || { tail -n 40 "$work.log" >&2; exit 1; } )
+  rm -rf "$work"
+  touch "$prefix/.pg_tle-$PG_TLE_VERSION"
+}
+build_pg_tle 15
+if $ALL; then for v in 13 14 16 17 18; do build_pg_tle "$v"; done; fi
+
 # --- cargo pgrx init (writes ~/.pgrx/config.toml) ----------------------------------------------------------
 cfg="$HOME/.pgrx/config.toml"
 need_init=false

@@ -71,6 +71,7 @@ step() { # step NAME COMMAND...: runs a layer, counts it, keeps going so every f
 
 lint() {
   scripts/check-upgrade-scripts.sh &&
+    portable/assemble.sh --check &&
     python3 scripts/check-module-cycles.py &&
     python3 scripts/check-sizes.py &&
     promtool check rules monitoring/rules.yml &&
@@ -104,6 +105,7 @@ integration() { # integration VERSION: main (preloaded), small (256 buckets), st
   RATE_LIMIT_TEST_FAKETIME_START="$(pg_ctl_command "$v" "$TEST_ROOT/faketime-$v" start "$(faketime_environment "$v")")" \
   RATE_LIMIT_TEST_BINDIR="$(pg_bindir "$v")" \
   RATE_LIMIT_TEST_CITUS_NODES=none RATE_LIMIT_TEST_PLPROXY=none RATE_LIMIT_TEST_FAILOVER=none \
+    RATE_LIMIT_DIFFERENTIAL_CALLS=$([ "$v" = 15 ] && echo 100000 || echo 20000) \
     cargo test -p rate_limit_integration --no-fail-fast -- --test-threads=1
 }
 
@@ -181,6 +183,15 @@ clients() { # clients VERSION: the node-postgres client test against the main cl
   RATE_LIMIT_TEST_CONNINFO="$(conninfo $((5500 + $1)))" node --test tests/clients/
 }
 
+portable() { # portable VERSION: the portable edition without the library (scripts/portable-test.sh)
+  local v=$1
+  RATE_LIMIT_TEST_FAKETIME_CONNINFO="$(conninfo $((5900 + v)))" \
+  RATE_LIMIT_TEST_FAKETIME_FILE="$(faketime_file "$v")" \
+  RATE_LIMIT_TEST_FAKETIME_STOP="$(pg_ctl_command "$v" "$TEST_ROOT/faketime-$v" stop)" \
+  RATE_LIMIT_TEST_FAKETIME_START="$(pg_ctl_command "$v" "$TEST_ROOT/faketime-$v" start "$(faketime_environment "$v")")" \
+    scripts/portable-test.sh "$v"
+}
+
 faketime_file() { echo "$TEST_ROOT/faketime-$1.rc"; }
 
 faketime_cluster_start() { # a preloaded cluster whose wall clock follows $(faketime_file VERSION)
@@ -226,7 +237,7 @@ start_clusters() { # start_clusters VERSION: the four servers the regress and in
 
 stop_clusters() {
   local v=$1 c
-  for c in standby cluster small plain faketime docs "${CITUS_NODES[@]}" "${PLPROXY_SERVERS[@]}" \
+  for c in standby cluster small plain faketime docs portable "${CITUS_NODES[@]}" "${PLPROXY_SERVERS[@]}" \
     failover-primary failover-standby; do cluster_stop "$v" "$TEST_ROOT/$c-$v"; done
 }
 
@@ -249,6 +260,8 @@ for v in "${VERSIONS[@]}"; do
   step "PostgreSQL $v: pg_regress examples" regress "$v" $((5500 + v))
   step "PostgreSQL $v: integration tests" integration "$v"
   step "PostgreSQL $v: untyped parameters from node-postgres" clients "$v"
+  step "PostgreSQL $v: the portable edition without the library (psql -f, pg_tle, CREATE EXTENSION; examples; integration tests)" \
+    portable "$v"
   stop_clusters "$v"
   if [ "$v" -ge 16 ]; then
     step "PostgreSQL $v: Citus, a coordinator and two workers" citus "$v"

@@ -17,6 +17,50 @@ pub fn conninfo() -> String {
     env("RATE_LIMIT_TEST_CONNINFO")
 }
 
+/// The edition under test, from `RATE_LIMIT_TEST_EDITION`: `compiled` (the default) or `portable`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Edition {
+    /// The extension (`CREATE EXTENSION rate_limit`).
+    Compiled,
+    /// `portable/rate_limit_portable.sql`, run by the database's owner, a role without superuser.
+    Portable,
+}
+
+/// The edition the tests run against (see [`Edition`]).
+pub fn edition() -> Edition {
+    match std::env::var("RATE_LIMIT_TEST_EDITION").as_deref() {
+        Err(_) | Ok("compiled") => Edition::Compiled,
+        Ok("portable") => Edition::Portable,
+        Ok(other) => panic!("RATE_LIMIT_TEST_EDITION must be compiled or portable, got {other:?}"),
+    }
+}
+
+/// Whether `what` is a feature only the compiled edition has (docs/portable.md lists them): true when the
+/// portable edition is under test, after saying the test is skipped. A test of such a feature begins with
+/// `if compiled_only("...") { return; }`.
+pub fn compiled_only(what: &str) -> bool {
+    if edition() == Edition::Portable {
+        eprintln!("skipped in the portable edition: {what}");
+        return true;
+    }
+    false
+}
+
+/// The stores of the edition under test: the table store, and the memory store in the compiled edition.
+pub fn stores() -> Vec<&'static str> {
+    match edition() {
+        Edition::Compiled => vec!["table", "memory"],
+        Edition::Portable => vec!["table"],
+    }
+}
+
+/// The portable edition's one install file, as a user downloads it.
+pub const PORTABLE_SQL: &str = include_str!("../../../portable/rate_limit_portable.sql");
+
+/// The role that owns a test database of the portable edition and installs it there: LOGIN and nothing
+/// else, as a managed service's database owner.
+pub const PORTABLE_OWNER: &str = "rl_portable_owner";
+
 /// A setting `scripts/test.sh` passes to the tests (the servers it started).
 pub fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
@@ -140,25 +184,94 @@ impl TestDb {
         TestDb::on(&conninfo(), name)
     }
 
-    /// The same, on the server at `server` (a connection string without a database name).
+    /// The same, on the server at `server` (a connection string without a database name), with the edition
+    /// under test.
     pub fn on(server: &str, name: &str) -> TestDb {
+        TestDb::with_edition(server, name, edition())
+    }
+
+    /// Database `rl_it_<name>` on the server at `server` (dropping a leftover one) with `edition` installed:
+    /// the extension, created by the server's superuser; or the portable edition's file, run by
+    /// [`PORTABLE_OWNER`], which owns the database.
+    pub fn with_edition(server: &str, name: &str, edition: Edition) -> TestDb {
         let name = format!("rl_it_{name}");
         let mut admin = Client::connect(&format!("{server} dbname=postgres"), NoTls)
             .expect("connect to the test server");
         admin
             .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
             .expect("drop a leftover test database");
+        let owner = match edition {
+            Edition::Compiled => String::new(),
+            Edition::Portable => {
+                admin
+                    .batch_execute(&format!(
+                        "DO $$ BEGIN CREATE ROLE {PORTABLE_OWNER} LOGIN; \
+                         EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+                    ))
+                    .expect("create the portable edition's owner");
+                format!(" OWNER {PORTABLE_OWNER}")
+            }
+        };
         admin
-            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .batch_execute(&format!("CREATE DATABASE {name}{owner}"))
             .expect("create the test database");
         let db = TestDb {
             name,
             server: server.to_string(),
         };
-        db.connect()
-            .batch_execute("CREATE EXTENSION rate_limit")
-            .expect("create the extension");
+        match edition {
+            Edition::Compiled => db
+                .connect()
+                .batch_execute("CREATE EXTENSION rate_limit")
+                .expect("create the extension"),
+            Edition::Portable => db
+                .connect_as(PORTABLE_OWNER)
+                .batch_execute(PORTABLE_SQL)
+                .expect("install the portable edition as the database's owner"),
+        }
         db
+    }
+
+    /// Removes the edition from this database, its data with it: `DROP EXTENSION rate_limit`, or the
+    /// portable edition's `portable/uninstall.sql` run by its owner.
+    pub fn uninstall(&self) {
+        match edition() {
+            Edition::Compiled => self
+                .connect()
+                .batch_execute("DROP EXTENSION rate_limit")
+                .expect("drop the extension"),
+            Edition::Portable => self
+                .connect_as(PORTABLE_OWNER)
+                .batch_execute(include_str!("../../../portable/uninstall.sql"))
+                .expect("uninstall the portable edition"),
+        }
+    }
+
+    /// Sets `rate_limit.max_wait` to `value` (`3s`): the superuser's setting in the compiled edition, for
+    /// `session` alone; in the portable edition the owner's `rate_limit.max_wait()`, replaced for the
+    /// whole database (every role's setting would be any role's to raise).
+    pub fn set_max_wait(&self, session: &mut Client, value: &str) {
+        match edition() {
+            Edition::Compiled => session
+                .batch_execute(&format!("SET rate_limit.max_wait = '{value}'"))
+                .expect("set max_wait"),
+            Edition::Portable => self
+                .connect_as(PORTABLE_OWNER)
+                .batch_execute(&format!(
+                    "CREATE OR REPLACE FUNCTION rate_limit.max_wait() RETURNS interval \
+                     LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT interval '{value}' $$"
+                ))
+                .expect("replace rate_limit.max_wait()"),
+        }
+    }
+
+    /// A new connection to this test's database as `role` (which may log in).
+    pub fn connect_as(&self, role: &str) -> Client {
+        Client::connect(
+            &format!("{} dbname={} user={role}", self.server, self.name),
+            NoTls,
+        )
+        .expect("connect as the role")
     }
 
     /// The database's name.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use postgres::error::SqlState;
 use postgres::Client;
-use rate_limit_integration::TestDb;
+use rate_limit_integration::{compiled_only, TestDb};
 
 const CONNECTIONS: usize = 16;
 /// Each key's burst; the policy refills one token an hour, nothing within a test.
@@ -141,6 +141,9 @@ fn concurrent_batches_grant_each_keys_burst(store: &str) {
 
 #[test]
 fn sixteen_concurrent_batches_grant_each_key_exactly_its_burst_in_the_memory_store() {
+    if compiled_only("the memory store") {
+        return;
+    }
     concurrent_batches_grant_each_keys_burst("memory");
 }
 
@@ -204,6 +207,9 @@ fn concurrent_all_or_nothing_batches(store: &str) {
 
 #[test]
 fn concurrent_all_or_nothing_batches_grant_whole_batches_and_conserve_tokens_in_the_memory_store() {
+    if compiled_only("the memory store") {
+        return;
+    }
     concurrent_all_or_nothing_batches("memory");
 }
 

@@ -4,7 +4,7 @@
 //! memory store keeps a block whose caller rolled back, and reads it.
 
 use postgres::GenericClient;
-use rate_limit_integration::TestDb;
+use rate_limit_integration::{compiled_only, TestDb};
 
 /// Whether a `take` of `key` under `policy` is allowed.
 fn allowed(c: &mut impl GenericClient, policy: &str, key: &str) -> bool {
@@ -45,6 +45,9 @@ fn a_first_block_applies_inside_a_running_transaction_in_the_table_store() {
 
 #[test]
 fn a_first_block_applies_inside_a_running_transaction_in_the_memory_store() {
+    if compiled_only("the memory store") {
+        return;
+    }
     a_first_block_applies_inside_a_running_transaction("memory");
 }
 
@@ -52,6 +55,9 @@ fn a_first_block_applies_inside_a_running_transaction_in_the_memory_store() {
 /// ROLLBACK restored, does not say so, and the block is read and enforced all the same.
 #[test]
 fn a_rolled_back_block_in_the_memory_store_is_still_enforced() {
+    if compiled_only("the memory store") {
+        return;
+    }
     let db = TestDb::new("block_reads_rollback");
     let mut a = db.connect();
     a.execute(

@@ -8,7 +8,7 @@
 use std::thread;
 
 use postgres::Client;
-use rate_limit_integration::TestDb;
+use rate_limit_integration::{compiled_only, stores, TestDb};
 
 const THREADS: usize = 8;
 const CALLS: usize = 15;
@@ -102,6 +102,9 @@ fn the_penalty_box_counts_every_denial_once_in_the_table_store() {
 
 #[test]
 fn the_penalty_box_counts_every_denial_once_in_the_memory_store() {
+    if compiled_only("the memory store") {
+        return;
+    }
     the_penalty_box_counts_every_denial_once("memory");
 }
 
@@ -111,7 +114,7 @@ fn the_penalty_box_counts_every_denial_once_in_the_memory_store() {
 fn a_rolled_back_denial_counts_in_the_memory_store_only() {
     let db = TestDb::new("blocks_rollback");
     let mut c = db.connect();
-    for store in ["table", "memory"] {
+    for store in stores() {
         let policy = format!("once_{store}");
         c.execute(
             "SELECT rate_limit.create_policy($1, 1, '1 hour', block_after => 2, \
@@ -175,7 +178,7 @@ fn only_the_owner_blocks_by_hand() {
 fn two_callers_of_one_key_never_deadlock_under_a_penalty_box() {
     let db = TestDb::new("blocks_deadlock");
     let mut admin = db.connect();
-    for store in ["table", "memory"] {
+    for store in stores() {
         let policy = format!("dl_{store}");
         admin
             .execute(
@@ -229,7 +232,7 @@ fn two_callers_of_one_key_never_deadlock_under_a_penalty_box() {
 fn a_block_made_under_shadow_mode_is_not_enforced_after_it() {
     let db = TestDb::new("blocks_shadow");
     let mut c = db.connect();
-    for store in ["table", "memory"] {
+    for store in stores() {
         let policy = format!("sh_{store}");
         c.execute(
             "SELECT rate_limit.create_policy($1, 1, '1 hour', block_after => 2, \

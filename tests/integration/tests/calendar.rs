@@ -17,13 +17,13 @@ use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use postgres::Client;
-use rate_limit_integration::{env, run_env_command, TestDb};
+use rate_limit_integration::{env, run_env_command, stores, TestDb};
 
 #[test]
 fn a_quota_hammered_by_8_connections_grants_exactly_its_rate() {
     let db = TestDb::new("calendar_hammer");
     let mut c = db.connect();
-    for store in ["table", "memory"] {
+    for store in stores() {
         let policy = format!("year_{store}");
         c.execute(
             "SELECT rate_limit.create_policy($1, 100, '1 year', store => $2, \
@@ -152,7 +152,7 @@ fn a_monthly_quota_turns_at_midnight_in_paris_on_the_first_of_the_month() {
         }
         assert!(attempts < 3, "the restart took too long: {left} s left");
     };
-    for store in ["table", "memory"] {
+    for store in stores() {
         c.execute(
             "SELECT rate_limit.create_policy('month_' || $1, 3, '1 month', store => $1, \
                algorithm => 'calendar_window', time_zone => 'Europe/Paris')",
@@ -161,7 +161,7 @@ fn a_monthly_quota_turns_at_midnight_in_paris_on_the_first_of_the_month() {
         .expect("policy");
     }
     let mut retry = 0.0_f64;
-    for store in ["table", "memory"] {
+    for store in stores() {
         let policy = format!("month_{store}");
         assert!(take(&mut c, &policy).allowed && take(&mut c, &policy).allowed);
         let last = take(&mut c, &policy);
@@ -179,7 +179,7 @@ fn a_monthly_quota_turns_at_midnight_in_paris_on_the_first_of_the_month() {
     thread::sleep(Duration::from_secs_f64(retry + 0.5));
     // 1 April 00:00 CEST is 31 days less an hour after 1 March 00:00 CET
     let march = (31.0 * 24.0 - 1.0) * 3600.0;
-    for store in ["table", "memory"] {
+    for store in stores() {
         let policy = format!("month_{store}");
         let next = take(&mut c, &policy);
         assert!(next.allowed, "{store}: a new month, a new quota");

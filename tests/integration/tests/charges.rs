@@ -6,7 +6,7 @@
 use std::thread;
 
 use postgres::Client;
-use rate_limit_integration::TestDb;
+use rate_limit_integration::{compiled_only, TestDb};
 
 const THREADS: usize = 8;
 const CALLS: usize = 60;
@@ -76,6 +76,9 @@ fn charges_and_takes_are_exact_in_the_table_store() {
 
 #[test]
 fn charges_and_takes_are_exact_in_the_memory_store() {
+    if compiled_only("the memory store") {
+        return;
+    }
     charges_and_takes_are_exact("memory");
 }
 
@@ -126,6 +129,9 @@ fn the_floor_holds_under_contention_in_the_table_store() {
 
 #[test]
 fn the_floor_holds_under_contention_in_the_memory_store() {
+    if compiled_only("the memory store") {
+        return;
+    }
     the_floor_holds_under_contention("memory");
 }
 

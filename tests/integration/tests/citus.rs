@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use postgres::error::SqlState;
 use postgres::{Client, NoTls};
 use rate_limit_integration::{
-    fresh_name, hammer_conserves_tokens_within, servers_or_skip, Caller, StoppedServer,
+    fresh_name, hammer_conserves_tokens_within, servers_or_skip, stores, Caller, StoppedServer,
 };
 
 const DATABASE: &str = "rl_citus";
@@ -466,7 +466,7 @@ fn a_worker_down_fails_its_keys_with_class_08_and_spares_the_others() {
 fn a_monthly_quota_taken_from_every_node_grants_its_rate_once() {
     let Some(nodes) = cluster() else { return };
     let mut c = connect(&nodes[0]);
-    for store in ["table", "memory"] {
+    for store in stores() {
         let policy = fresh_name(&format!("month_{store}"));
         c.execute(
             "SELECT rate_limit.create_policy($1, 5, '1 month', algorithm => 'calendar_window', \
@@ -513,7 +513,7 @@ fn a_monthly_quota_taken_from_every_node_grants_its_rate_once() {
 fn leases_acquired_from_every_node_are_exactly_the_policys() {
     let Some(nodes) = cluster() else { return };
     let mut c = connect(&nodes[0]);
-    for store in ["table", "memory"] {
+    for store in stores() {
         let policy = fresh_name(&format!("jobs_{store}"));
         c.execute(
             "SELECT rate_limit.create_policy($1, 3, '1 hour', algorithm => 'concurrency', store => $2)",

@@ -13,7 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use postgres::Client;
-use rate_limit_integration::{env, most_refilled, TestDb};
+use rate_limit_integration::{env, most_refilled, stores, TestDb};
 
 const QUICK_CALLS: usize = 30;
 
@@ -176,7 +176,7 @@ fn clock_steps_neither_mint_nor_freeze() {
              SELECT rate_limit.create_policy('ten_memory', 10, '1 second', 10, store => 'memory');",
         )
         .expect("policies");
-    for store in ["table", "memory"] {
+    for store in stores() {
         client
             .batch_execute(&format!("SET rate_limit.store = '{store}'"))
             .expect("store");

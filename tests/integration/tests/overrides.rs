@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use postgres::error::SqlState;
 use postgres::Client;
-use rate_limit_integration::{conninfo, env, fresh_name, TestDb};
+use rate_limit_integration::{compiled_only, conninfo, env, fresh_name, stores, TestDb};
 
 const CONNECTIONS: usize = 16;
 const CALLS: usize = 12;
@@ -25,7 +25,7 @@ const CALLS: usize = 12;
 #[test]
 fn sixteen_connections_get_exactly_each_keys_limit_in_both_stores() {
     let db = Arc::new(TestDb::new("overrides_hammer"));
-    for store in ["table", "memory"] {
+    for store in stores() {
         let policy = fresh_name(&format!("ovr_{store}"));
         db.connect()
             .batch_execute(&format!(
@@ -160,6 +160,9 @@ fn a_role_with_only_login_cannot_set_clear_or_list_overrides() {
 /// which cannot assign one, limits with its memory store too (tests/failover.rs calls one there).
 #[test]
 fn reading_a_policys_overrides_assigns_no_transaction_id() {
+    if compiled_only("the memory store") {
+        return;
+    }
     let db = TestDb::new("overrides_read_only");
     db.connect()
         .batch_execute(
@@ -274,6 +277,9 @@ fn override_reads(c: &mut Client, policy: &str, key: &str) -> ((i64, i64), bool)
 /// in the filter before it commits: the next transaction reads and applies it.
 #[test]
 fn a_call_reads_its_own_keys_override_and_a_change_costs_others_no_reread() {
+    if compiled_only("the override filter and lookup index of the library") {
+        return;
+    }
     for (server, preloaded) in [
         (conninfo(), true),
         (env("RATE_LIMIT_TEST_PLAIN_CONNINFO"), false),

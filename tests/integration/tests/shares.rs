@@ -13,7 +13,7 @@
 
 use postgres::error::SqlState;
 use postgres::{Client, NoTls};
-use rate_limit_integration::{conninfo, env, memory_usage as usage, TestDb};
+use rate_limit_integration::{conninfo, env, memory_usage as usage, stores, TestDb};
 
 const ROLE: &str = "rl_login_only";
 
@@ -148,7 +148,7 @@ fn limits_that_refill_slower_than_max_refill_time_are_the_owners_alone() {
         "SELECT rate_limiting_request($1, 1, 2147483647) >= 0",
         "SELECT rate_limiting_request($1, 1, 86401) >= 0",
     ];
-    for store in ["table", "memory"] {
+    for store in stores() {
         for client in [&mut role, &mut owner] {
             client
                 .batch_execute(&format!("SET rate_limit.store = '{store}'"))

@@ -15,8 +15,6 @@ SELECT allowed, remaining, retry_after > interval '59 minutes' AS blocked_for_an
 FROM rate_limit.peek('login', 'mallory');
 -- the block bucket is listed with the key's bucket, under its policy: no denial tolerated while blocked
 SELECT algorithm, key, floor(tokens) AS tokens FROM rate_limit.buckets WHERE policy = 'login' ORDER BY algorithm;
--- the denials are counted in the statistics like any other (the memory store is preloaded here)
-SELECT calls, granted, denied FROM rate_limit.stats WHERE policy = 'login';
 -- other keys are not affected
 SELECT allowed FROM rate_limit.take('login', 'alice');
 

@@ -24,6 +24,13 @@ SELECT rate_limit.reset_request('mem_tx') AS existed;
 -- spare, and 16 bytes per bucket that count each database's and each role's buckets (the shares)
 SELECT slot_bytes, bytes_per_bucket <= 144 AS at_most_144_bytes_per_bucket
 FROM rate_limit.memory_usage();
+-- a policy that keeps its buckets in the memory store works in read-only transactions too
+SELECT rate_limit.create_policy('mem_policy', 5, '1 second', store => 'memory');
+BEGIN READ ONLY;
+SELECT allowed, remaining FROM rate_limit.take('mem_policy', 'ro');
+ROLLBACK;
+SELECT rate_limit.drop_policy('mem_policy');
+
 -- Not transactional, so reset by hand: this example leaves no bucket behind
 SELECT rate_limit.reset_request('mem_seed') AS seed_existed, rate_limit.reset_request('mem_ro') AS ro_existed;
 RESET rate_limit.store;

@@ -15,8 +15,6 @@ CREATE ROLE mon_agent IN ROLE pg_monitor;
 SET ROLE mon_agent;
 SELECT policy, calls, granted, denied, shadow_denied, blocked, tokens_granted
 FROM rate_limit.metrics WHERE policy LIKE 'mon\_%' ORDER BY policy;
-SELECT policy, algorithm, rate, period_seconds, burst, shadow, leases_held
-FROM rate_limit.metrics_policies WHERE policy LIKE 'mon\_%' ORDER BY policy;
 -- no keys until a superuser allows some per policy (each one is a label in Prometheus)
 SELECT count(*) FROM rate_limit.metrics_top_keys WHERE policy LIKE 'mon\_%';
 RESET ROLE;

@@ -90,10 +90,6 @@ SELECT allowed FROM rate_limit.peek('err', 'ro');
 SELECT * FROM rate_limit.take('err', 'ro');
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
--- a read-only transaction works with a memory-store policy
-BEGIN READ ONLY;
-SELECT allowed, remaining FROM rate_limit.take('err_mem', 'ro');
-ROLLBACK;
 
 -- Permissions: anyone may take, peek, wait and read the policies; only the owner manages them
 CREATE ROLE rate_limit_policy_caller;

@@ -17,6 +17,12 @@ FROM rate_limit.stats WHERE policy = 'stats_demo';
 -- the keys denied most: each was denied between denials_min and denials times
 SELECT rank, key, denials, denials_min FROM rate_limit.top_limited WHERE policy = 'stats_demo' ORDER BY rank;
 
+-- a penalty box's denials, the blocked ones too, are counted like any other
+SELECT rate_limit.create_policy('stats_login', 3, '1 minute', block_after => 2, block_for => '1 hour');
+SELECT count(*) FILTER (WHERE allowed) AS granted
+FROM generate_series(1, 6) AS g, LATERAL rate_limit.take('stats_login', 'mallory' || left(g::text, 0));
+SELECT calls, granted, denied FROM rate_limit.stats WHERE policy = 'stats_login';
+
 -- another role cannot read them
 CREATE ROLE stats_reader;
 SET ROLE stats_reader;

@@ -1,0 +1,233 @@
+-- The fast paths of rate_limiting_request and take: the common call (a token bucket under its own
+-- numbers, nothing else applying) decided in one PL/pgSQL function with bigint arithmetic that cannot
+-- overflow, in one statement for a denial (the read) and two for a grant (the read, then an UPDATE of the
+-- very row version read, by ctid and xmin). Every other case (arguments to refuse, bounds to check, a
+-- read-only transaction, blocks, shadow mode, overrides, a row under other numbers or in debt, a clock
+-- that stepped back, a concurrent change) goes to the generic path (rate_limit._request,
+-- rate_limit._take_policy), which decides every case as the compiled edition does; the fast path is one
+-- of them, computed the same way (the differential test runs both).
+--
+-- Every OPERATOR(...) has one precedence and associates to the left: expressions that mix them are
+-- parenthesized in full.
+--
+-- Why no SET search_path here (the other entry points have one): a SET clause makes PostgreSQL save and
+-- restore the setting around every call, about a quarter of a fast call. Instead, as the compiled edition
+-- does, every operator, function and type these two functions and the SQL helpers they inline name is
+-- qualified with its schema (or is SQL syntax: bigint, integer, interval, LEAST, EXTRACT), so no caller's
+-- search_path can redirect them. The generic path they call sets its own search_path.
+--
+-- Concurrency: a grant writes the row version it read; under READ COMMITTED a concurrent writer makes that
+-- UPDATE wait and then write nothing (the call then takes the generic path, which reads the newest version
+-- and holds it); under REPEATABLE READ and SERIALIZABLE PostgreSQL raises 40001, as for the compiled
+-- edition's TAKE.
+
+-- The level at now (>= at) of a token bucket of level 0 <= level <= full_level refilled at rate ticks per
+-- microsecond (full_level + rate < 2^63: nothing overflows), never above full: the model's level_at.
+CREATE FUNCTION rate_limit._tb_refilled(level bigint, at bigint, rate bigint, full_level bigint, now bigint)
+RETURNS bigint LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT LEAST(level OPERATOR(pg_catalog.+)
+                 (rate OPERATOR(pg_catalog.*)
+                  LEAST(now OPERATOR(pg_catalog.-) at,
+                        ((full_level OPERATOR(pg_catalog.-) level) OPERATOR(pg_catalog./) rate) OPERATOR(pg_catalog.+) 1)),
+             full_level)
+$$;
+
+-- ceil(a / b) for a >= 0, b > 0.
+CREATE FUNCTION rate_limit._ceil_div(a bigint, b bigint) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT (a OPERATOR(pg_catalog./) b) OPERATOR(pg_catalog.+)
+       CASE WHEN (a OPERATOR(pg_catalog.%) b) OPERATOR(pg_catalog.>) 0 THEN 1 ELSE 0 END
+$$;
+
+-- The instant t in microseconds (the qualified twin of rate_limit._us, for the fast paths).
+CREATE FUNCTION rate_limit._us_q(t pg_catalog.timestamptz) RETURNS bigint
+LANGUAGE sql STABLE PARALLEL SAFE
+AS $$
+SELECT ((EXTRACT(EPOCH FROM t) OPERATOR(pg_catalog.-) 946684800) OPERATOR(pg_catalog.*) 1000000)::bigint
+$$;
+
+-- Microseconds as an interval (the qualified twin of rate_limit._interval).
+CREATE FUNCTION rate_limit._interval_q(us bigint) RETURNS interval
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT us::double precision OPERATOR(pg_catalog.*) interval '1 microsecond' $$;
+
+-- A bucket the fast path wrote at now_ts that the clock has since passed backwards: rebased on the clock
+-- (its level unchanged: no time elapsed), as the compiled edition's TAKE does after the statement.
+CREATE FUNCTION rate_limit._rebase_written(ns text, key text, clock timestamptz) RETURNS void
+LANGUAGE sql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+UPDATE rate_limit.bucket_state AS s SET updated_at = clock
+ WHERE s.namespace OPERATOR(pg_catalog.=) ns AND s.key OPERATOR(pg_catalog.=) key
+   AND s.updated_at OPERATOR(pg_catalog.>) clock
+$$;
+
+CREATE FUNCTION rate_limiting_request(id pg_catalog.text, refill_per_sec integer DEFAULT 2,
+                                      window_seconds integer DEFAULT 60)
+RETURNS integer LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+AS $$
+DECLARE
+    cap bigint;
+    full_level bigint;
+    now_ts pg_catalog.timestamptz;
+    now bigint;
+    stored_level bigint;
+    stored_at bigint;
+    stored_algorithm pg_catalog.text;
+    stored_rate bigint;
+    stored_per_us bigint;
+    stored_burst bigint;
+    row_ctid pg_catalog.tid;
+    row_xmin pg_catalog.xid;
+    current bigint;
+BEGIN
+    IF id IS NULL OR refill_per_sec IS NULL OR window_seconds IS NULL
+       OR refill_per_sec OPERATOR(pg_catalog.<) 1 OR window_seconds OPERATOR(pg_catalog.<) 1
+       OR pg_catalog.octet_length(id) OPERATOR(pg_catalog.>) 2048
+       OR (refill_per_sec::bigint OPERATOR(pg_catalog.*) window_seconds) OPERATOR(pg_catalog.>) 2147483648
+       -- the bound of a limit a caller chooses: refilled from empty in window_seconds
+       OR window_seconds OPERATOR(pg_catalog.>) EXTRACT(EPOCH FROM rate_limit.max_refill_time())
+       OR pg_catalog.current_setting('rate_limit.store', true) OPERATOR(pg_catalog.=) 'memory'
+       OR pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
+        RETURN rate_limit._request(id, refill_per_sec, window_seconds);
+    END IF;
+    cap := refill_per_sec::bigint OPERATOR(pg_catalog.*) window_seconds;
+    full_level := cap OPERATOR(pg_catalog.*) 1000000;
+    now_ts := pg_catalog.clock_timestamp();
+    now := rate_limit._us_q(now_ts);
+    SELECT s.level, rate_limit._us_q(s.updated_at), s.algorithm, s.rate, s.per_us, s.burst, s.ctid, s.xmin
+      INTO stored_level, stored_at, stored_algorithm, stored_rate, stored_per_us, stored_burst, row_ctid, row_xmin
+      FROM rate_limit.bucket_state AS s
+     WHERE s.namespace OPERATOR(pg_catalog.=) '#request' AND s.key OPERATOR(pg_catalog.=) id;
+    IF NOT FOUND THEN
+        -- a missing bucket is full: the call takes one token of it
+        INSERT INTO rate_limit.bucket_state AS s (namespace, key, level, updated_at, algorithm, rate, per_us, burst)
+        VALUES ('#request', id, full_level OPERATOR(pg_catalog.-) 1000000, now_ts, 'token_bucket', refill_per_sec,
+                1000000, cap)
+        ON CONFLICT ON CONSTRAINT bucket_state_pkey DO NOTHING;
+        IF FOUND THEN
+            RETURN (cap OPERATOR(pg_catalog.-) 1)::integer;
+        END IF;
+    ELSIF stored_algorithm OPERATOR(pg_catalog.=) 'token_bucket' AND stored_rate OPERATOR(pg_catalog.=) refill_per_sec
+          AND stored_per_us OPERATOR(pg_catalog.=) 1000000 AND stored_burst OPERATOR(pg_catalog.=) cap
+          AND stored_level OPERATOR(pg_catalog.>=) 0 AND stored_level OPERATOR(pg_catalog.<=) full_level
+          AND now OPERATOR(pg_catalog.>=) stored_at THEN
+        current := rate_limit._tb_refilled(stored_level, stored_at, refill_per_sec, full_level, now);
+        IF current OPERATOR(pg_catalog.<) 1000000 THEN
+            RETURN -1; -- denied: nothing written
+        END IF;
+        UPDATE rate_limit.bucket_state AS s
+           SET level = current OPERATOR(pg_catalog.-) 1000000, updated_at = now_ts
+         WHERE s.ctid OPERATOR(pg_catalog.=) row_ctid AND s.xmin OPERATOR(pg_catalog.=) row_xmin;
+        IF FOUND THEN
+            IF pg_catalog.clock_timestamp() OPERATOR(pg_catalog.<) now_ts THEN
+                PERFORM rate_limit._rebase_written('#request', id, pg_catalog.clock_timestamp());
+            END IF;
+            RETURN ((current OPERATOR(pg_catalog.-) 1000000) OPERATOR(pg_catalog./) 1000000)::integer;
+        END IF;
+    END IF;
+    RETURN rate_limit._request(id, refill_per_sec, window_seconds);
+END
+$$;
+
+CREATE FUNCTION rate_limit.take(policy pg_catalog.text, key pg_catalog.text, cost integer DEFAULT 1)
+RETURNS rate_limit.decision LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+AS $$
+DECLARE
+    now_ts pg_catalog.timestamptz;
+    now bigint;
+    simple boolean;
+    rate bigint;
+    per_us bigint;
+    burst bigint;
+    full_level bigint;
+    need bigint;
+    has_row boolean;
+    stored_level bigint;
+    stored_at bigint;
+    stored_algorithm pg_catalog.text;
+    stored_rate bigint;
+    stored_per_us bigint;
+    stored_burst bigint;
+    row_ctid pg_catalog.tid;
+    row_xmin pg_catalog.xid;
+    current bigint;
+    after bigint;
+BEGIN
+    IF policy IS NULL OR key IS NULL OR cost IS NULL OR cost OPERATOR(pg_catalog.<) 1
+       OR pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) 2048
+       OR pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
+        RETURN rate_limit._take_policy(policy, key, cost);
+    END IF;
+    now_ts := pg_catalog.clock_timestamp();
+    now := rate_limit._us_q(now_ts);
+    -- the policy, whether nothing but its bucket applies to the key, and the bucket's row
+    SELECT p.rate, x.per_us, p.burst,
+           p.algorithm OPERATOR(pg_catalog.=) 'token_bucket' AND NOT p.shadow AND p.block_after IS NULL
+           AND NOT p.blocks_by_hand AND x.per_us IS NOT NULL
+           AND COALESCE(p.store, pg_catalog.current_setting('rate_limit.store', true), 'table') OPERATOR(pg_catalog.=) 'table'
+           AND NOT EXISTS (SELECT FROM rate_limit.key_overrides AS o
+                            WHERE o.policy OPERATOR(pg_catalog.=) p.name AND o.key OPERATOR(pg_catalog.=) take.key
+                              AND o.set_at OPERATOR(pg_catalog.>=) p.created_at),
+           s.namespace IS NOT NULL, s.level, rate_limit._us_q(s.updated_at), s.algorithm, s.rate, s.per_us, s.burst,
+           s.ctid, s.xmin
+      INTO rate, per_us, burst, simple, has_row, stored_level, stored_at, stored_algorithm, stored_rate,
+           stored_per_us, stored_burst, row_ctid, row_xmin
+      FROM rate_limit.policies AS p
+     CROSS JOIN LATERAL (
+           -- per in microseconds when it has no months and a full bucket counts below 2^62 ticks
+           SELECT CASE WHEN EXTRACT(YEAR FROM p.per) OPERATOR(pg_catalog.=) 0
+                        AND EXTRACT(MONTH FROM p.per) OPERATOR(pg_catalog.=) 0 AND d.us OPERATOR(pg_catalog.>=) 1
+                        AND d.us OPERATOR(pg_catalog.<=) (4611686018427387903 OPERATOR(pg_catalog./) p.burst)
+                        AND p.rate OPERATOR(pg_catalog.<=) 4611686018427387903
+                       THEN d.us::bigint END AS per_us
+             FROM (SELECT ((EXTRACT(DAY FROM p.per)::numeric OPERATOR(pg_catalog.*) 86400000000)
+                           OPERATOR(pg_catalog.+) (EXTRACT(HOUR FROM p.per)::numeric OPERATOR(pg_catalog.*) 3600000000))
+                          OPERATOR(pg_catalog.+) ((EXTRACT(MINUTE FROM p.per)::numeric OPERATOR(pg_catalog.*) 60000000)
+                           OPERATOR(pg_catalog.+) EXTRACT(MICROSECONDS FROM p.per)::numeric) AS us) AS d) AS x
+      LEFT JOIN rate_limit.bucket_state AS s
+        ON s.namespace OPERATOR(pg_catalog.=) p.name AND s.key OPERATOR(pg_catalog.=) take.key
+     WHERE p.name OPERATOR(pg_catalog.=) take.policy;
+    IF FOUND AND simple AND cost OPERATOR(pg_catalog.<=) burst THEN
+        full_level := burst OPERATOR(pg_catalog.*) per_us;
+        need := cost::bigint OPERATOR(pg_catalog.*) per_us;
+        IF NOT has_row THEN
+            current := full_level;
+        ELSIF stored_algorithm OPERATOR(pg_catalog.=) 'token_bucket' AND stored_rate OPERATOR(pg_catalog.=) rate
+              AND stored_per_us OPERATOR(pg_catalog.=) per_us AND stored_burst OPERATOR(pg_catalog.=) burst
+              AND stored_level OPERATOR(pg_catalog.>=) 0 AND stored_level OPERATOR(pg_catalog.<=) full_level
+              AND now OPERATOR(pg_catalog.>=) stored_at THEN
+            current := rate_limit._tb_refilled(stored_level, stored_at, rate, full_level, now);
+        END IF;
+        IF current IS NOT NULL AND current OPERATOR(pg_catalog.<) need THEN
+            -- denied: nothing written
+            RETURN ROW(false, current OPERATOR(pg_catalog./) per_us, burst,
+                       rate_limit._interval_q(rate_limit._ceil_div(need OPERATOR(pg_catalog.-) current, rate)),
+                       rate_limit._interval_q(rate_limit._ceil_div(full_level OPERATOR(pg_catalog.-) current, rate)),
+                       policy, false, NULL)::rate_limit.decision;
+        END IF;
+        IF current IS NOT NULL THEN
+            after := current OPERATOR(pg_catalog.-) need;
+            IF has_row THEN
+                UPDATE rate_limit.bucket_state AS s SET level = after, updated_at = now_ts
+                 WHERE s.ctid OPERATOR(pg_catalog.=) row_ctid AND s.xmin OPERATOR(pg_catalog.=) row_xmin;
+            ELSE
+                INSERT INTO rate_limit.bucket_state AS s (namespace, key, level, updated_at, algorithm, rate, per_us, burst)
+                VALUES (policy, key, after, now_ts, 'token_bucket', rate, per_us, burst)
+                ON CONFLICT ON CONSTRAINT bucket_state_pkey DO NOTHING;
+            END IF;
+            IF FOUND THEN
+                IF pg_catalog.clock_timestamp() OPERATOR(pg_catalog.<) now_ts THEN
+                    PERFORM rate_limit._rebase_written(policy, key, pg_catalog.clock_timestamp());
+                END IF;
+                RETURN ROW(true, after OPERATOR(pg_catalog./) per_us, burst, NULL,
+                           rate_limit._interval_q(rate_limit._ceil_div(full_level OPERATOR(pg_catalog.-) after, rate)),
+                           policy, false, NULL)::rate_limit.decision;
+            END IF;
+        END IF;
+    END IF;
+    RETURN rate_limit._take_policy(policy, key, cost);
+END
+$$;

@@ -1,0 +1,767 @@
+-- The limiter API (src/api): the compiled edition's names, signatures, defaults, results and errors.
+-- Every function PUBLIC may call is SECURITY DEFINER with a fixed search_path: it runs as the edition's
+-- owner, who alone may write the state tables, and no caller's search_path can redirect anything it
+-- names. (The compiled edition names every object with its schema instead and has no SET clause; in
+-- PL/pgSQL a fixed search_path is how every operator of every expression stays PostgreSQL's own.)
+
+-- The bucket of key under policy p, with the key's override if it has one (one primary-key read).
+CREATE FUNCTION rate_limit._policy_target(p rate_limit._policy, key text, read_override boolean DEFAULT true)
+RETURNS rate_limit._target LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+DECLARE
+    t rate_limit._target;
+    o rate_limit.key_overrides;
+    e record;
+BEGIN
+    t.ns := p.name;
+    t.key := key;
+    t.lim := p.lim;
+    t.changed_at := p.changed_at;
+    t.shadow := p.shadow;
+    t.policy := p.name;
+    t.blk := rate_limit._block_limit(p);
+    t.penalty_for := p.penalty_for;
+    t.may_block := p.penalty_for IS NOT NULL OR p.blocks_by_hand;
+    IF read_override THEN
+        SELECT * INTO o FROM rate_limit.key_overrides AS k
+         WHERE k.policy OPERATOR(pg_catalog.=) p.name AND k.key OPERATOR(pg_catalog.=) _policy_target.key
+           AND k.set_at OPERATOR(pg_catalog.>=) rate_limit._ts(p.created_at);
+        IF FOUND THEN
+            e := rate_limit._override_effect(p, o.action, o.rate, o.per, o.burst, o.expires_at, o.set_at,
+                                             rate_limit._now());
+            t.lim := e.lim;
+            t.changed_at := e.changed_at;
+            t.verdict := e.verdict;
+            t.verdict_until := e.verdict_until;
+        END IF;
+    END IF;
+    RETURN t;
+END
+$$;
+
+-- The policy of a call that takes tokens (42809 for a concurrency policy).
+CREATE FUNCTION rate_limit._token_policy(name text) RETURNS rate_limit._policy
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+DECLARE
+    p rate_limit._policy := rate_limit._policy_named(name);
+BEGIN
+    IF (p.lim).algorithm = 'concurrency' THEN
+        PERFORM rate_limit._wrong_kind(p.name, true);
+    END IF;
+    RETURN p;
+END
+$$;
+
+-- The policy of an acquire or release (42809 for any other kind).
+CREATE FUNCTION rate_limit._lease_policy(name text) RETURNS rate_limit._policy
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+DECLARE
+    p rate_limit._policy := rate_limit._policy_named(name);
+BEGIN
+    IF (p.lim).algorithm <> 'concurrency' THEN
+        PERFORM rate_limit._wrong_kind(p.name, false);
+    END IF;
+    RETURN p;
+END
+$$;
+
+-- take(policy, key, cost) as a decision, every case: also the body of peek and wait (the fast path in
+-- 45_fast.sql decides the common ones).
+CREATE FUNCTION rate_limit._take_policy(policy text, key text, cost integer) RETURNS rate_limit.decision
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p rate_limit._policy := rate_limit._token_policy(policy);
+    c bigint;
+    t rate_limit._target;
+BEGIN
+    PERFORM rate_limit._key_arg('key', key);
+    c := rate_limit._cost_arg(cost);
+    PERFORM rate_limit._check_session_store(p.store);
+    t := rate_limit._policy_target(p, key);
+    RETURN rate_limit._combine(ARRAY[t], rate_limit._take_targets(ARRAY[t], c));
+END
+$$;
+
+------------------------------------------------------------------------------------------------------------
+-- rate_limiting_request and the functions over its buckets (src/api/request.rs).
+
+-- The token bucket of rate_limiting_request(id, refill_per_sec, window_seconds), validated.
+CREATE FUNCTION rate_limit._request_target(id text, refill_per_sec integer, window_seconds integer, cost bigint)
+RETURNS rate_limit._target LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+DECLARE
+    t rate_limit._target;
+    capacity bigint;
+BEGIN
+    PERFORM rate_limit._key_arg('id', id);
+    IF refill_per_sec IS NULL THEN
+        PERFORM rate_limit._null_argument('refill_per_sec',
+            'Pass a whole number from 1 to 2147483647, or omit refill_per_sec for its default of 2.');
+    ELSIF refill_per_sec < 1 THEN
+        PERFORM rate_limit._out_of_range('refill_per_sec', refill_per_sec, 1, 2147483647);
+    END IF;
+    IF window_seconds IS NULL THEN
+        PERFORM rate_limit._null_argument('window_seconds',
+            'Pass a whole number from 1 to 2147483647, or omit window_seconds for its default of 60.');
+    ELSIF window_seconds < 1 THEN
+        PERFORM rate_limit._out_of_range('window_seconds', window_seconds, 1, 2147483647);
+    END IF;
+    capacity := refill_per_sec::bigint * window_seconds;
+    IF capacity > 2147483648 THEN
+        PERFORM rate_limit._raise('22003', 'capacity refill_per_sec * window_seconds = ' || capacity || ' is too large',
+            'Lower refill_per_sec or window_seconds.',
+            'The remaining tokens are returned as int, so the capacity may be at most 2147483648.');
+    END IF;
+    t.ns := '#request';
+    t.key := id;
+    t.lim := ROW('token_bucket', refill_per_sec, 1000000, capacity, NULL, NULL, NULL, NULL, NULL)::rate_limit._limit;
+    t.changed_at := -9223372036854775808;
+    t.shadow := false;
+    t.may_block := false;
+    PERFORM rate_limit._check_caller_limit(t.lim, cost);
+    PERFORM rate_limit._check_session_store();
+    RETURN t;
+END
+$$;
+
+-- rate_limiting_request's every case (the fast path in 45_fast.sql decides the common ones).
+CREATE FUNCTION rate_limit._request(id text, refill_per_sec integer, window_seconds integer)
+RETURNS integer LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t rate_limit._target := rate_limit._request_target(id, refill_per_sec, window_seconds, 1);
+    o rate_limit._outcome := (rate_limit._take_targets(ARRAY[t], 1))[1];
+BEGIN
+    IF o.allowed THEN
+        RETURN LEAST(o.remaining, 2147483647);
+    END IF;
+    RETURN -1;
+END
+$$;
+
+CREATE FUNCTION rate_limit.peek_request(id text, refill_per_sec integer DEFAULT 2, window_seconds integer DEFAULT 60)
+RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t rate_limit._target := rate_limit._request_target(id, refill_per_sec, window_seconds, 0);
+BEGIN
+    RETURN ((rate_limit._take_targets(ARRAY[t], 0))[1]).remaining;
+END
+$$;
+
+CREATE FUNCTION rate_limit.tokens(id text, refill_per_sec integer DEFAULT 2, window_seconds integer DEFAULT 60)
+RETURNS numeric LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t rate_limit._target := rate_limit._request_target(id, refill_per_sec, window_seconds, 0);
+    o rate_limit._outcome := (rate_limit._take_targets(ARRAY[t], 0))[1];
+BEGIN
+    RETURN pg_catalog.round(rate_limit._tokens_millionths(t.lim, o.level, o.at, o.at)::numeric / 1000000, 6);
+END
+$$;
+
+CREATE FUNCTION rate_limit.reset_request(id text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM rate_limit._key_arg('id', id);
+    PERFORM rate_limit._check_session_store();
+    RETURN rate_limit._reset('#request', id);
+END
+$$;
+
+-- Deletes a bucket (it is full again); true if it existed. 25006 in a read-only transaction.
+CREATE FUNCTION rate_limit._reset(ns text, key text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+BEGIN
+    IF rate_limit._in_read_only() THEN
+        PERFORM rate_limit._read_only('reset a bucket');
+    END IF;
+    DELETE FROM rate_limit.bucket_state AS s
+     WHERE s.namespace OPERATOR(pg_catalog.=) _reset.ns AND s.key OPERATOR(pg_catalog.=) _reset.key;
+    RETURN FOUND;
+END
+$$;
+
+-- Deletes every bucket that is full now, losslessly (a missing bucket is a full one); how many. Callable
+-- from pg_cron: SELECT cron.schedule('rate_limit purge', '*/5 * * * *', 'SELECT rate_limit.purge()').
+CREATE FUNCTION rate_limit.purge() RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    now bigint := rate_limit._now();
+    freed bigint;
+BEGIN
+    DELETE FROM rate_limit.bucket_state AS s
+     WHERE rate_limit._is_full(ROW(s.algorithm, s.rate, s.per_us, s.burst, NULL, NULL, NULL, NULL, NULL)::rate_limit._limit,
+                               s.level, rate_limit._us(s.updated_at), now);
+    GET DIAGNOSTICS freed = ROW_COUNT;
+    INSERT INTO rate_limit.purges AS p (store, finished_at, freed) VALUES ('table', clock_timestamp(), freed)
+    ON CONFLICT ON CONSTRAINT purges_pkey DO UPDATE SET finished_at = EXCLUDED.finished_at, freed = EXCLUDED.freed;
+    RETURN freed;
+END
+$$;
+
+------------------------------------------------------------------------------------------------------------
+-- The limiter API over named policies and ad-hoc limits (src/api/limits.rs).
+
+
+CREATE FUNCTION rate_limit.peek(policy text, key text) RETURNS rate_limit.decision
+LANGUAGE sql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT rate_limit._take_policy(policy, key, 0) $$;
+
+CREATE FUNCTION rate_limit.take_ad_hoc(key text, rate bigint, per interval, burst bigint DEFAULT NULL,
+                                       cost integer DEFAULT 1)
+RETURNS rate_limit.decision LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t rate_limit._target;
+    c bigint;
+BEGIN
+    PERFORM rate_limit._key_arg('key', key);
+    IF rate IS NULL THEN PERFORM rate_limit._null_argument('rate', 'Pass the tokens granted per period, e.g. 100.'); END IF;
+    IF per IS NULL THEN PERFORM rate_limit._null_argument('per', 'Pass the period, e.g. interval ''1 minute''.'); END IF;
+    c := rate_limit._cost_arg(cost);
+    t.ns := '#ad_hoc';
+    t.key := key;
+    t.lim := rate_limit._build('token_bucket', rate, per, burst, NULL, NULL);
+    t.changed_at := -9223372036854775808;
+    t.shadow := false;
+    t.may_block := false;
+    PERFORM rate_limit._check_caller_limit(t.lim, c);
+    PERFORM rate_limit._check_session_store();
+    RETURN rate_limit._combine(ARRAY[t], rate_limit._take_targets(ARRAY[t], c));
+END
+$$;
+
+CREATE FUNCTION rate_limit.take_many(policies text[], keys text[], cost integer DEFAULT 1)
+RETURNS rate_limit.decision LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    c bigint;
+    n integer;
+    named rate_limit._policy[] := '{}';
+    targets rate_limit._target[] := '{}';
+    t rate_limit._target;
+BEGIN
+    IF policies IS NULL THEN
+        PERFORM rate_limit._null_argument('policies', 'Pass an array of policy names, e.g. ARRAY[''per_user'', ''global''].');
+    END IF;
+    IF keys IS NULL THEN
+        PERFORM rate_limit._null_argument('keys', 'Pass one key for every policy, e.g. ARRAY[user_id], or one key per policy.');
+    END IF;
+    c := rate_limit._cost_arg(cost);
+    n := pg_catalog.cardinality(policies);
+    IF n = 0 OR n > 16 THEN
+        PERFORM rate_limit._raise('22023', 'policies must name 1 to 16 policies, got ' || n,
+            'Split the limits over several calls, or combine them in fewer policies.');
+    END IF;
+    IF pg_catalog.cardinality(keys) <> 1 AND pg_catalog.cardinality(keys) <> n THEN
+        PERFORM rate_limit._raise('22023', 'keys must hold one key, or one key per policy (' || n || '), got '
+            || pg_catalog.cardinality(keys),
+            'Pass ARRAY[key] to use one key for every policy, or one key per policy in the same order.');
+    END IF;
+    FOR i IN 1..n LOOP
+        named := named || rate_limit._token_policy(policies[i]);
+    END LOOP;
+    FOR i IN 1..pg_catalog.cardinality(keys) LOOP
+        PERFORM rate_limit._key_arg('keys', keys[i]);
+    END LOOP;
+    FOR i IN 1..n LOOP
+        t := rate_limit._policy_target(named[i], keys[CASE WHEN pg_catalog.cardinality(keys) = 1 THEN 1 ELSE i END]);
+        FOR j IN 1..i - 1 LOOP
+            IF targets[j].ns = t.ns AND targets[j].key = t.key THEN
+                PERFORM rate_limit._raise('22023', 'policy ' || rate_limit._quoted(t.ns) || ' is named twice for key '
+                    || rate_limit._quoted(t.key), 'Name each (policy, key) once; pass a higher cost to take more tokens.');
+            END IF;
+        END LOOP;
+        targets := targets || t;
+    END LOOP;
+    FOR i IN 2..n LOOP
+        IF COALESCE(named[i].store, pg_catalog.current_setting('rate_limit.store', true), 'table')
+           <> COALESCE(named[1].store, pg_catalog.current_setting('rate_limit.store', true), 'table') THEN
+            PERFORM rate_limit._raise('0A000', 'the policies of one call must keep their buckets in the same store',
+                'Give the policies the same store (create_policy''s store argument), or call take twice.',
+                'All-or-nothing consumption is atomic within one store only.');
+        END IF;
+    END LOOP;
+    PERFORM rate_limit._check_session_store(named[1].store);
+    RETURN rate_limit._combine(targets, rate_limit._take_targets(targets, c));
+END
+$$;
+
+CREATE FUNCTION rate_limit.wait(policy text, key text, cost integer DEFAULT 1, timeout interval DEFAULT NULL)
+RETURNS rate_limit.decision LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    max_us bigint := rate_limit._interval_us(rate_limit.max_wait());
+    timeout_us bigint;
+    deadline numeric;
+    d rate_limit.decision;
+    retry bigint;
+BEGIN
+    IF timeout IS NULL THEN
+        timeout_us := max_us;
+    ELSE
+        timeout_us := rate_limit._interval_us(timeout);
+        IF rate_limit._interval_months(timeout) <> 0 OR timeout_us IS NULL OR timeout_us < 0 THEN
+            PERFORM rate_limit._raise('22023', 'timeout must be zero or a positive interval without months',
+                'Pass e.g. interval ''5 seconds'', or NULL to wait up to rate_limit.max_wait.');
+        END IF;
+        IF timeout_us > max_us THEN
+            PERFORM rate_limit._raise('22023', 'timeout must be at most rate_limit.max_wait (' || (max_us / 1000)
+                || ' ms), got ' || ((LEAST(timeout_us::numeric + 999, 9223372036854775807)::bigint) / 1000) || ' ms',
+                'Pass a shorter timeout, or NULL for rate_limit.max_wait; a superuser sets rate_limit.max_wait.',
+                'A waiting call holds its statement''s snapshot while it sleeps.');
+        END IF;
+    END IF;
+    -- never past max_wait after the statement holding the caller's snapshot started
+    deadline := LEAST(rate_limit._now()::numeric + timeout_us,
+                      rate_limit._us(GREATEST(statement_timestamp(), transaction_timestamp()))::numeric + max_us);
+    LOOP
+        d := rate_limit._take_policy(policy, key, cost);
+        IF d.allowed OR d.retry_after IS NULL THEN
+            RETURN d; -- granted, or can never be
+        END IF;
+        retry := rate_limit._interval_us(d.retry_after);
+        IF rate_limit._now()::numeric + retry > deadline THEN
+            RETURN d; -- not within the timeout: give up now
+        END IF;
+        PERFORM pg_catalog.pg_sleep(LEAST(GREATEST((retry + 999) / 1000, 1), 1073741823) / 1000.0);
+    END LOOP;
+END
+$$;
+
+CREATE FUNCTION rate_limit.refund(policy text, key text, tokens bigint) RETURNS rate_limit.decision
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p rate_limit._policy := rate_limit._token_policy(policy);
+    t rate_limit._target;
+    r rate_limit._row;
+    now bigint;
+    c record;
+    o rate_limit._outcome;
+BEGIN
+    PERFORM rate_limit._key_arg('key', key);
+    IF tokens IS NULL THEN PERFORM rate_limit._null_argument('tokens', 'Pass the number of tokens to give back.'); END IF;
+    IF tokens < 0 THEN PERFORM rate_limit._out_of_range('tokens', tokens, 0, 9223372036854775807); END IF;
+    t := rate_limit._policy_target(p, key);
+    PERFORM rate_limit._check_session_store(p.store);
+    IF t.verdict IS NOT NULL THEN
+        -- an exempt or denied key's bucket is not in use: nothing to give back
+        RETURN rate_limit._combine(ARRAY[t], rate_limit._take_targets(ARRAY[t], 0));
+    END IF;
+    r := rate_limit._lock(t, 'refund tokens');
+    now := rate_limit._now();
+    IF r.level IS NULL THEN
+        o := rate_limit._evaluate(t.lim, NULL, NULL, NULL, t.changed_at, now, 0);
+    ELSE
+        c := rate_limit._current(t.lim, r.level, r.at, r.numbers, t.changed_at, now);
+        c := rate_limit._refund(t.lim, c.new_level, c.new_at, now, tokens);
+        PERFORM rate_limit._write(t, c.new_level, c.new_at);
+        o := rate_limit._take(t.lim, c.new_level, c.new_at, now, 0);
+    END IF;
+    RETURN rate_limit._combine(ARRAY[t], ARRAY[o]);
+END
+$$;
+
+CREATE FUNCTION rate_limit.charge(policy text, key text, cost bigint) RETURNS rate_limit.decision
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p rate_limit._policy := rate_limit._token_policy(policy);
+    t rate_limit._target;
+    o rate_limit._outcome;
+    now bigint;
+BEGIN
+    PERFORM rate_limit._key_arg('key', key);
+    IF cost IS NULL THEN
+        PERFORM rate_limit._null_argument('cost',
+            'Pass the tokens the work used (or what it used beyond the estimate taken before it).');
+    END IF;
+    IF cost < 0 THEN
+        PERFORM rate_limit._raise('22023', 'cost must be between 0 and 9223372036854775807, got ' || cost,
+            'To give tokens back, use rate_limit.refund.');
+    END IF;
+    t := rate_limit._policy_target(p, key);
+    PERFORM rate_limit._check_session_store(p.store);
+    IF t.verdict IS NOT NULL THEN
+        -- an exempt key is charged nothing, a denied one has nothing to charge
+        now := rate_limit._now();
+        IF t.verdict = 'deny' THEN
+            o := ROW(false, 0, now, 0, rate_limit._until(t.verdict_until::numeric, now),
+                     COALESCE(rate_limit._until(t.verdict_until::numeric, now), 0))::rate_limit._outcome;
+        ELSE
+            o := ROW(true, rate_limit._full_level(t.lim), now, (t.lim).burst, NULL, 0)::rate_limit._outcome;
+        END IF;
+    ELSE
+        o := rate_limit._upsert(t, 'charge', cost, p.max_debt, 'charge a bucket');
+    END IF;
+    RETURN rate_limit._combine(ARRAY[t], ARRAY[o]);
+END
+$$;
+
+CREATE FUNCTION rate_limit.reset(policy text, key text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p rate_limit._policy := rate_limit._token_policy(policy);
+BEGIN
+    PERFORM rate_limit._key_arg('key', key);
+    PERFORM rate_limit._check_session_store(p.store);
+    RETURN rate_limit._reset(p.name, key);
+END
+$$;
+
+CREATE FUNCTION rate_limit.reset_ad_hoc(key text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM rate_limit._key_arg('key', key);
+    PERFORM rate_limit._check_session_store();
+    RETURN rate_limit._reset('#ad_hoc', key);
+END
+$$;
+
+-- The HTTP fields of a decision (model/src/http.rs). SECURITY DEFINER only to run the edition's
+-- internal helpers, which PUBLIC cannot execute; it reads nothing PUBLIC cannot (rate_limit.policies).
+CREATE FUNCTION rate_limit.headers(decision rate_limit.decision, policy text DEFAULT NULL) RETURNS jsonb
+LANGUAGE plpgsql STABLE SECURITY DEFINER PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    hint text := 'Pass the decision a call returned, e.g. SELECT rate_limit.headers(d) FROM rate_limit.take(''api'', ''alice'') AS d.';
+    name text;
+    p rate_limit._policy;
+    reset_us bigint;
+    retry_us bigint;
+    fields jsonb;
+    quota bigint;
+BEGIN
+    -- (a row of NULLs IS NULL too; only a NULL value has no text)
+    IF decision::text IS NULL THEN
+        PERFORM rate_limit._null_argument('decision',
+            'Pass the decision of a call, e.g. SELECT rate_limit.headers(d) FROM rate_limit.take(''api'', ''alice'') AS d.');
+    END IF;
+    IF decision.allowed IS NULL THEN PERFORM rate_limit._null_argument('decision.allowed', hint); END IF;
+    IF decision.remaining IS NULL THEN PERFORM rate_limit._null_argument('decision.remaining', hint); END IF;
+    IF decision.reset_after IS NULL THEN PERFORM rate_limit._null_argument('decision.reset_after', hint); END IF;
+    IF decision.remaining < 0 THEN
+        PERFORM rate_limit._raise('22023', 'decision.remaining must not be negative', hint);
+    ELSIF decision."limit" < 0 THEN
+        PERFORM rate_limit._raise('22023', 'decision.limit must not be negative', hint);
+    ELSIF decision.retry_after < interval '0' THEN
+        PERFORM rate_limit._raise('22023', 'decision.retry_after must not be negative', hint);
+    ELSIF decision.reset_after < interval '0' THEN
+        PERFORM rate_limit._raise('22023', 'decision.reset_after must not be negative', hint);
+    END IF;
+    IF decision.policy IS NOT NULL THEN
+        p := rate_limit._policy_named(decision.policy);
+    END IF;
+    name := COALESCE(policy, decision.policy, 'default');
+    reset_us := rate_limit._interval_us(decision.reset_after);
+    fields := pg_catalog.jsonb_build_object('RateLimit',
+        '"' || name || '";r=' || decision.remaining || ';t=' || rate_limit._cdiv(GREATEST(reset_us, 0), 1000000));
+    IF decision.policy IS NOT NULL THEN
+        quota := COALESCE(decision."limit", (p.lim).burst);
+        IF (p.lim).algorithm = 'concurrency' THEN
+            fields := fields || pg_catalog.jsonb_build_object('RateLimit-Policy',
+                '"' || name || '";q=' || quota || ';qu="concurrent-requests"');
+        ELSE
+            fields := fields || pg_catalog.jsonb_build_object('RateLimit-Policy',
+                '"' || name || '";q=' || quota || ';w=' || rate_limit._window_seconds(p.lim));
+        END IF;
+    END IF;
+    IF NOT decision.allowed AND decision.retry_after IS NOT NULL THEN
+        retry_us := rate_limit._interval_us(decision.retry_after);
+        fields := fields || pg_catalog.jsonb_build_object('Retry-After',
+            GREATEST(rate_limit._cdiv(GREATEST(retry_us, 0), 1000000), 1)::text);
+    END IF;
+    RETURN fields;
+END
+$$;
+
+-- The window w of RateLimit-Policy, in seconds (rounded up, at least 1).
+CREATE FUNCTION rate_limit._window_seconds(l rate_limit._limit) RETURNS numeric
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT GREATEST(rate_limit._cdiv(CASE WHEN l.algorithm = 'token_bucket'
+                                      THEN rate_limit._cdiv(l.burst::numeric * l.per_us, l.rate)
+                                      ELSE l.per_us END, 1000000), 1)
+$$;
+
+------------------------------------------------------------------------------------------------------------
+-- Concurrency leases (src/api/leases.rs, src/store/table/leases.rs).
+
+-- 52 random bits from gen_random_uuid (PostgreSQL's strong random source): the hex digits before its
+-- version digit.
+CREATE FUNCTION rate_limit._random_bits() RETURNS bigint
+LANGUAGE sql VOLATILE PARALLEL SAFE
+AS $$
+SELECT ('x' || pg_catalog.substr(pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''), 1, 12)
+            || pg_catalog.substr(pg_catalog.replace(pg_catalog.gen_random_uuid()::text, '-', ''), 1, 1))::bit(52)::bigint
+$$;
+
+-- A slot of a key's leases: a bucket of namespace policy U+001F slot.
+CREATE FUNCTION rate_limit._slot_target(t rate_limit._target, slot bigint) RETURNS rate_limit._target
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT ROW(t.ns || pg_catalog.chr(31) || slot, t.key, t.lim, t.changed_at, false, t.policy, NULL, NULL, false,
+           NULL, NULL)::rate_limit._target
+$$;
+
+-- Acquires a lease in the first free slot of t's key: the decision's outcome, and the lease when granted.
+-- An acquire never waits for another transaction: a slot another one is changing counts as held; a slot
+-- without a row is created in a subtransaction that waits at most 1 ms for another creator of the same
+-- slot (its lock_timeout), then counts it as held.
+CREATE FUNCTION rate_limit._acquire(t rate_limit._target, OUT outcome rate_limit._outcome, OUT lease bigint)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    now bigint := rate_limit._now();
+    ro boolean := rate_limit._in_read_only();
+    random bigint := rate_limit._random_bits();
+    levels bigint[] := '{}';
+    ats bigint[] := '{}';
+    granted_level bigint;
+    granted_at bigint;
+    s rate_limit._target;
+    r rate_limit._row;
+    o rate_limit._outcome;
+    held_n bigint := 0;
+    first_expiry bigint;
+    last_expiry bigint;
+    saved_timeout text;
+    inserted boolean;
+    c record;
+BEGIN
+    FOR slot IN 0 .. (t.lim).rate - 1 LOOP
+        s := rate_limit._slot_target(t, slot);
+        IF granted_level IS NOT NULL OR ro THEN
+            -- report only
+            r := rate_limit._read(s.ns, s.key);
+            o := rate_limit._evaluate(s.lim, r.level, r.at, r.numbers, s.changed_at, now, 0);
+            IF ro AND o.allowed THEN
+                PERFORM rate_limit._read_only('acquire a lease');
+            END IF;
+            levels := levels || o.level;
+            ats := ats || o.at;
+            CONTINUE;
+        END IF;
+        -- a free slot's row, locked unless another transaction is changing it
+        SELECT b.level, rate_limit._us(b.updated_at),
+               ROW(b.algorithm, b.rate, b.per_us, b.burst, NULL, NULL, NULL, NULL, NULL)::rate_limit._limit,
+               b.ctid, b.xmin
+          INTO r
+          FROM rate_limit.bucket_state AS b
+         WHERE b.namespace OPERATOR(pg_catalog.=) s.ns AND b.key OPERATOR(pg_catalog.=) s.key
+           AND rate_limit._is_full(ROW(b.algorithm, b.rate, b.per_us, b.burst, NULL, NULL, NULL, NULL, NULL)::rate_limit._limit,
+                                   b.level, rate_limit._us(b.updated_at), now)
+           FOR UPDATE SKIP LOCKED;
+        IF FOUND THEN
+            c := rate_limit._current(s.lim, r.level, r.at, r.numbers, s.changed_at, now);
+            o := rate_limit._acquire_in(s.lim, c.new_level, c.new_at, now, rate_limit._lease_id(random, slot));
+            IF o.allowed THEN
+                PERFORM rate_limit._write(s, o.level, o.at);
+                granted_level := o.level;
+                granted_at := o.at;
+            END IF;
+            levels := levels || o.level;
+            ats := ats || o.at;
+            CONTINUE;
+        END IF;
+        -- no free row this call could lock: held, being changed by another transaction, or no row yet
+        r := rate_limit._read(s.ns, s.key);
+        IF r.level IS NOT NULL THEN
+            o := rate_limit._evaluate(s.lim, r.level, r.at, r.numbers, s.changed_at, now, 0);
+            IF o.allowed THEN
+                -- free, yet not lockable: another transaction is taking or releasing it
+                levels := levels || 1::bigint;
+                ats := ats || (now + (s.lim).per_us);
+            ELSE
+                levels := levels || o.level;
+                ats := ats || o.at;
+            END IF;
+            CONTINUE;
+        END IF;
+        o := rate_limit._acquire_in(s.lim, 0, now, now, rate_limit._lease_id(random, slot));
+        saved_timeout := pg_catalog.current_setting('lock_timeout');
+        BEGIN
+            PERFORM pg_catalog.set_config('lock_timeout', '1ms', true);
+            inserted := rate_limit._insert(s, o.level, o.at);
+            PERFORM pg_catalog.set_config('lock_timeout', saved_timeout, true);
+        EXCEPTION WHEN lock_not_available THEN
+            inserted := false;
+        END;
+        IF inserted THEN
+            granted_level := o.level;
+            granted_at := o.at;
+            levels := levels || o.level;
+            ats := ats || o.at;
+        ELSE
+            -- created by another transaction since this call looked
+            levels := levels || 1::bigint;
+            ats := ats || (now + (s.lim).per_us);
+        END IF;
+    END LOOP;
+    -- leases_outcome over every slot as this call left them
+    FOR i IN 1 .. pg_catalog.cardinality(levels) LOOP
+        IF rate_limit._slot_held(t.lim, levels[i], ats[i], now) THEN
+            held_n := held_n + 1;
+            first_expiry := LEAST(first_expiry, rate_limit._lease_expiry(t.lim, ats[i]));
+            last_expiry := GREATEST(last_expiry, rate_limit._lease_expiry(t.lim, ats[i]));
+        END IF;
+    END LOOP;
+    outcome := ROW(granted_level IS NOT NULL, COALESCE(granted_level, 0), COALESCE(granted_at, now),
+                   GREATEST((t.lim).rate - held_n, 0),
+                   CASE WHEN granted_level IS NULL THEN rate_limit._until(first_expiry::numeric, now) END,
+                   COALESCE(rate_limit._until(last_expiry::numeric, now), 0))::rate_limit._outcome;
+    lease := granted_level;
+END
+$$;
+
+CREATE FUNCTION rate_limit.acquire(policy text, key text) RETURNS rate_limit.decision
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p rate_limit._policy := rate_limit._lease_policy(policy);
+    t rate_limit._target;
+    blocked rate_limit._outcome[];
+    a record;
+    outcomes rate_limit._outcome[];
+    d rate_limit.decision;
+BEGIN
+    PERFORM rate_limit._key_arg('key', key);
+    PERFORM rate_limit._check_session_store(p.store);
+    t := rate_limit._policy_target(p, key, false);
+    -- a blocked key gets no lease (under shadow mode, acquires ignore blocks: they never deny)
+    IF NOT t.shadow THEN
+        blocked := rate_limit._blocked(ARRAY[t]);
+        IF (blocked[1]).allowed IS NOT NULL THEN
+            RETURN rate_limit._combine(ARRAY[t], blocked);
+        END IF;
+    ELSE
+        blocked := ARRAY[NULL::rate_limit._outcome];
+    END IF;
+    a := rate_limit._acquire(t);
+    outcomes := rate_limit._count_denials(ARRAY[t], ARRAY[a.outcome], blocked);
+    d := rate_limit._combine(ARRAY[t], outcomes);
+    d.lease := a.lease;
+    RETURN d;
+END
+$$;
+
+CREATE FUNCTION rate_limit.release(policy text, key text, lease bigint) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p rate_limit._policy := rate_limit._lease_policy(policy);
+    t rate_limit._target;
+    s rate_limit._target;
+    slot bigint;
+    r rate_limit._row;
+    now bigint;
+    c record;
+    o rate_limit._outcome;
+BEGIN
+    PERFORM rate_limit._key_arg('key', key);
+    IF lease IS NULL THEN PERFORM rate_limit._null_argument('lease', 'Pass the lease that rate_limit.acquire returned.'); END IF;
+    PERFORM rate_limit._check_session_store(p.store);
+    t := rate_limit._policy_target(p, key, false);
+    slot := lease & 1023;
+    IF lease <= 0 OR slot >= (t.lim).rate THEN
+        RETURN false;
+    END IF;
+    s := rate_limit._slot_target(t, slot);
+    r := rate_limit._lock(s, 'release a lease');
+    now := rate_limit._now();
+    c := rate_limit._current(s.lim, r.level, r.at, r.numbers, s.changed_at, now);
+    o := rate_limit._release_in(s.lim, c.new_level, c.new_at, now, lease);
+    IF o.allowed AND r.level IS NOT NULL THEN
+        PERFORM rate_limit._write(s, o.level, o.at);
+    END IF;
+    RETURN o.allowed;
+END
+$$;
+
+------------------------------------------------------------------------------------------------------------
+-- Blocks by hand (src/api/blocks.rs): owner only.
+
+CREATE FUNCTION rate_limit.block(policy text, key text, duration interval) RETURNS rate_limit.decision
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p rate_limit._policy := rate_limit._policy_named(policy);
+    t rate_limit._target;
+    us bigint;
+    o rate_limit._outcome;
+BEGIN
+    PERFORM rate_limit._key_arg('key', key);
+    IF duration IS NULL THEN
+        PERFORM rate_limit._null_argument('duration',
+            'Pass how long to block the key, e.g. interval ''1 hour''; rate_limit.unblock lifts it.');
+    END IF;
+    us := rate_limit._block_duration_us('duration', duration);
+    PERFORM rate_limit._check_session_store(p.store);
+    t := rate_limit._policy_target(p, key, false);
+    o := rate_limit._upsert(rate_limit._block_target(t, false), 'block', 0, us, 'block a key');
+    IF NOT p.blocks_by_hand THEN
+        UPDATE rate_limit.policies AS u SET blocks_by_hand = true
+         WHERE u.name OPERATOR(pg_catalog.=) p.name AND NOT u.blocks_by_hand;
+    END IF;
+    -- what a call on the key is told from now on
+    o.allowed := false;
+    RETURN rate_limit._combine(ARRAY[t], ARRAY[o]);
+END
+$$;
+
+CREATE FUNCTION rate_limit.unblock(policy text, key text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p rate_limit._policy := rate_limit._policy_named(policy);
+    t rate_limit._target;
+    b rate_limit._target;
+    r rate_limit._row;
+    now bigint;
+    was_blocked boolean := false;
+BEGIN
+    PERFORM rate_limit._key_arg('key', key);
+    PERFORM rate_limit._check_session_store(p.store);
+    t := rate_limit._policy_target(p, key, false);
+    -- the real block, and the one a shadowed penalty box would have made
+    FOREACH b IN ARRAY ARRAY[rate_limit._block_target(t, false), rate_limit._block_target(t, true)] LOOP
+        r := rate_limit._lock(b, 'unblock a key');
+        now := rate_limit._now();
+        was_blocked := was_blocked
+            OR NOT (rate_limit._evaluate(b.lim, r.level, r.at, r.numbers, b.changed_at, now, 0)).allowed;
+        IF r.level IS NOT NULL THEN
+            PERFORM rate_limit._write(b, 0, now); -- a clear state written over it
+        END IF;
+    END LOOP;
+    RETURN was_blocked;
+END
+$$;

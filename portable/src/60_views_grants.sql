@@ -1,0 +1,150 @@
+-- The owner's views, the monitoring views, the privileges and the comments (sql/finalize.sql's).
+
+-- Every bucket with its tokens now (exact, rounded down to the millionth). Owner only.
+CREATE VIEW rate_limit.buckets AS
+SELECT CASE s.namespace WHEN '#request' THEN 'request' WHEN '#ad_hoc' THEN 'ad_hoc' ELSE 'policy' END AS kind,
+       CASE WHEN s.namespace IN ('#request', '#ad_hoc') THEN NULL
+            ELSE pg_catalog.split_part(s.namespace, pg_catalog.chr(31), 1) END AS policy,
+       s.key,
+       pg_catalog.round(rate_limit._tokens_millionths(
+                 ROW(s.algorithm, s.rate, s.per_us, s.burst, NULL, NULL, NULL, NULL, NULL)::rate_limit._limit,
+                 s.level, rate_limit._us(s.updated_at), rate_limit._now())::numeric / 1000000, 6) AS tokens,
+       s.burst AS "limit",
+       s.rate,
+       s.per_us * interval '1 microsecond' AS per,
+       s.algorithm,
+       s.updated_at,
+       'table'::text AS store
+FROM rate_limit.bucket_state AS s;
+COMMENT ON VIEW rate_limit.buckets IS
+    'Buckets of the table store (policy, ad-hoc and rate_limiting_request) with their tokens now; full ones may be purged';
+
+-- Held leases of each concurrency policy, counted as the owner (pg_monitor reads the counts, never the
+-- keys): each policy's slot rows, read by primary key.
+CREATE FUNCTION rate_limit.leases_held_rows() RETURNS TABLE (policy text, held bigint)
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+SELECT p.name::text,
+       (SELECT count(*) FROM rate_limit.bucket_state AS s
+         WHERE s.namespace = ANY (ARRAY(SELECT p.name || chr(31) || g::text FROM generate_series(0, p.rate - 1) AS g))
+           AND rate_limit._slot_held(ROW(s.algorithm, s.rate, s.per_us, s.burst, NULL, NULL, NULL, NULL, NULL)::rate_limit._limit,
+                                     s.level, rate_limit._us(s.updated_at), rate_limit._now()))
+FROM rate_limit.policies AS p
+WHERE p.algorithm = 'concurrency'
+$$;
+
+-- Each policy's numbers as gauges, and the leases held of a concurrency policy: what postgres_exporter
+-- reads (monitoring/queries-portable.yaml). Owner and pg_monitor.
+CREATE VIEW rate_limit.metrics_policies AS
+SELECT pg_catalog.current_database()::text AS database, p.name AS policy, p.algorithm, p.rate,
+       pg_catalog.date_part('epoch', p.per) AS period_seconds, p.burst, p.shadow, l.held AS leases_held
+FROM rate_limit.policies AS p
+LEFT JOIN rate_limit.leases_held_rows() AS l ON l.policy COLLATE "C" OPERATOR(pg_catalog.=) p.name;
+COMMENT ON VIEW rate_limit.metrics_policies IS
+    'Each policy''s rate, period, burst and shadow mode, and the leases held of a concurrency policy; owner and pg_monitor';
+
+-- The last finished rate_limit.purge (the portable edition has no background worker: schedule the purge
+-- with pg_cron).
+CREATE VIEW rate_limit.metrics_purge AS
+SELECT pg_catalog.current_database()::text AS database, p.store, p.finished_at, p.freed
+FROM rate_limit.purges AS p;
+COMMENT ON VIEW rate_limit.metrics_purge IS
+    'When rate_limit.purge last finished and what it deleted; owner and pg_monitor';
+
+-- Security model: any role may take, peek and wait, and read the policies; only the owner (the role that
+-- installed this edition, and roles it grants) may change policies, refund, reset, block, purge and list
+-- buckets. The state tables are closed to PUBLIC; the functions that write them are SECURITY DEFINER.
+-- Internal helpers are not executable by PUBLIC: only the owner's functions call them.
+GRANT USAGE ON SCHEMA rate_limit TO PUBLIC;
+REVOKE ALL ON TABLE rate_limit.bucket_state, rate_limit.key_overrides, rate_limit.purges, rate_limit.overrides,
+    rate_limit.buckets FROM PUBLIC;
+REVOKE ALL ON TABLE rate_limit.policies FROM PUBLIC;
+GRANT SELECT ON TABLE rate_limit.policies TO PUBLIC;
+REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA rate_limit FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    rate_limit.peek_request(text, integer, integer),
+    rate_limit.tokens(text, integer, integer),
+    rate_limit.take(text, text, integer),
+    rate_limit.take_many(text[], text[], integer),
+    rate_limit.take_batch(text, text[], integer[], boolean),
+    rate_limit.take_ad_hoc(text, bigint, interval, bigint, integer),
+    rate_limit.peek(text, text),
+    rate_limit.wait(text, text, integer, interval),
+    rate_limit.charge(text, text, bigint),
+    rate_limit.acquire(text, text),
+    rate_limit.release(text, text, bigint),
+    rate_limit.headers(rate_limit.decision, text),
+    rate_limit.limit_writes()
+TO PUBLIC;
+GRANT EXECUTE ON FUNCTION rate_limiting_request(text, integer, integer) TO PUBLIC;
+-- the monitoring views: the owner and pg_monitor
+REVOKE ALL ON TABLE rate_limit.metrics_policies, rate_limit.metrics_purge FROM PUBLIC;
+GRANT SELECT ON TABLE rate_limit.metrics_policies, rate_limit.metrics_purge TO pg_monitor;
+GRANT EXECUTE ON FUNCTION rate_limit.leases_held_rows() TO pg_monitor;
+
+COMMENT ON FUNCTION rate_limiting_request(text, integer, integer) IS
+    'Take one token from bucket id (refill_per_sec tokens/s, capacity refill_per_sec * window_seconds); '
+    'returns the whole tokens left, or -1 when denied';
+COMMENT ON FUNCTION rate_limit.peek_request(text, integer, integer) IS
+    'Whole tokens in rate_limiting_request''s bucket id now under the given limit; consumes nothing';
+COMMENT ON FUNCTION rate_limit.tokens(text, integer, integer) IS
+    'Tokens in rate_limiting_request''s bucket id now under the given limit, exact to the millionth';
+COMMENT ON FUNCTION rate_limit.reset_request(text) IS
+    'Delete rate_limiting_request''s bucket id, making it full; true if it existed; owner only';
+COMMENT ON FUNCTION rate_limit.purge() IS
+    'Delete every bucket that is full now (lossless); returns how many; owner only';
+COMMENT ON FUNCTION rate_limit.take(text, text, integer) IS
+    'Take cost tokens (0 only reports) from bucket key of a named policy; returns a rate_limit.decision';
+COMMENT ON FUNCTION rate_limit.take_many(text[], text[], integer) IS
+    'Take cost tokens under every policy, all or nothing: keys holds one key for all, or one per policy';
+COMMENT ON FUNCTION rate_limit.take_batch(text, text[], integer[], boolean) IS
+    'Take costs[i] tokens (1 each by default) from bucket keys[i] of a policy for every key in order; one row per key';
+COMMENT ON FUNCTION rate_limit.take_ad_hoc(text, bigint, interval, bigint, integer) IS
+    'Take cost tokens from bucket key under an ad-hoc token bucket: rate per per, at most burst';
+COMMENT ON FUNCTION rate_limit.peek(text, text) IS 'The bucket of key under a policy, taking nothing';
+COMMENT ON FUNCTION rate_limit.wait(text, text, integer, interval) IS
+    'Sleep until cost tokens can be taken (or give up at timeout, taking nothing); returns the decision';
+COMMENT ON FUNCTION rate_limit.charge(text, text, bigint) IS
+    'Charge cost tokens to bucket key of a policy after the fact: always taken, down to its max_debt below zero';
+COMMENT ON FUNCTION rate_limit.acquire(text, text) IS
+    'Acquire a lease of key under a concurrency policy: the decision, with the lease id when allowed';
+COMMENT ON FUNCTION rate_limit.release(text, text, bigint) IS
+    'Release a lease acquired with rate_limit.acquire: true if it was held and is now free';
+COMMENT ON FUNCTION rate_limit.block(text, text, interval) IS
+    'Block key under a policy for duration: its calls are denied without touching its bucket; owner only';
+COMMENT ON FUNCTION rate_limit.unblock(text, text) IS
+    'Lift the block of key under a policy and forget its penalty box count; true if it was blocked; owner only';
+COMMENT ON FUNCTION rate_limit.refund(text, text, bigint) IS
+    'Put tokens back into bucket key of a policy, capped at its burst; owner only';
+COMMENT ON FUNCTION rate_limit.reset(text, text) IS 'Delete bucket key of a policy, making it full; owner only';
+COMMENT ON FUNCTION rate_limit.reset_ad_hoc(text) IS 'Delete the ad-hoc bucket key, making it full; owner only';
+COMMENT ON FUNCTION rate_limit.headers(rate_limit.decision, text) IS
+    'RateLimit, RateLimit-Policy and Retry-After HTTP field values for a decision, as jsonb';
+COMMENT ON FUNCTION rate_limit.create_policy IS
+    'Create a named policy: rate tokens per per, at most burst; algorithm, store, shadow, max_debt, time_zone, anchor, block_after, block_for and options (jsonb, by name) optional; owner only';
+COMMENT ON FUNCTION rate_limit.alter_policy IS
+    'Change a policy (NULL keeps a value; in options, an option left out keeps its value and null clears it); buckets carry their tokens over, never gaining any; owner only';
+COMMENT ON FUNCTION rate_limit.drop_policy(text) IS 'Drop a policy, its overrides and its buckets; owner only';
+COMMENT ON FUNCTION rate_limit.set_override IS
+    'Give one key of a policy its own rate, per or burst (action limit), or deny or exempt it, until a time or for ever; owner only';
+COMMENT ON FUNCTION rate_limit.clear_override(text, text) IS
+    'Remove the override of a key: it follows its policy again; true if there was one; owner only';
+COMMENT ON FUNCTION rate_limit.limit_writes() IS
+    'Row trigger: limit_writes(policy, key_column [, cost]) takes cost tokens per written row from the '
+    'bucket of the row''s key; a denied row raises 53400 with the RateLimit header values in DETAIL';
+COMMENT ON FUNCTION rate_limit.leases_held_rows() IS 'Internal: the leases held of each concurrency policy, for rate_limit.metrics_policies';
+
+-- Every internal helper says so.
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid FROM pg_catalog.pg_proc AS p
+              WHERE p.pronamespace = 'rate_limit'::regnamespace AND p.proname LIKE '\_%'
+    LOOP
+        EXECUTE pg_catalog.format('COMMENT ON FUNCTION %s IS %L', f,
+            'Internal (portable edition): called only by the edition''s own functions');
+    END LOOP;
+END
+$$;
