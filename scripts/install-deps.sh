@@ -31,7 +31,7 @@ PACKAGES=(postgresql-15 postgresql-server-dev-15 libclang-dev clang pkg-config b
 if ! $DEMO; then
   PACKAGES+=(postgresql-contrib sudo bison flex libreadline-dev zlib1g-dev libssl-dev libicu-dev bzip2 dpkg-dev
              faketime python3-pip patchelf liblz4-dev libzstd-dev libkrb5-dev postgresql-15-plproxy procps
-             python3-psycopg2 prometheus prometheus-postgres-exporter)
+             python3-psycopg2 prometheus prometheus-postgres-exporter umoci)
   command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)
 fi
 missing=()

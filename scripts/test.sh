@@ -24,6 +24,11 @@
 #      search_path test only (PL/Proxy built from Debian's source package by install-deps.sh)
 #   (PostgreSQL 15) failover: a standby promoted while clients hammer a key, with synchronous and
 #      asynchronous replication and with its clock an hour off (tests/integration/tests/failover.rs)
+#   (every version) the portable edition on a copy of the installation without rate_limit's files:
+#      installed by psql -f, by pg_tle and by CREATE EXTENSION, each as a role without superuser; the
+#      examples of its features and their integration tests (scripts/portable-test.sh)
+#   (PostgreSQL 18) the OCI image for CloudNativePG, mounted as CloudNativePG mounts it, the library
+#      preloaded from it through dynamic_library_path (scripts/image-test.sh)
 #   6. (PostgreSQL 15) the examples of README.md and docs/: docs/examples/*.sql run on a preloaded cluster
 #      with default settings must print exactly what the documents show (scripts/doc-examples.py)
 #   5. upgrades: ALTER EXTENSION UPDATE from every released version (scripts/upgrade-test.sh)
@@ -265,6 +270,10 @@ for v in "${VERSIONS[@]}"; do
   stop_clusters "$v"
   if [ "$v" -ge 16 ]; then
     step "PostgreSQL $v: Citus, a coordinator and two workers" citus "$v"
+  fi
+  if [ "$v" = 18 ]; then
+    step "PostgreSQL 18: the OCI image for CloudNativePG, mounted through extension_control_path" \
+      scripts/image-test.sh
   fi
   if [ "$v" -le 14 ]; then
     step "PostgreSQL $v: PL/Proxy, the router's functions against look-alikes (CREATE on public for every role)" \

@@ -5,12 +5,16 @@
 //!   granted + left = tokens at the start + rate × elapsed: no token granted twice, none lost, whatever the
 //!   interleaving; 40001 is retried;
 //! - creation races: sessions creating the same new id at once never see unique_violation (23505); each
-//!   takes a distinct token; REPEATABLE READ / SERIALIZABLE surface 40001, which the client retries.
+//!   takes a distinct token; REPEATABLE READ / SERIALIZABLE surface 40001, which the client retries;
+//! - many keys: 16 connections each take once from every one of 1 000 new keys, in orders that cross, and
+//!   each key grants exactly its burst.
 
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use postgres::error::SqlState;
+use postgres::IsolationLevel;
 use rate_limit_integration::{flood, request_in_transaction, TestDb, ISOLATION_LEVELS};
 
 const CONNECTIONS: usize = 16;
@@ -75,5 +79,83 @@ fn sessions_creating_the_same_new_id_never_collide() {
         }
         let retries: u32 = results.iter().flatten().map(|r| r.1).sum();
         eprintln!("{level:?}: {retries} serialization retries over {rounds} rounds");
+    }
+}
+
+/// One `rate_limit.take(policy, key)` in its own transaction at `level`, retried on 40001 until it commits.
+fn take_in_transaction(
+    client: &mut postgres::Client,
+    level: IsolationLevel,
+    policy: &str,
+    key: &str,
+) -> bool {
+    loop {
+        let result = (|| {
+            let mut tx = client.build_transaction().isolation_level(level).start()?;
+            let allowed: bool = tx
+                .query_one(
+                    "SELECT allowed FROM rate_limit.take($1, $2)",
+                    &[&policy, &key],
+                )?
+                .get(0);
+            tx.commit()?;
+            Ok::<bool, postgres::Error>(allowed)
+        })();
+        match result {
+            Ok(allowed) => return allowed,
+            Err(e) if e.code() == Some(&SqlState::T_R_SERIALIZATION_FAILURE) => continue,
+            Err(e) => panic!("unexpected error at {level:?}: {e:?}"),
+        }
+    }
+}
+
+/// 16 connections take once from each of 1 000 new keys of a policy of burst 5 that refills 5 a day (no
+/// token comes back within the test), half of them walking the keys forward and half backward from
+/// different starts, so connections meet on keys both while a key's row is created and once it exists.
+/// Every key grants exactly 5 of its 16 calls, in every isolation level.
+#[test]
+fn a_thousand_keys_grant_exactly_their_burst_in_every_isolation_level() {
+    const KEYS: usize = 1000;
+    const BURST: usize = 5;
+    let db = Arc::new(TestDb::new("thousand_keys"));
+    db.connect()
+        .batch_execute("SELECT rate_limit.create_policy('daily', 5, '1 day', 5)")
+        .expect("policy");
+    for level in ISOLATION_LEVELS {
+        let start = Arc::new(Barrier::new(CONNECTIONS));
+        let workers: Vec<_> = (0..CONNECTIONS)
+            .map(|n| {
+                let (db, start) = (Arc::clone(&db), start.clone());
+                thread::spawn(move || {
+                    let mut client = db.connect();
+                    let mut granted = vec![0usize; KEYS];
+                    start.wait();
+                    for i in 0..KEYS {
+                        let step = if n % 2 == 0 { i } else { KEYS - i };
+                        let k = (n * 61 + step) % KEYS;
+                        let key = format!("{level:?}_{k}");
+                        granted[k] +=
+                            usize::from(take_in_transaction(&mut client, level, "daily", &key));
+                    }
+                    granted
+                })
+            })
+            .collect();
+        let mut total = vec![0usize; KEYS];
+        for w in workers {
+            for (k, g) in w.join().expect("worker").into_iter().enumerate() {
+                total[k] += g;
+            }
+        }
+        let wrong: Vec<(usize, usize)> = total
+            .iter()
+            .enumerate()
+            .filter(|(_, &g)| g != BURST)
+            .map(|(k, &g)| (k, g))
+            .collect();
+        assert!(
+            wrong.is_empty(),
+            "{level:?}: keys granted other than {BURST} times: {wrong:?}"
+        );
     }
 }

@@ -14,11 +14,14 @@
 //! - `rate_limit.headers(d, label)` for an ad-hoc decision: the label only names the fields, whose numbers
 //!   are the decision's (before: the numbers of the policy the label happened to name).
 //! - `rate_limit.dropped_policies` and the trigger that writes it: 42501 for every other role;
-//! - `rate_limit.distribute()`: 42501 for every other role (0A000 for the owner without Citus).
+//! - `rate_limit.distribute()`: 42501 for every other role (0A000 for the owner without Citus);
+//! - the settings that bound or lift limits (`rate_limit.shadow`, `max_refill_time`, `max_wait`,
+//!   `max_policy_refill_time`): 42501 in the compiled edition; in the portable edition, where each name is
+//!   a placeholder any session may set, setting them lifts nothing.
 
 use postgres::error::SqlState;
 use postgres::{Client, NoTls};
-use rate_limit_integration::{compiled_only, conninfo, stores, TestDb};
+use rate_limit_integration::{compiled_only, conninfo, edition, stores, Edition, TestDb};
 
 fn code_of(client: &mut Client, sql: &str) -> SqlState {
     let e = client.batch_execute(sql).expect_err(sql);
@@ -417,4 +420,87 @@ fn no_backtrace_reaches_a_client() {
             }
         }
     }
+}
+
+/// The settings a role would set to lift its own limits. The compiled edition defines them as superuser
+/// settings (42501). Without the library each name is a placeholder any session may set: the portable
+/// edition reads none of them where a call of PUBLIC's is decided, so a role that sets them all is still
+/// denied on a drained bucket, refused a limit slower than the bound (22023), and given up on by `wait`
+/// at once when the token is further away than the owner's `max_wait()`.
+#[test]
+fn settings_a_role_may_set_lift_none_of_its_limits() {
+    let db = TestDb::new("placeholder_settings");
+    let mut admin = db.connect();
+    admin
+        .batch_execute("SELECT rate_limit.create_policy('slow', 1, '40 seconds', 1)")
+        .expect("policy");
+    let mut role = login_role(&db, &mut admin, "rl_placeholder_role");
+    let settings = [
+        "SET rate_limit.shadow = on",
+        "SET rate_limit.max_refill_time = '36500d'",
+        "SET rate_limit.max_wait = '1h'",
+        "SET rate_limit.max_policy_refill_time = '36500d'",
+    ];
+    for set in settings {
+        match edition() {
+            Edition::Compiled => {
+                assert_eq!(
+                    code_of(&mut role, set),
+                    SqlState::INSUFFICIENT_PRIVILEGE,
+                    "{set}"
+                )
+            }
+            Edition::Portable => role.batch_execute(set).expect(set),
+        }
+    }
+    let allowed = |c: &mut Client| -> bool {
+        c.query_one("SELECT allowed FROM rate_limit.take('slow', 'k')", &[])
+            .expect("take")
+            .get(0)
+    };
+    assert!(allowed(&mut role));
+    assert!(!allowed(&mut role), "denied, whatever the session set");
+    assert_eq!(
+        code_of(&mut role, "SELECT rate_limiting_request('far', 1, 86401)"),
+        SqlState::INVALID_PARAMETER_VALUE
+    );
+    assert_eq!(
+        code_of(
+            &mut role,
+            "SELECT rate_limit.take_ad_hoc('far', 1, '36500000 days')"
+        ),
+        SqlState::INVALID_PARAMETER_VALUE
+    );
+    // a wait past the 30 s of max_wait is refused, whatever the session set it to
+    assert_eq!(
+        code_of(
+            &mut role,
+            "SELECT rate_limit.wait('slow', 'k', 1, '1 minute')"
+        ),
+        SqlState::INVALID_PARAMETER_VALUE
+    );
+    // the next token is about 40 s away, past any timeout a wait accepts: wait gives up at once
+    let started = std::time::Instant::now();
+    let waited: bool = role
+        .query_one(
+            "SELECT allowed FROM rate_limit.wait('slow', 'k', 1, '30 seconds')",
+            &[],
+        )
+        .expect("wait")
+        .get(0);
+    assert!(!waited, "no grant within max_wait");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "wait slept {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        code_of(
+            &mut role,
+            "SELECT rate_limit.create_policy('mine', 1, '1000 days')"
+        ),
+        SqlState::INSUFFICIENT_PRIVILEGE
+    );
+    drop(role);
+    let _ = admin.batch_execute("DROP ROLE rl_placeholder_role");
 }

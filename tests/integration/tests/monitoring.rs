@@ -1,7 +1,8 @@
 //! Monitoring for real: a known workload in a database of its own, then Debian's
 //! `prometheus-postgres-exporter` started with the shipped `monitoring/queries.yaml` as a role that is only
 //! in `pg_monitor`, its `/metrics` checked value by value against the workload, and Prometheus scraping it:
-//! one query checked, and every query of the shipped Grafana dashboard returns data.
+//! one query checked, and every query of the shipped Grafana dashboard returns data. The portable
+//! edition's `monitoring/queries-portable.yaml` the same way, against a database of that edition.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -12,7 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use postgres::{Client, NoTls};
-use rate_limit_integration::{conninfo, TestDb};
+use rate_limit_integration::{conninfo, Edition, TestDb, PORTABLE_OWNER};
 
 const MONITOR: &str = "rl_it_monitor";
 
@@ -186,7 +187,7 @@ fn purge_once(db: &TestDb) {
     thread::sleep(Duration::from_secs(2)); // a round under way ends
 }
 
-fn start_exporter(db: &TestDb, port: u16) -> Running {
+fn start_exporter(db: &TestDb, port: u16, queries: &str) -> Running {
     let dsn = format!(
         "{} dbname={} user={MONITOR} sslmode=disable",
         conninfo(),
@@ -197,7 +198,7 @@ fn start_exporter(db: &TestDb, port: u16) -> Running {
         .env("DATA_SOURCE_NAME", dsn)
         .arg(format!(
             "--extend.query-path={}",
-            repository_file("monitoring/queries.yaml").display()
+            repository_file(queries).display()
         ))
         .arg(format!("--web.listen-address=127.0.0.1:{port}"))
         .arg("--disable-default-metrics")
@@ -235,6 +236,24 @@ fn start_prometheus(exporter: u16, port: u16, dir: &std::path::Path) -> Running 
         .spawn()
         .expect("prometheus (Debian's package; scripts/install-deps.sh installs it)");
     Running(child)
+}
+
+/// The `name{labels}` samples of `exposition` in database `database`, by their sorted labels (`labels`
+/// without the database's, comma-separated); panics naming the sample when there is none.
+fn sample_of(
+    got: &BTreeMap<String, f64>,
+    exposition: &str,
+    database: &str,
+    name: &str,
+    labels: &str,
+) -> f64 {
+    let database = format!("database=\"{database}\"");
+    let mut all: Vec<&str> = labels.split(',').filter(|l| !l.is_empty()).collect();
+    all.push(&database);
+    all.sort();
+    let key = format!("{name}{{{}}}", all.join(","));
+    *got.get(&key)
+        .unwrap_or_else(|| panic!("no sample {key} in:\n{exposition}"))
 }
 
 /// The result vector of an instant query, once Prometheus answers it with at least one sample.
@@ -306,21 +325,13 @@ fn the_exporter_and_prometheus_show_a_known_workload_exactly() {
 
     // the exporter
     let exporter_port = free_port();
-    let _exporter = start_exporter(&db, exporter_port);
+    let _exporter = start_exporter(&db, exporter_port, "monitoring/queries.yaml");
     let exposition = poll(30, "the exporter's /metrics with rate_limit's", || {
         http_get(exporter_port, "/metrics").filter(|b| b.contains("rate_limit_calls_total"))
     });
     let got = samples(&exposition);
     let database = db.name();
-    let sample = |name: &str, labels: &str| -> f64 {
-        let database = format!("database=\"{database}\"");
-        let mut all: Vec<&str> = labels.split(',').filter(|l| !l.is_empty()).collect();
-        all.push(&database);
-        all.sort();
-        let key = format!("{name}{{{}}}", all.join(","));
-        *got.get(&key)
-            .unwrap_or_else(|| panic!("no sample {key} in:\n{exposition}"))
-    };
+    let sample = |name: &str, labels: &str| sample_of(&got, &exposition, database, name, labels);
     for (policy, calls, granted, denied, shadow, blocked, tokens) in EXPECTED {
         let l = format!("kind=\"policy\",policy=\"{policy}\"");
         assert_eq!(
@@ -426,4 +437,97 @@ fn the_exporter_and_prometheus_show_a_known_workload_exactly() {
     }
     drop(prometheus);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The portable edition's configuration (`monitoring/queries-portable.yaml`) against a database of that
+/// edition, as a role only in `pg_monitor`: each policy's numbers, the leases held, and the last
+/// `rate_limit.purge()` the owner ran (as pg_cron would), value by value; a role with only LOGIN reads none
+/// of the views (42501).
+#[test]
+fn the_exporter_shows_the_portable_editions_policies_leases_and_purge() {
+    let db = TestDb::with_edition(&conninfo(), "metrics_portable", Edition::Portable);
+    let mut owner = db.connect_as(PORTABLE_OWNER);
+    db.connect()
+        .batch_execute(&format!(
+            "DROP ROLE IF EXISTS {MONITOR}; CREATE ROLE {MONITOR} LOGIN IN ROLE pg_monitor;
+             DROP ROLE IF EXISTS rl_it_nobody; CREATE ROLE rl_it_nobody LOGIN"
+        ))
+        .expect("the roles");
+    owner
+        .batch_execute(
+            "SELECT rate_limit.create_policy('api', 3, '1 hour');
+             SELECT rate_limit.create_policy('trial', 1, '1 hour', shadow => true);
+             SELECT rate_limit.create_policy('exports', 2, '1 hour', algorithm => 'concurrency');
+             SELECT rate_limit.create_policy('fast', 1000, '1 second', burst => 1);
+             SELECT rate_limit.take('api', 'a') FROM generate_series(1, 5);
+             SELECT rate_limit.take('fast', k) FROM unnest(ARRAY['f1', 'f2', 'f3']) AS k;
+             SELECT rate_limit.acquire('exports', 'k');
+             SELECT rate_limit.release('exports', 'k2', (SELECT lease FROM rate_limit.acquire('exports', 'k2')));",
+        )
+        .expect("the workload");
+    thread::sleep(Duration::from_millis(20)); // fast's buckets are full again after 1 ms
+    let freed: i64 = owner
+        .query_one("SELECT rate_limit.purge()", &[])
+        .expect("purge")
+        .get(0);
+    assert_eq!(
+        freed, 4,
+        "fast's three full buckets and the free lease slot"
+    );
+    let mut nobody = db.connect_as("rl_it_nobody");
+    for view in ["rate_limit.metrics_policies", "rate_limit.metrics_purge"] {
+        let e = nobody
+            .query(&format!("SELECT * FROM {view}"), &[])
+            .expect_err(view);
+        assert_eq!(
+            e.code(),
+            Some(&postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+            "{view}"
+        );
+    }
+    let finished: f64 = db
+        .connect_as(MONITOR)
+        .query_one(
+            "SELECT date_part('epoch', finished_at) FROM rate_limit.metrics_purge WHERE store = 'table'",
+            &[],
+        )
+        .expect("metrics_purge as pg_monitor")
+        .get(0);
+
+    let exporter_port = free_port();
+    let _exporter = start_exporter(&db, exporter_port, "monitoring/queries-portable.yaml");
+    let exposition = poll(30, "the exporter's /metrics with rate_limit's", || {
+        http_get(exporter_port, "/metrics").filter(|b| b.contains("rate_limit_purge_last_freed"))
+    });
+    let got = samples(&exposition);
+    let sample = |name: &str, labels: &str| sample_of(&got, &exposition, db.name(), name, labels);
+    let api = "algorithm=\"token_bucket\",policy=\"api\"";
+    assert_eq!(sample("rate_limit_policy_rate", api), 3.0);
+    assert_eq!(sample("rate_limit_policy_burst", api), 3.0);
+    assert_eq!(sample("rate_limit_policy_period_seconds", api), 3600.0);
+    assert_eq!(sample("rate_limit_policy_shadow", api), 0.0);
+    let trial = "algorithm=\"token_bucket\",policy=\"trial\"";
+    assert_eq!(sample("rate_limit_policy_shadow", trial), 1.0);
+    let exports = "algorithm=\"concurrency\",policy=\"exports\"";
+    assert_eq!(sample("rate_limit_policy_rate", exports), 2.0);
+    assert_eq!(sample("rate_limit_leases_held", "policy=\"exports\""), 1.0);
+    assert_eq!(
+        got.keys()
+            .filter(|k| k.starts_with("rate_limit_leases_held{"))
+            .count(),
+        1,
+        "only the concurrency policy holds leases"
+    );
+    let table = "store=\"table\"";
+    assert_eq!(sample("rate_limit_purge_last_freed", table), 4.0);
+    assert_eq!(
+        sample("rate_limit_purge_last_finished_timestamp_seconds", table),
+        finished
+    );
+    assert!(
+        !exposition.contains("rate_limit_calls_total"),
+        "the portable edition counts no calls"
+    );
+    drop(nobody);
+    let _ = db.connect().batch_execute("DROP ROLE rl_it_nobody");
 }
