@@ -58,7 +58,7 @@ COMMENT ON VIEW rate_limit.metrics_purge IS
 -- Internal helpers are not executable by PUBLIC: only the owner's functions call them.
 GRANT USAGE ON SCHEMA rate_limit TO PUBLIC;
 REVOKE ALL ON TABLE rate_limit.bucket_state, rate_limit.key_overrides, rate_limit.purges, rate_limit.overrides,
-    rate_limit.buckets FROM PUBLIC;
+    rate_limit.buckets, rate_limit._fast_policies FROM PUBLIC;
 REVOKE ALL ON TABLE rate_limit.policies FROM PUBLIC;
 GRANT SELECT ON TABLE rate_limit.policies TO PUBLIC;
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA rate_limit FROM PUBLIC;

@@ -580,3 +580,81 @@ fn policy_changes_reach_other_sessions() {
         .expect_err("dropped");
     assert_eq!(err.code(), Some(&SqlState::UNDEFINED_OBJECT));
 }
+
+/// The portable edition's take decides most calls from its own copy of each policy's numbers
+/// (rate_limit._fast_policies, kept by a trigger on rate_limit.policies): a change made to the table by
+/// hand, by its owner, reaches the next call as one through alter_policy does: a shadow policy grants
+/// past its burst, a deleted one is unknown (42704), a truncated table leaves no policy behind. (The
+/// compiled edition has no such copy; its own caches follow alter_policy, tested above.)
+#[test]
+fn the_portable_fast_path_follows_policies_changed_by_hand() {
+    if edition() != Edition::Portable {
+        eprintln!("skipped in the compiled edition: the portable edition's copy of policies");
+        return;
+    }
+    let db = TestDb::new("policy_by_hand");
+    let mut owner = db.connect();
+    let allowed = |c: &mut Client, policy: &str| -> bool {
+        c.query_one("SELECT allowed FROM rate_limit.take($1, 'k')", &[&policy])
+            .expect("take")
+            .get(0)
+    };
+    owner
+        .batch_execute(
+            "SELECT rate_limit.create_policy('p', 1, '1 day', 1);
+             SELECT rate_limit.create_policy('q', 1, '1 day', 1);",
+        )
+        .expect("create");
+    assert!(allowed(&mut owner, "p"));
+    assert!(!allowed(&mut owner, "p"), "burst 1");
+    let copied = |c: &mut Client| -> Vec<String> {
+        c.query(
+            "SELECT name FROM rate_limit._fast_policies ORDER BY name",
+            &[],
+        )
+        .expect("the copy")
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    assert_eq!(copied(&mut owner), ["p", "q"]);
+    owner
+        .batch_execute("UPDATE rate_limit.policies SET shadow = true WHERE name = 'p'")
+        .expect("by hand");
+    assert_eq!(
+        copied(&mut owner),
+        ["q"],
+        "a shadow policy is not the fast path's"
+    );
+    assert!(
+        allowed(&mut owner, "p"),
+        "in shadow mode: granted past its burst"
+    );
+    owner
+        .batch_execute("UPDATE rate_limit.policies SET shadow = false, burst = 3 WHERE name = 'p'")
+        .expect("by hand");
+    assert_eq!(copied(&mut owner), ["p", "q"]);
+    let burst: i64 = owner
+        .query_one(
+            "SELECT burst FROM rate_limit._fast_policies WHERE name = 'p'",
+            &[],
+        )
+        .expect("the copy")
+        .get(0);
+    assert_eq!(burst, 3);
+    owner
+        .batch_execute("DELETE FROM rate_limit.policies WHERE name = 'p'")
+        .expect("by hand");
+    let err = owner
+        .query_one("SELECT allowed FROM rate_limit.take('p', 'k')", &[])
+        .expect_err("deleted");
+    assert_eq!(err.code(), Some(&SqlState::UNDEFINED_OBJECT));
+    owner
+        .batch_execute("TRUNCATE rate_limit.policies CASCADE")
+        .expect("by hand");
+    assert!(copied(&mut owner).is_empty());
+    let err = owner
+        .query_one("SELECT allowed FROM rate_limit.take('q', 'k')", &[])
+        .expect_err("truncated");
+    assert_eq!(err.code(), Some(&SqlState::UNDEFINED_OBJECT));
+}
