@@ -365,13 +365,7 @@ fn the_exporter_and_prometheus_show_a_known_workload_exactly() {
             "{policy}"
         );
     }
-    let api = "algorithm=\"token_bucket\",policy=\"api\"";
-    assert_eq!(sample("rate_limit_policy_rate", api), 3.0);
-    assert_eq!(sample("rate_limit_policy_burst", api), 3.0);
-    assert_eq!(sample("rate_limit_policy_period_seconds", api), 3600.0);
-    assert_eq!(sample("rate_limit_policy_shadow", api), 0.0);
-    let trial = "algorithm=\"token_bucket\",policy=\"trial\"";
-    assert_eq!(sample("rate_limit_policy_shadow", trial), 1.0);
+    assert_api_and_trial_gauges(&sample);
     assert_eq!(sample("rate_limit_leases_held", "policy=\"exports\""), 1.0);
     assert!(
         !exposition.contains("rate_limit_leases_held{database=\"rl_it_metrics\",policy=\"api\"")
@@ -501,13 +495,7 @@ fn the_exporter_shows_the_portable_editions_policies_leases_and_purge() {
     });
     let got = samples(&exposition);
     let sample = |name: &str, labels: &str| sample_of(&got, &exposition, db.name(), name, labels);
-    let api = "algorithm=\"token_bucket\",policy=\"api\"";
-    assert_eq!(sample("rate_limit_policy_rate", api), 3.0);
-    assert_eq!(sample("rate_limit_policy_burst", api), 3.0);
-    assert_eq!(sample("rate_limit_policy_period_seconds", api), 3600.0);
-    assert_eq!(sample("rate_limit_policy_shadow", api), 0.0);
-    let trial = "algorithm=\"token_bucket\",policy=\"trial\"";
-    assert_eq!(sample("rate_limit_policy_shadow", trial), 1.0);
+    assert_api_and_trial_gauges(&sample);
     let exports = "algorithm=\"concurrency\",policy=\"exports\"";
     assert_eq!(sample("rate_limit_policy_rate", exports), 2.0);
     assert_eq!(sample("rate_limit_leases_held", "policy=\"exports\""), 1.0);
@@ -530,4 +518,16 @@ fn the_exporter_shows_the_portable_editions_policies_leases_and_purge() {
     );
     drop(nobody);
     let _ = db.connect().batch_execute("DROP ROLE rl_it_nobody");
+}
+
+/// The gauges of the policies both monitoring tests create: `api` (3 per hour, burst 3) and `trial` (in
+/// shadow mode), as `sample(name, labels)` reads them from the exporter.
+fn assert_api_and_trial_gauges(sample: &dyn Fn(&str, &str) -> f64) {
+    let api = "algorithm=\"token_bucket\",policy=\"api\"";
+    assert_eq!(sample("rate_limit_policy_rate", api), 3.0);
+    assert_eq!(sample("rate_limit_policy_burst", api), 3.0);
+    assert_eq!(sample("rate_limit_policy_period_seconds", api), 3600.0);
+    assert_eq!(sample("rate_limit_policy_shadow", api), 0.0);
+    let trial = "algorithm=\"token_bucket\",policy=\"trial\"";
+    assert_eq!(sample("rate_limit_policy_shadow", trial), 1.0);
 }
