@@ -3732,6 +3732,27 @@ REVOKE ALL ON TABLE rate_limit.metrics_policies, rate_limit.metrics_purge FROM P
 GRANT SELECT ON TABLE rate_limit.metrics_policies, rate_limit.metrics_purge TO pg_monitor;
 GRANT EXECUTE ON FUNCTION rate_limit.leases_held_rows() TO pg_monitor;
 
+-- The comments of the functions both editions have are the compiled edition's, in sql/finalize.sql:
+-- portable/assemble.sh appends them to the assembled file. These two say what differs here.
+COMMENT ON FUNCTION rate_limit.purge() IS
+    'Delete every bucket that is full now (lossless); returns how many; owner only';
+COMMENT ON FUNCTION rate_limit.drop_policy(text) IS 'Drop a policy, its overrides and its buckets; owner only';
+
+-- Every internal helper says so.
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid FROM pg_catalog.pg_proc AS p
+              WHERE p.pronamespace = 'rate_limit'::regnamespace AND p.proname LIKE '\_%'
+    LOOP
+        EXECUTE pg_catalog.format('COMMENT ON FUNCTION %s IS %L', f,
+            'Internal (portable edition): called only by the edition''s own functions');
+    END LOOP;
+END
+$$;
+
+-- ===== sql/finalize.sql: the comments of the functions both editions have =====
 COMMENT ON FUNCTION rate_limiting_request(text, integer, integer) IS
     'Take one token from bucket id (refill_per_sec tokens/s, capacity refill_per_sec * window_seconds); '
     'returns the whole tokens left, or -1 when denied';
@@ -3741,8 +3762,6 @@ COMMENT ON FUNCTION rate_limit.tokens(text, integer, integer) IS
     'Tokens in rate_limiting_request''s bucket id now under the given limit, exact to the millionth';
 COMMENT ON FUNCTION rate_limit.reset_request(text) IS
     'Delete rate_limiting_request''s bucket id, making it full; true if it existed; owner only';
-COMMENT ON FUNCTION rate_limit.purge() IS
-    'Delete every bucket that is full now (lossless); returns how many; owner only';
 COMMENT ON FUNCTION rate_limit.take(text, text, integer) IS
     'Take cost tokens (0 only reports) from bucket key of a named policy; returns a rate_limit.decision';
 COMMENT ON FUNCTION rate_limit.take_many(text[], text[], integer) IS
@@ -3774,7 +3793,6 @@ COMMENT ON FUNCTION rate_limit.create_policy IS
     'Create a named policy: rate tokens per per, at most burst; algorithm, store, shadow, max_debt, time_zone, anchor, block_after, block_for and options (jsonb, by name) optional; owner only';
 COMMENT ON FUNCTION rate_limit.alter_policy IS
     'Change a policy (NULL keeps a value; in options, an option left out keeps its value and null clears it); buckets carry their tokens over, never gaining any; owner only';
-COMMENT ON FUNCTION rate_limit.drop_policy(text) IS 'Drop a policy, its overrides and its buckets; owner only';
 COMMENT ON FUNCTION rate_limit.set_override IS
     'Give one key of a policy its own rate, per or burst (action limit), or deny or exempt it, until a time or for ever; owner only';
 COMMENT ON FUNCTION rate_limit.clear_override(text, text) IS
@@ -3783,17 +3801,3 @@ COMMENT ON FUNCTION rate_limit.limit_writes() IS
     'Row trigger: limit_writes(policy, key_column [, cost]) takes cost tokens per written row from the '
     'bucket of the row''s key; a denied row raises 53400 with the RateLimit header values in DETAIL';
 COMMENT ON FUNCTION rate_limit.leases_held_rows() IS 'Internal: the leases held of each concurrency policy, for rate_limit.metrics_policies';
-
--- Every internal helper says so.
-DO $$
-DECLARE
-    f regprocedure;
-BEGIN
-    FOR f IN SELECT p.oid FROM pg_catalog.pg_proc AS p
-              WHERE p.pronamespace = 'rate_limit'::regnamespace AND p.proname LIKE '\_%'
-    LOOP
-        EXECUTE pg_catalog.format('COMMENT ON FUNCTION %s IS %L', f,
-            'Internal (portable edition): called only by the edition''s own functions');
-    END LOOP;
-END
-$$;
