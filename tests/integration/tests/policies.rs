@@ -429,10 +429,11 @@ fn wait_is_bounded_by_max_wait() {
     let mut observer = db.connect();
     let mut seen_holding = false;
     while !waiter.is_finished() {
+        // between two sleeps the backend runs, and its wait_event is NULL: that is "not seen", not an error
         let row = observer
             .query_one(
-                "SELECT wait_event IN ('Extension', 'PgSleep') AND backend_xmin IS NOT NULL \
-                 FROM pg_stat_activity WHERE pid = $1",
+                "SELECT coalesce(wait_event IN ('Extension', 'PgSleep'), false) \
+                 AND backend_xmin IS NOT NULL FROM pg_stat_activity WHERE pid = $1",
                 &[&pid],
             )
             .expect("observe");
