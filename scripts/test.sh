@@ -33,6 +33,8 @@
 #      with default settings must print exactly what the documents show (scripts/doc-examples.py)
 #   5. upgrades: ALTER EXTENSION UPDATE from every released version (scripts/upgrade-test.sh)
 # and, for PostgreSQL 15 as root, the .deb on a Debian system without Rust (scripts/package-test.sh).
+# Layers 1 and 5 (and the install) need no server of another version, nor does the .deb: they run in the
+# background one version ahead of the servers' layers (build_layers below), printed when reached.
 # Lints (released upgrade scripts unchanged, no import circle among src/'s modules, no file over 600 lines nor
 # function over 80 outside tests, the Prometheus rules' own tests (promtool test rules), the dashboard is
 # JSON, cargo fmt --check, cargo clippy -D warnings) run once first.
@@ -248,20 +250,76 @@ stop_clusters() {
 
 # an interrupted or failed run stops the servers it started (each layer also stops them when it is done)
 stop_all() { for v in "${VERSIONS[@]}"; do stop_clusters "$v"; done; }
-trap stop_all EXIT
 
-step "lint" lint
-step "the model: unit and property tests without PostgreSQL" cargo test -p rate_limit_model
-for v in "${VERSIONS[@]}"; do
-  # the test install replaces the library in place: stop this version's test servers first (a server that
-  # has the file mapped would crash); servers that are not the tests' own are never touched
+# The build layers of a version (its #[pg_test]s, its upgrades, its install: they replace the library in its
+# installation, so none of its servers may run) need no server of another version: they run in the
+# background for the next version while this version's servers are tested (whose tests wait on sleeps and
+# clocks about half of the time), in a cargo target directory of their own (the foreground's cargo never
+# waits for their lock); the .deb's layer runs there while the last version is tested. A background
+# job's output is printed, and its layers counted, when the foreground reaches it.
+BUILD_TARGET="$ROOT/target/build-layers"
+BG_PID=""
+BG_LOG="$TEST_ROOT/background.log"
+BG_COUNTS="$TEST_ROOT/background.counts"
+
+build_layers() { # build_layers VERSION
+  local v=$1
   stop_clusters "$v"
   step "PostgreSQL $v: unit, property and #[pg_test] tests" \
     cargo pgrx test "pg$v" "${RUNAS[@]}" --pgdata "$TEST_ROOT/pgrx-$v"
   step "PostgreSQL $v: ALTER EXTENSION UPDATE from every released version" scripts/upgrade-test.sh "$v"
   step "PostgreSQL $v: install" \
     cargo pgrx install --pg-config "$(pg_bindir "$v")/pg_config" --features "pg$v" --no-default-features
+}
+
+package_layer() { # the Debian package, installed on a Debian 12 system made for the test (debootstrap: root)
+  step "PostgreSQL 15: the .deb installs without Rust and runs the seed example" scripts/package-test.sh
+}
+
+background() { # background FUNCTION ARGS...: runs it in the background (one job at a time), counting its layers
+  rm -f "$BG_COUNTS"
+  (
+    passed=0 failed=0
+    export CARGO_TARGET_DIR="$BUILD_TARGET"
+    "$@"
+    echo "$passed $failed" >"$BG_COUNTS"
+  ) >"$BG_LOG" 2>&1 &
+  BG_PID=$!
+}
+
+join_background() { # waits for the background job, prints its output and counts its layers
+  local p f
+  [ -n "$BG_PID" ] || return 0
+  wait "$BG_PID" || true
+  BG_PID=""
+  cat "$BG_LOG"
+  if read -r p f <"$BG_COUNTS" 2>/dev/null; then
+    passed=$((passed + p)) failed=$((failed + f))
+  else
+    failed=$((failed + 1)); echo "--- FAILED: the background job ended without counting its layers"
+  fi
+}
+
+stop_background() {
+  [ -n "$BG_PID" ] || return 0
+  pkill -TERM -P "$BG_PID" 2>/dev/null || true
+  kill "$BG_PID" 2>/dev/null || true
+  wait "$BG_PID" 2>/dev/null || true
+}
+trap 'stop_background; stop_all' EXIT
+
+step "lint" lint
+step "the model: unit and property tests without PostgreSQL" cargo test -p rate_limit_model
+background build_layers "${VERSIONS[0]}"
+for ((i = 0; i < ${#VERSIONS[@]}; i++)); do
+  v=${VERSIONS[i]}
+  join_background
   start_clusters "$v"
+  if [ $((i + 1)) -lt ${#VERSIONS[@]} ]; then
+    background build_layers "${VERSIONS[i + 1]}"
+  elif [[ " ${VERSIONS[*]} " == *" 15 "* ]] && [ "$(id -u)" = 0 ]; then
+    background package_layer
+  fi
   step "PostgreSQL $v: pg_regress examples" regress "$v" $((5500 + v))
   step "PostgreSQL $v: integration tests" integration "$v"
   step "PostgreSQL $v: untyped parameters from node-postgres" clients "$v"
@@ -285,13 +343,7 @@ for v in "${VERSIONS[@]}"; do
     step "PostgreSQL 15: the examples in README.md and docs/ are what docs/examples/*.sql print" doc_examples "$v"
   fi
 done
-
-for v in "${VERSIONS[@]}"; do
-  # the Debian package, installed on a Debian 12 system made for the test (debootstrap needs root)
-  if [ "$v" = 15 ] && [ "$(id -u)" = 0 ]; then
-    step "PostgreSQL 15: the .deb installs without Rust and runs the seed example" scripts/package-test.sh
-  fi
-done
+join_background
 
 echo
 echo "took $((SECONDS / 60)) min $((SECONDS % 60)) s"

@@ -68,7 +68,7 @@ done
 
 echo "installing the current version"
 cluster_stop "$v" "$dir"
-install_library "$ROOT" "$ROOT/target"
+install_library "$ROOT" "${CARGO_TARGET_DIR:-$ROOT/target}"
 cluster_start "$v" "$dir" "$port"
 sql -d postgres -c "CREATE DATABASE fresh"
 sql -d fresh -c "CREATE EXTENSION rate_limit"
