@@ -2313,10 +2313,22 @@ $$;
 -- numbers, nothing else applying) decided in one PL/pgSQL function with bigint arithmetic that cannot
 -- overflow, in one statement for a denial (the read) and two for a grant (the read, then an UPDATE of the
 -- very row version read, by ctid and xmin). Every other case (arguments to refuse, bounds to check, a
--- read-only transaction, blocks, shadow mode, overrides, a row under other numbers or in debt, a clock
--- that stepped back, a concurrent change) goes to the generic path (rate_limit._request,
+-- read-only transaction's grant, blocks, shadow mode, overrides, a row under other numbers or in debt, a
+-- clock that stepped back, a concurrent change) goes to the generic path (rate_limit._request,
 -- rate_limit._take_policy), which decides every case as the compiled edition does; the fast path is one
 -- of them, computed the same way (the differential test runs both).
+--
+-- Their cost is almost all in starting expressions: PostgreSQL looks up and checks the privilege of every
+-- function and operator of an expression once per transaction (a PL/pgSQL expression) or per execution (a
+-- statement), so a fast path is written for few of them and few statements (bench/PORTABLE_RESULTS.md):
+--   - arguments are checked where they matter: a stored row whose rate and burst equal the call's proves
+--     them (its creator checked them; the namespace '#request' holds only rate_limiting_request's token
+--     buckets of per_us 1 000 000), so only a call that creates its bucket checks them here;
+--     max_refill_time, which the owner may lower, is a constant the planner folds;
+--   - rate_limiting_request decides a denial in its read as a comparison of instants (denied while now is
+--     before the instant its bucket holds one token again), and computes the refill only to grant, in the
+--     UPDATE;
+--   - a read-only transaction is checked only before a write: a denial in it is answered as anywhere.
 --
 -- Every OPERATOR(...) has one precedence and associates to the left: expressions that mix them are
 -- parenthesized in full.
@@ -2344,25 +2356,10 @@ SELECT LEAST(level OPERATOR(pg_catalog.+)
              full_level)
 $$;
 
--- ceil(a / b) for a >= 0, b > 0.
-CREATE FUNCTION rate_limit._ceil_div(a bigint, b bigint) RETURNS bigint
+-- The microseconds from since to now (an interval of hours and days only: exact).
+CREATE FUNCTION rate_limit._elapsed_us(since pg_catalog.timestamptz, now pg_catalog.timestamptz) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$
-SELECT (a OPERATOR(pg_catalog./) b) OPERATOR(pg_catalog.+)
-       CASE WHEN (a OPERATOR(pg_catalog.%) b) OPERATOR(pg_catalog.>) 0 THEN 1 ELSE 0 END
-$$;
-
--- The instant t in microseconds (the qualified twin of rate_limit._us, for the fast paths).
-CREATE FUNCTION rate_limit._us_q(t pg_catalog.timestamptz) RETURNS bigint
-LANGUAGE sql STABLE PARALLEL SAFE
-AS $$
-SELECT ((EXTRACT(EPOCH FROM t) OPERATOR(pg_catalog.-) 946684800) OPERATOR(pg_catalog.*) 1000000)::bigint
-$$;
-
--- Microseconds as an interval (the qualified twin of rate_limit._interval).
-CREATE FUNCTION rate_limit._interval_q(us bigint) RETURNS interval
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$ SELECT us::double precision OPERATOR(pg_catalog.*) interval '1 microsecond' $$;
+AS $$ SELECT (EXTRACT(EPOCH FROM now OPERATOR(pg_catalog.-) since) OPERATOR(pg_catalog.*) 1000000)::bigint $$;
 
 -- A bucket the fast path wrote at now_ts that the clock has since passed backwards: rebased on the clock
 -- (its level unchanged: no time elapsed), as the compiled edition's TAKE does after the statement.
@@ -2380,63 +2377,53 @@ CREATE FUNCTION rate_limiting_request(id pg_catalog.text, refill_per_sec integer
 RETURNS integer LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 AS $$
 DECLARE
-    cap bigint;
-    full_level bigint;
-    now_ts pg_catalog.timestamptz;
-    now bigint;
-    stored_level bigint;
-    stored_at bigint;
-    stored_algorithm pg_catalog.text;
-    stored_rate bigint;
-    stored_per_us bigint;
-    stored_burst bigint;
+    now_ts pg_catalog.timestamptz := pg_catalog.clock_timestamp();
+    denied boolean;
     row_ctid pg_catalog.tid;
     row_xmin pg_catalog.xid;
-    current bigint;
+    remaining bigint;
 BEGIN
-    IF id IS NULL OR refill_per_sec IS NULL OR window_seconds IS NULL
-       OR refill_per_sec OPERATOR(pg_catalog.<) 1 OR window_seconds OPERATOR(pg_catalog.<) 1
-       OR pg_catalog.octet_length(id) OPERATOR(pg_catalog.>) 2048
-       OR (refill_per_sec::bigint OPERATOR(pg_catalog.*) window_seconds) OPERATOR(pg_catalog.>) 2147483648
-       -- the bound of a limit a caller chooses: refilled from empty in window_seconds
-       OR window_seconds OPERATOR(pg_catalog.>) EXTRACT(EPOCH FROM rate_limit.max_refill_time())
-       OR pg_catalog.current_setting('rate_limit.store', true) OPERATOR(pg_catalog.=) 'memory'
-       OR pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
+    IF (window_seconds OPERATOR(pg_catalog.<=) LEAST(GREATEST(pg_catalog.floor(EXTRACT(EPOCH FROM rate_limit.max_refill_time())), 0), 2147483647)::integer
+        AND (pg_catalog.current_setting('rate_limit.store', true) OPERATOR(pg_catalog.=) 'memory') IS NOT TRUE) IS NOT TRUE THEN
         RETURN rate_limit._request(id, refill_per_sec, window_seconds);
     END IF;
-    cap := refill_per_sec::bigint OPERATOR(pg_catalog.*) window_seconds;
-    full_level := cap OPERATOR(pg_catalog.*) 1000000;
-    now_ts := pg_catalog.clock_timestamp();
-    now := rate_limit._us_q(now_ts);
-    SELECT s.level, rate_limit._us_q(s.updated_at), s.algorithm, s.rate, s.per_us, s.burst, s.ctid, s.xmin
-      INTO stored_level, stored_at, stored_algorithm, stored_rate, stored_per_us, stored_burst, row_ctid, row_xmin
+    SELECT CASE WHEN s.rate OPERATOR(pg_catalog.=) refill_per_sec
+                 AND s.burst OPERATOR(pg_catalog.=) (s.rate OPERATOR(pg_catalog.*) window_seconds)
+                 AND s.level OPERATOR(pg_catalog.>=) 0 AND now_ts OPERATOR(pg_catalog.>=) s.updated_at
+            THEN now_ts OPERATOR(pg_catalog.<) (s.updated_at OPERATOR(pg_catalog.+)
+                   ((((999999 OPERATOR(pg_catalog.+) s.rate) OPERATOR(pg_catalog.-) s.level) OPERATOR(pg_catalog./) s.rate)::double precision
+                    OPERATOR(pg_catalog.*) interval '1 microsecond')) END,
+           s.ctid, s.xmin
+      INTO denied, row_ctid, row_xmin
       FROM rate_limit.bucket_state AS s
      WHERE s.namespace OPERATOR(pg_catalog.=) '#request' AND s.key OPERATOR(pg_catalog.=) id;
-    IF NOT FOUND THEN
-        -- a missing bucket is full: the call takes one token of it
-        INSERT INTO rate_limit.bucket_state AS s (namespace, key, level, updated_at, algorithm, rate, per_us, burst)
-        VALUES ('#request', id, full_level OPERATOR(pg_catalog.-) 1000000, now_ts, 'token_bucket', refill_per_sec,
-                1000000, cap)
-        ON CONFLICT ON CONSTRAINT bucket_state_pkey DO NOTHING;
-        IF FOUND THEN
-            RETURN (cap OPERATOR(pg_catalog.-) 1)::integer;
+    IF denied THEN
+        RETURN -1; -- denied: nothing written
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'off' THEN
+        IF NOT denied THEN
+            UPDATE rate_limit.bucket_state AS s
+               SET level = rate_limit._tb_refilled(s.level, 0, s.rate, s.burst OPERATOR(pg_catalog.*) 1000000,
+                                                   rate_limit._elapsed_us(s.updated_at, now_ts)) OPERATOR(pg_catalog.-) 1000000,
+                   updated_at = now_ts
+             WHERE s.ctid OPERATOR(pg_catalog.=) row_ctid AND s.xmin OPERATOR(pg_catalog.=) row_xmin
+               AND s.level OPERATOR(pg_catalog.<=) (s.burst OPERATOR(pg_catalog.*) 1000000)
+            RETURNING s.level INTO remaining;
+        ELSIF row_ctid IS NULL AND refill_per_sec OPERATOR(pg_catalog.>=) 1 AND window_seconds OPERATOR(pg_catalog.>=) 1
+              AND (refill_per_sec::bigint OPERATOR(pg_catalog.*) window_seconds) OPERATOR(pg_catalog.<=) 2147483648
+              AND pg_catalog.octet_length(id) OPERATOR(pg_catalog.<=) 2048 THEN
+            -- a missing bucket is full: the call takes one token of it
+            INSERT INTO rate_limit.bucket_state AS s (namespace, key, level, updated_at, algorithm, rate, per_us, burst)
+            VALUES ('#request', id, ((refill_per_sec::bigint OPERATOR(pg_catalog.*) window_seconds) OPERATOR(pg_catalog.-) 1) OPERATOR(pg_catalog.*) 1000000,
+                    now_ts, 'token_bucket', refill_per_sec, 1000000, refill_per_sec::bigint OPERATOR(pg_catalog.*) window_seconds)
+            ON CONFLICT ON CONSTRAINT bucket_state_pkey DO NOTHING
+            RETURNING s.level INTO remaining;
         END IF;
-    ELSIF stored_algorithm OPERATOR(pg_catalog.=) 'token_bucket' AND stored_rate OPERATOR(pg_catalog.=) refill_per_sec
-          AND stored_per_us OPERATOR(pg_catalog.=) 1000000 AND stored_burst OPERATOR(pg_catalog.=) cap
-          AND stored_level OPERATOR(pg_catalog.>=) 0 AND stored_level OPERATOR(pg_catalog.<=) full_level
-          AND now OPERATOR(pg_catalog.>=) stored_at THEN
-        current := rate_limit._tb_refilled(stored_level, stored_at, refill_per_sec, full_level, now);
-        IF current OPERATOR(pg_catalog.<) 1000000 THEN
-            RETURN -1; -- denied: nothing written
-        END IF;
-        UPDATE rate_limit.bucket_state AS s
-           SET level = current OPERATOR(pg_catalog.-) 1000000, updated_at = now_ts
-         WHERE s.ctid OPERATOR(pg_catalog.=) row_ctid AND s.xmin OPERATOR(pg_catalog.=) row_xmin;
-        IF FOUND THEN
+        IF remaining IS NOT NULL THEN
             IF pg_catalog.clock_timestamp() OPERATOR(pg_catalog.<) now_ts THEN
                 PERFORM rate_limit._rebase_written('#request', id, pg_catalog.clock_timestamp());
             END IF;
-            RETURN ((current OPERATOR(pg_catalog.-) 1000000) OPERATOR(pg_catalog./) 1000000)::integer;
+            RETURN (remaining OPERATOR(pg_catalog./) 1000000)::integer;
         END IF;
     END IF;
     RETURN rate_limit._request(id, refill_per_sec, window_seconds);
@@ -2494,84 +2481,67 @@ CREATE FUNCTION rate_limit.take(policy pg_catalog.text, key pg_catalog.text, cos
 RETURNS rate_limit.decision LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 AS $$
 DECLARE
-    now_ts pg_catalog.timestamptz;
-    now bigint;
+    now_ts pg_catalog.timestamptz := pg_catalog.clock_timestamp();
     simple boolean;
     rate bigint;
     per_us bigint;
     burst bigint;
-    full_level bigint;
-    need bigint;
-    has_row boolean;
-    stored_level bigint;
-    stored_at bigint;
-    stored_algorithm pg_catalog.text;
-    stored_rate bigint;
-    stored_per_us bigint;
-    stored_burst bigint;
     row_ctid pg_catalog.tid;
     row_xmin pg_catalog.xid;
     current bigint;
     after bigint;
 BEGIN
-    IF policy IS NULL OR key IS NULL OR cost IS NULL OR cost OPERATOR(pg_catalog.<) 1
-       OR pg_catalog.octet_length(key) OPERATOR(pg_catalog.>) 2048
-       OR pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
-        RETURN rate_limit._take_policy(policy, key, cost);
-    END IF;
-    now_ts := pg_catalog.clock_timestamp();
-    now := rate_limit._us_q(now_ts);
     -- the policy if the fast path may decide it, whether nothing but its bucket applies to the key, and
-    -- the bucket's row
+    -- the bucket's level now (full when it has no row; NULL when the fast path may not decide it)
     SELECT f.rate, f.per_us, f.burst,
            COALESCE(f.store, pg_catalog.current_setting('rate_limit.store', true), 'table') OPERATOR(pg_catalog.=) 'table'
            AND NOT EXISTS (SELECT FROM rate_limit.key_overrides AS o
                             WHERE o.policy OPERATOR(pg_catalog.=) f.name AND o.key OPERATOR(pg_catalog.=) take.key
                               AND o.set_at OPERATOR(pg_catalog.>=) f.created_at),
-           s.namespace IS NOT NULL, s.level, rate_limit._us_q(s.updated_at), s.algorithm, s.rate, s.per_us, s.burst,
+           CASE WHEN s.namespace IS NULL THEN f.burst OPERATOR(pg_catalog.*) f.per_us
+                WHEN s.algorithm OPERATOR(pg_catalog.=) 'token_bucket' AND s.rate OPERATOR(pg_catalog.=) f.rate
+                 AND s.per_us OPERATOR(pg_catalog.=) f.per_us AND s.burst OPERATOR(pg_catalog.=) f.burst
+                 AND s.level OPERATOR(pg_catalog.>=) 0 AND s.level OPERATOR(pg_catalog.<=) (f.burst OPERATOR(pg_catalog.*) f.per_us)
+                 AND now_ts OPERATOR(pg_catalog.>=) s.updated_at
+                THEN rate_limit._tb_refilled(s.level, 0, f.rate, f.burst OPERATOR(pg_catalog.*) f.per_us,
+                                             rate_limit._elapsed_us(s.updated_at, now_ts)) END,
            s.ctid, s.xmin
-      INTO rate, per_us, burst, simple, has_row, stored_level, stored_at, stored_algorithm, stored_rate,
-           stored_per_us, stored_burst, row_ctid, row_xmin
+      INTO rate, per_us, burst, simple, current, row_ctid, row_xmin
       FROM rate_limit._fast_policies AS f
       LEFT JOIN rate_limit.bucket_state AS s
         ON s.namespace OPERATOR(pg_catalog.=) f.name AND s.key OPERATOR(pg_catalog.=) take.key
      WHERE f.name OPERATOR(pg_catalog.=) take.policy;
-    IF FOUND AND simple AND cost OPERATOR(pg_catalog.<=) burst THEN
-        full_level := burst OPERATOR(pg_catalog.*) per_us;
-        need := cost::bigint OPERATOR(pg_catalog.*) per_us;
-        IF NOT has_row THEN
-            current := full_level;
-        ELSIF stored_algorithm OPERATOR(pg_catalog.=) 'token_bucket' AND stored_rate OPERATOR(pg_catalog.=) rate
-              AND stored_per_us OPERATOR(pg_catalog.=) per_us AND stored_burst OPERATOR(pg_catalog.=) burst
-              AND stored_level OPERATOR(pg_catalog.>=) 0 AND stored_level OPERATOR(pg_catalog.<=) full_level
-              AND now OPERATOR(pg_catalog.>=) stored_at THEN
-            current := rate_limit._tb_refilled(stored_level, stored_at, rate, full_level, now);
+    IF (simple AND current IS NOT NULL AND key IS NOT NULL AND cost OPERATOR(pg_catalog.>=) 1
+        AND cost OPERATOR(pg_catalog.<=) burst) IS NOT TRUE THEN
+        RETURN rate_limit._take_policy(policy, key, cost);
+    END IF;
+    after := current OPERATOR(pg_catalog.-) (cost::bigint OPERATOR(pg_catalog.*) per_us);
+    IF after OPERATOR(pg_catalog.<) 0 THEN
+        -- denied: nothing written
+        RETURN ROW(false, current OPERATOR(pg_catalog./) per_us, burst,
+                   ((((rate OPERATOR(pg_catalog.-) 1) OPERATOR(pg_catalog.-) after) OPERATOR(pg_catalog./) rate)::double precision
+                    OPERATOR(pg_catalog.*) interval '1 microsecond'),
+                   (((((burst OPERATOR(pg_catalog.*) per_us) OPERATOR(pg_catalog.-) current) OPERATOR(pg_catalog.+) (rate OPERATOR(pg_catalog.-) 1))
+                     OPERATOR(pg_catalog./) rate)::double precision OPERATOR(pg_catalog.*) interval '1 microsecond'),
+                   policy, false, NULL)::rate_limit.decision;
+    END IF;
+    IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'off' THEN
+        IF row_ctid IS NOT NULL THEN
+            UPDATE rate_limit.bucket_state AS s SET level = after, updated_at = now_ts
+             WHERE s.ctid OPERATOR(pg_catalog.=) row_ctid AND s.xmin OPERATOR(pg_catalog.=) row_xmin;
+        ELSIF pg_catalog.octet_length(key) OPERATOR(pg_catalog.<=) 2048 THEN
+            INSERT INTO rate_limit.bucket_state AS s (namespace, key, level, updated_at, algorithm, rate, per_us, burst)
+            VALUES (policy, key, after, now_ts, 'token_bucket', rate, per_us, burst)
+            ON CONFLICT ON CONSTRAINT bucket_state_pkey DO NOTHING;
         END IF;
-        IF current IS NOT NULL AND current OPERATOR(pg_catalog.<) need THEN
-            -- denied: nothing written
-            RETURN ROW(false, current OPERATOR(pg_catalog./) per_us, burst,
-                       rate_limit._interval_q(rate_limit._ceil_div(need OPERATOR(pg_catalog.-) current, rate)),
-                       rate_limit._interval_q(rate_limit._ceil_div(full_level OPERATOR(pg_catalog.-) current, rate)),
+        IF FOUND THEN
+            IF pg_catalog.clock_timestamp() OPERATOR(pg_catalog.<) now_ts THEN
+                PERFORM rate_limit._rebase_written(policy, key, pg_catalog.clock_timestamp());
+            END IF;
+            RETURN ROW(true, after OPERATOR(pg_catalog./) per_us, burst, NULL,
+                       (((((burst OPERATOR(pg_catalog.*) per_us) OPERATOR(pg_catalog.-) after) OPERATOR(pg_catalog.+) (rate OPERATOR(pg_catalog.-) 1))
+                         OPERATOR(pg_catalog./) rate)::double precision OPERATOR(pg_catalog.*) interval '1 microsecond'),
                        policy, false, NULL)::rate_limit.decision;
-        END IF;
-        IF current IS NOT NULL THEN
-            after := current OPERATOR(pg_catalog.-) need;
-            IF has_row THEN
-                UPDATE rate_limit.bucket_state AS s SET level = after, updated_at = now_ts
-                 WHERE s.ctid OPERATOR(pg_catalog.=) row_ctid AND s.xmin OPERATOR(pg_catalog.=) row_xmin;
-            ELSE
-                INSERT INTO rate_limit.bucket_state AS s (namespace, key, level, updated_at, algorithm, rate, per_us, burst)
-                VALUES (policy, key, after, now_ts, 'token_bucket', rate, per_us, burst)
-                ON CONFLICT ON CONSTRAINT bucket_state_pkey DO NOTHING;
-            END IF;
-            IF FOUND THEN
-                IF pg_catalog.clock_timestamp() OPERATOR(pg_catalog.<) now_ts THEN
-                    PERFORM rate_limit._rebase_written(policy, key, pg_catalog.clock_timestamp());
-                END IF;
-                RETURN ROW(true, after OPERATOR(pg_catalog./) per_us, burst, NULL,
-                           rate_limit._interval_q(rate_limit._ceil_div(full_level OPERATOR(pg_catalog.-) after, rate)),
-                           policy, false, NULL)::rate_limit.decision;
-            END IF;
         END IF;
     END IF;
     RETURN rate_limit._take_policy(policy, key, cost);
