@@ -8,7 +8,8 @@
 # Every scenario runs in each round (pgbench -M prepared, BENCH_CLIENTS clients, synchronous_commit off,
 # BENCH_ROUNDS rounds of BENCH_SECONDS, the scenarios' order rotating by round): SELECT 1, then
 # rate_limiting_request and take on 100 000 random keys (mostly granted) and on one hot key (mostly
-# denied) in both editions, and the seed's function on both. Each figure is a ratio to the SELECT 1 of its
+# denied) in both editions, the seed's function on both, and two floors (bench/portable_floors.sql: the
+# least a role-safe PL/pgSQL function does for a goal). Each figure is a ratio to the SELECT 1 of its
 # round; the goals are ratios of two scenarios of the same round, reported as the median with the lowest
 # and highest round. Writes bench/PORTABLE_RESULTS.md.
 #
@@ -49,7 +50,8 @@ echo "== two databases, 100 000 keys each"
 sql postgres -c "CREATE ROLE bench_owner LOGIN" -c "CREATE DATABASE compiled" \
   -c "CREATE DATABASE portable OWNER bench_owner"
 sql compiled -c "CREATE EXTENSION rate_limit"
-sql portable -U bench_owner -1 -f "$ROOT/portable/rate_limit_portable.sql"
+sql portable -U bench_owner -1 -f "$ROOT/portable/rate_limit_portable.sql" -f "$ROOT/bench/portable_floors.sql" \
+  -c "SELECT count(rate_limit.bench_seed_definer('key' || g, 2, 60)) FROM generate_series(1, 100000) g"
 for db in compiled portable; do
   sql "$db" -f "$ROOT/bench/baseline.sql" \
     -c "SELECT rate_limit.create_policy('bench', 2, '1 second', 120)" \
@@ -73,6 +75,8 @@ SCENARIOS=(
   "take_hot portable take_hot.sql"
   "baseline_random portable baseline_random.sql"
   "baseline_hot portable baseline_hot.sql"
+  "take_floor_hot portable take_floor_hot.sql"
+  "seed_definer_random portable seed_definer_random.sql"
 )
 round() { # round DATABASE SCRIPT: one pgbench run; prints its TPS
   local out
@@ -109,7 +113,8 @@ def spread(values):
 def ratios(a, b):
     return [tps[(r,) + a] / tps[(r,) + b] for r in runs]
 rows = []
-for scenario in ["request_random", "take_random", "request_hot", "take_hot", "baseline_random", "baseline_hot"]:
+for scenario in ["request_random", "take_random", "request_hot", "take_hot", "baseline_random", "baseline_hot",
+                 "take_floor_hot", "seed_definer_random"]:
     for db in ["compiled", "portable"]:
         if (runs[0], scenario, db) in tps:
             rows.append(f"| {scenario} | {db} | {spread(ratios((scenario, db), ('select1', 'compiled')))} |")
@@ -132,6 +137,12 @@ with open(out, "w") as f:
     for name, target, values, bound in goals:
         met = "yes" if statistics.median(values) >= bound else "no"
         f.write(f"| {name} | {target} | {spread(values)} | {met} |\n")
+    f.write("\nFloors (bench/portable_floors.sql: the least a role-safe PL/pgSQL function does for the goal, "
+            "owned by the portable database's owner):\n\n| floor | against | measured |\n| --- | --- | ---: |\n")
+    f.write("| `bench_take_floor` (reads the policy and the bucket, decides nothing), hot key | the seed's function, "
+            f"hot key | {spread(ratios(('take_floor_hot', 'portable'), ('baseline_hot', 'portable')))} |\n")
+    f.write("| `bench_seed_definer` (the seed's function, `SECURITY DEFINER`), random keys | the compiled table "
+            f"store's request, random keys | {spread(ratios(('seed_definer_random', 'portable'), ('request_random', 'compiled')))} |\n")
     f.write("\nEach scenario as a ratio to `SELECT 1` of its round:\n\n| scenario | database | ratio to SELECT 1 |\n"
             "| --- | --- | ---: |\n")
     f.write("\n".join(rows) + "\n")
