@@ -9,35 +9,37 @@
 # (every server is one of the tests' own PostgreSQL installations in $RATE_LIMIT_PG_CACHE, never the
 # system's; running servers elsewhere are not touched):
 #   1. unit tests of the extension's own modules and #[pg_test]s  (cargo pgrx test pgNN)
-#   2. pg_regress examples in tests/pg_regress                     (against a fresh preloaded cluster)
-#   3. integration tests in tests/integration: many connections    (that cluster, a streaming standby of it,
+#   2. upgrades: ALTER EXTENSION UPDATE from every released version (scripts/upgrade-test.sh)
+#   3. pg_regress examples in tests/pg_regress                     (against a fresh preloaded cluster)
+#   4. integration tests in tests/integration: many connections    (that cluster, a streaming standby of it,
 #                                                                     a 256-bucket one, an unpreloaded one and
 #                                                                     one whose clock libfaketime steps)
 #                                                                     and Debian's postgres_exporter and
 #                                                                     Prometheus scraping it (monitoring.rs)
-#   4. client tests in tests/clients: node-postgres, which sends every parameter untyped
-#   (PostgreSQL 16, 17, 18: the versions Citus 14 supports) Citus: a coordinator and two workers, set up by
-#      rate_limit.distribute() (tests/integration/tests/citus.rs; Citus 14.0.1 built by install-deps.sh)
-#   (PostgreSQL 15) PL/Proxy: a router database set up by router/plproxy.sql, forwarding to two partitions
-#      (tests/integration/tests/plproxy.rs; Debian's postgresql-15-plproxy, installed by install-deps.sh)
-#   (PostgreSQL 13, 14, where every role may create in schema public) PL/Proxy again, the router's
-#      search_path test only (PL/Proxy built from Debian's source package by install-deps.sh)
-#   (PostgreSQL 15) failover: a standby promoted while clients hammer a key, with synchronous and
-#      asynchronous replication and with its clock an hour off (tests/integration/tests/failover.rs)
-#   (every version) the portable edition on a copy of the installation without rate_limit's files:
+#   5. client tests in tests/clients: node-postgres, which sends every parameter untyped
+#   6. (every version) the portable edition on a copy of the installation without rate_limit's files:
 #      installed by psql -f, by pg_tle and by CREATE EXTENSION, each as a role without superuser; the
 #      examples of its features and their integration tests (scripts/portable-test.sh)
-#   (PostgreSQL 18) the OCI image for CloudNativePG, mounted as CloudNativePG mounts it, the library
+#   7. (PostgreSQL 16, 17, 18: the versions Citus 14 supports) Citus: a coordinator and two workers, set up
+#      by rate_limit.distribute() (tests/integration/tests/citus.rs; Citus 14.0.1 built by install-deps.sh)
+#   8. (PostgreSQL 18) the OCI image for CloudNativePG, mounted as CloudNativePG mounts it, the library
 #      preloaded from it through dynamic_library_path (scripts/image-test.sh)
-#   6. (PostgreSQL 15) the examples of README.md and docs/: docs/examples/*.sql run on a preloaded cluster
+#   9. (PostgreSQL 15) PL/Proxy: a router database set up by router/plproxy.sql, forwarding to two
+#      partitions (tests/integration/tests/plproxy.rs; Debian's postgresql-15-plproxy, installed by
+#      install-deps.sh); (PostgreSQL 13, 14, where every role may create in schema public) PL/Proxy again,
+#      the router's search_path test only (PL/Proxy built from Debian's source package by install-deps.sh)
+#  10. (PostgreSQL 15) failover: a standby promoted while clients hammer a key, with synchronous and
+#      asynchronous replication and with its clock an hour off (tests/integration/tests/failover.rs)
+#  11. (PostgreSQL 15) the examples of README.md and docs/: docs/examples/*.sql run on a preloaded cluster
 #      with default settings must print exactly what the documents show (scripts/doc-examples.py)
-#   5. upgrades: ALTER EXTENSION UPDATE from every released version (scripts/upgrade-test.sh)
 # and, for PostgreSQL 15 as root, the .deb on a Debian system without Rust (scripts/package-test.sh).
-# Layers 1 and 5 (and the install) need no server of another version, nor does the .deb: they run in the
+# Layers 1 and 2 (and the install) need no server of another version, nor does the .deb: they run in the
 # background one version ahead of the servers' layers (build_layers below), printed when reached.
-# Lints (released upgrade scripts unchanged, no import circle among src/'s modules, no file over 600 lines nor
-# function over 80 outside tests, the Prometheus rules' own tests (promtool test rules), the dashboard is
-# JSON, cargo fmt --check, cargo clippy -D warnings) run once first.
+# Lints (released upgrade scripts unchanged, the portable edition's file assembled from its sources, no
+# import circle among src/'s modules at any depth, no file over 600 lines nor function over 80 outside
+# tests, each of those two lints caught on a fixture (scripts/test-lints.sh), the Prometheus rules' own
+# tests (promtool test rules), the dashboard is JSON, cargo fmt --check, cargo clippy -D warnings) run
+# once first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -79,8 +81,7 @@ step() { # step NAME COMMAND...: runs a layer, counts it, keeps going so every f
 lint() {
   scripts/check-upgrade-scripts.sh &&
     portable/assemble.sh --check &&
-    python3 scripts/check-module-cycles.py &&
-    python3 scripts/check-sizes.py &&
+    scripts/test-lints.sh &&
     promtool check rules monitoring/rules.yml &&
     promtool test rules monitoring/rules.test.yml &&
     python3 -m json.tool monitoring/grafana-dashboard.json >/dev/null &&

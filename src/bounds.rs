@@ -17,11 +17,11 @@
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
-use crate::algorithm::Policy;
 use crate::error;
 use crate::gucs;
-use crate::target::Blocking;
 use crate::time::clock;
+use rate_limit_model::algorithm::Policy;
+use rate_limit_model::target::Blocking;
 
 /// Checks that a limit the caller chose (ad-hoc, or `rate_limiting_request`'s) refills within
 /// `rate_limit.max_refill_time` when a call may create its bucket (`cost > 0`); roles with the privileges
@@ -84,7 +84,7 @@ fn caller_has_owner_privileges(function: &'static str) -> Result<bool, ErrorRepo
 /// `rate_limit.max_policy_refill_time` of any role's last call: emptied and charged to the deepest debt,
 /// or blocked by the penalty box. 22023 otherwise, naming how long and the setting; the superuser raises the
 /// setting for a policy that needs longer (a yearly quota fits the default, 400 days). Blocks by hand are
-/// the owner's, bounded only by [`crate::algorithm::MAX_BLOCK_US`].
+/// the owner's, bounded only by [`rate_limit_model::algorithm::MAX_BLOCK_US`].
 pub fn policy(
     function: &'static str,
     numbers: &Policy,

@@ -157,7 +157,7 @@ pub fn millionths_numeric(
     millionths: i64,
 ) -> Result<pgrx::AnyNumeric, ErrorReport> {
     pgrx::AnyNumeric::try_from(
-        crate::algorithm::token_bucket::millionths_to_decimal(millionths).as_str(),
+        rate_limit_model::algorithm::token_bucket::millionths_to_decimal(millionths).as_str(),
     )
     .map_err(|e| {
         ErrorReport::new(
@@ -168,7 +168,7 @@ pub fn millionths_numeric(
     })
 }
 
-/// XX000: a stored row that the extension could not have written.
+/// XX001: a stored row that the extension could not have written.
 pub fn corrupt_row(function: &'static str, what: &str) -> ErrorReport {
     ErrorReport::new(
         PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
@@ -190,7 +190,7 @@ pub fn invalid_numbers(function: &'static str, what: &str) -> ErrorReport {
     )
 }
 
-/// 22023: a limit that cannot be counted exactly (see [`crate::algorithm::token_bucket::LimitError`]).
+/// 22023: a limit that cannot be counted exactly (see [`rate_limit_model::algorithm::token_bucket::LimitError`]).
 pub fn out_of_range_limit(function: &'static str, what: &str) -> ErrorReport {
     ErrorReport::new(
         PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,

@@ -15,6 +15,7 @@
 use pgrx::prelude::*;
 
 pub mod api;
+pub mod backend;
 pub mod bounds;
 pub mod cluster;
 pub mod decision;
@@ -29,8 +30,6 @@ pub mod store;
 pub mod surface;
 pub mod time;
 pub mod worker;
-
-pub use rate_limit_model::{algorithm, http, target};
 
 #[cfg(any(test, feature = "pg_test"))]
 mod pg_tests;

@@ -11,6 +11,8 @@
 //!   a policy's bucket can stay short of full;
 //! - [`target`]: the buckets a call asks for (namespace, key, numbers, shadow mode), what it asks of them
 //!   (take or charge), and whether the call is granted;
+//! - [`pipeline`]: how one take combines short buckets remembered, overrides, blocks and the penalty box,
+//!   shadow mode and all-or-nothing, over a narrow store trait (property tests with an in-memory store);
 //! - [`decision`]: combining the outcomes of a call's buckets into one decision (shadow-mode denials
 //!   included);
 //! - [`http`]: the RateLimit, RateLimit-Policy and Retry-After field values;
@@ -27,6 +29,7 @@ pub mod bounds;
 pub mod decision;
 pub mod denials;
 pub mod http;
+pub mod pipeline;
 pub mod shares;
 pub mod skew;
 pub mod summary;

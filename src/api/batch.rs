@@ -19,11 +19,11 @@ use std::collections::HashMap;
 
 use super::materialized::Materialized;
 use super::{policy_arg, policy_target, store_of, with_override};
-use crate::algorithm::Outcome;
 use crate::error::{self, MAX_ID_BYTES};
 use crate::policies::{overrides, Named};
 use crate::store;
-use crate::target::{granted, Target, MAX_TARGETS};
+use rate_limit_model::algorithm::Outcome;
+use rate_limit_model::target::{granted, Target, MAX_TARGETS};
 
 /// The elements of the `keys` array as it holds them: each element's value (a text datum pointing into the
 /// array, passed on to its result row without a copy) and its text, `None` for a NULL element.

@@ -1,16 +1,19 @@
 //! Blocks by hand: `block` denies a key of a policy outright for a while, `unblock` lifts it (owner only:
 //! a block denies a key that may belong to anyone). Blocks by the penalty box (`create_policy(...,
-//! block_after, block_for)`) need no call. See [`crate::algorithm::block`] and [`crate::store::block`].
+//! block_after, block_for)`) need no call. See [`rate_limit_model::algorithm::block`] and [`crate::store::block`].
 
 use pgrx::datum::Interval;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
 use super::{any_policy_arg, combine, key_arg, store_of, to_row, with_override};
-use crate::algorithm::Outcome;
+use crate::cluster;
 use crate::error;
+use crate::gucs::Store;
 use crate::policies;
 use crate::store;
+use rate_limit_model::algorithm::Outcome;
+use rate_limit_model::target::{Namespace, Target};
 
 /// Blocks by hand, in schema `rate_limit`.
 #[pg_schema]
@@ -38,7 +41,9 @@ mod rate_limit {
         })?;
         let duration = policies::block_duration_us(F, "duration", duration)?;
         let t = with_override(&named, key, None);
-        let blocked = store::block(F, store_of(Some(&named)), &t, duration)?;
+        let store = store_of(Some(&named));
+        let blocked = store::block(F, store, &t, duration)?;
+        note_block_by_hand(F, store, &t)?;
         // what a call on the key is told from now on
         let reported = Outcome {
             allowed: false,
@@ -56,5 +61,27 @@ mod rate_limit {
         let key = key_arg(F, "key", key)?;
         let t = with_override(&named, key, None);
         store::unblock(F, store_of(Some(&named)), &t)
+    }
+}
+
+/// Notes in the row of the policy of `target`, in the caller's transaction as the block itself, that a key
+/// of it was blocked by hand in the table store, so that every call on the policy reads its key's block
+/// from now on (the memory store notes it in its own memory, at once: a note in the row would be undone
+/// by a ROLLBACK that leaves the block in place). Not under Citus, where a block by hand is delegated to
+/// its key's node, which cannot write the policies (a reference table) there: every call reads its key's
+/// block then.
+fn note_block_by_hand(
+    function: &'static str,
+    store: Store,
+    target: &Target<'_>,
+) -> Result<(), ErrorReport> {
+    let noted = target.blocking.is_some_and(|b| b.blocks_by_hand);
+    match target.namespace {
+        Namespace::Policy { name, .. }
+            if store == Store::Table && !noted && !cluster::citus::citus_installed() =>
+        {
+            policies::row::mark_blocked_by_hand(function, name)
+        }
+        _ => Ok(()),
     }
 }

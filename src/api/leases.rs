@@ -1,7 +1,7 @@
 //! Concurrency leases: `acquire` takes one of a concurrency policy's leases of a key, `release` gives it
 //! back before it expires. A policy `create_policy(name, N, ttl, algorithm => 'concurrency')` lets at most
 //! N leases of a key be held at once, each expiring `ttl` after it was acquired (see
-//! [`crate::algorithm::lease`]). Any role may call both: a release needs the lease's id, which only the
+//! [`rate_limit_model::algorithm::lease`]). Any role may call both: a release needs the lease's id, which only the
 //! acquire that got it returned.
 
 use std::cell::RefCell;

@@ -8,14 +8,14 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
 use super::{decide, key_arg, policy_arg, policy_target, store_of, to_row, with_override};
-use crate::algorithm::Algorithm;
 use crate::decision::Decision;
 use crate::error;
 use crate::gucs;
 use crate::policies;
 use crate::store;
-use crate::target::{Namespace, Target, MAX_TARGETS};
 use crate::time::clock;
+use rate_limit_model::algorithm::Algorithm;
+use rate_limit_model::target::{Namespace, Target, MAX_TARGETS};
 
 use super::policies::build_policy;
 
@@ -385,7 +385,7 @@ mod rate_limit {
             Some(n) => Some(policies::get(F, n)?.policy),
             None => None,
         };
-        let fields = crate::http::fields(&crate::http::Input {
+        let fields = rate_limit_model::http::fields(&rate_limit_model::http::Input {
             name: policy.or(decided_by.as_deref()),
             allowed,
             remaining,

@@ -10,7 +10,7 @@ use pgrx::prelude::*;
 use crate::cluster::merged::{self, MetricsRow};
 use crate::gucs;
 use crate::stats;
-use crate::target::Kind;
+use rate_limit_model::target::Kind;
 
 fn count(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)

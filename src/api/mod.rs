@@ -14,7 +14,9 @@
 //! - `stats`: the statistics views' functions and their reset (owner only);
 //! - `metrics`: the monitoring views' functions (owner and `pg_monitor`);
 //! - `nodes_of`: under Citus, the node that holds each key;
-//! - `internal`: helpers the extension's own statements and views use; not executable by PUBLIC.
+//! - `internal`: the memory store's reports and what the extension's views read (`memory_buckets`
+//!   and `memory_shares` are the owner's; `memory_usage`, sizes and counts only, is open to every role);
+//! - `materialized`: handing many rows of a set-returning function to the executor at once.
 //!
 //! No function carries a `SET` clause: the statements they run name every object and operator with its
 //! schema. No two public functions of one name accept the same number of arguments, so drivers that send
@@ -42,15 +44,15 @@ use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::AllocatedByRust;
 
-use crate::algorithm::{Algorithm, Outcome};
 use crate::decision::{self, Decision, Reported};
 use crate::error::{self, MAX_ID_BYTES};
 use crate::gucs::{self, Store};
 use crate::policies::overrides::{in_effect, Effect, Override};
 use crate::policies::{self as named_policies, Named};
 use crate::store;
-use crate::target::{Namespace, Target};
 use crate::time::clock;
+use rate_limit_model::algorithm::{Algorithm, Outcome};
+use rate_limit_model::target::{Namespace, Target};
 
 /// The SQL type every limiter call returns.
 pub type DecisionRow = PgHeapTuple<'static, AllocatedByRust>;

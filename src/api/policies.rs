@@ -7,9 +7,9 @@ use pgrx::prelude::*;
 use pgrx::spi::Spi;
 
 use super::json_arg::JsonbText;
-use crate::algorithm::{Algorithm, Policy};
 use crate::error;
 use crate::policies::{self, check_name, options, parse_algorithm, parse_store, Lock, Row};
+use rate_limit_model::algorithm::{Algorithm, Policy};
 
 fn required<T>(
     function: &'static str,

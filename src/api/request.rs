@@ -9,12 +9,12 @@ use pgrx::datum::AnyNumeric;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
-use crate::algorithm::token_bucket::{Limit, MICROS_PER_SECOND};
-use crate::algorithm::{Algorithm, Outcome, Policy};
 use crate::error;
 use crate::gucs;
 use crate::store;
-use crate::target::{Namespace, Target};
+use rate_limit_model::algorithm::token_bucket::{Limit, MICROS_PER_SECOND};
+use rate_limit_model::algorithm::{Algorithm, Outcome, Policy};
+use rate_limit_model::target::{Namespace, Target};
 
 /// The largest capacity whose remaining count (`capacity - 1`) fits in the `int` a request returns.
 const MAX_CAPACITY: i64 = i32::MAX as i64 + 1;

@@ -7,7 +7,7 @@ use pgrx::prelude::*;
 
 use crate::cluster::merged::{self, StatsRow, TopRow};
 use crate::stats;
-use crate::target::Kind;
+use rate_limit_model::target::Kind;
 
 /// `kind` and `policy` of a namespace, as `rate_limit.buckets` shows them.
 fn kind_and_policy(name: &str) -> (String, Option<String>) {

@@ -15,8 +15,8 @@ use pgrx::prelude::*;
 
 use super::limits::take_policy;
 use crate::decision::Decision;
-use crate::http;
 use crate::policies;
+use rate_limit_model::http;
 
 /// The SQLSTATE of a write denied by `limit_writes`: 53400 `configuration_limit_exceeded` (class 53,
 /// insufficient resources: the configured rate is used up). PostgREST answers class 53 with 503, which

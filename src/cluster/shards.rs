@@ -191,8 +191,7 @@ fn moved_while_waiting(function: &'static str, key: &str) -> ErrorReport {
 /// Returns whether the lock was taken: always when `wait`, else only if it was free.
 fn lock_shard_metadata((colocation, index): (i32, i32), wait: bool) -> bool {
     let tag = pg_sys::LOCKTAG {
-        // SAFETY: MyDatabaseId is a plain global of this backend, set once it connected.
-        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        locktag_field1: crate::backend::current_database(),
         locktag_field2: index as u32,
         locktag_field3: colocation as u32,
         locktag_field4: CITUS_COLOCATED_SHARDS_METADATA,

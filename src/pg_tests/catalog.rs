@@ -97,7 +97,7 @@ mod tests {
     /// statistics) name every namespace alike.
     #[pg_test]
     fn the_buckets_view_names_kinds_as_the_model_does() {
-        use crate::target::Kind;
+        use rate_limit_model::target::Kind;
         for (i, namespace) in ["#request", "#ad_hoc", "pt_kind_policy"].iter().enumerate() {
             let key = format!("pt_kind_{i}");
             Spi::run(&format!(

@@ -6,11 +6,13 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::PgSqlErrorCode;
 
 use super::{Named, MAX_NAME_BYTES};
-use crate::algorithm::{Algorithm, DebtError, Policy, PolicyError, MAX_BLOCK_US, MAX_WINDOW_COUNT};
 use crate::error;
 use crate::gucs::Store;
-use crate::target::Blocking;
 use crate::time::calendar;
+use rate_limit_model::algorithm::{
+    Algorithm, DebtError, Policy, PolicyError, MAX_BLOCK_US, MAX_WINDOW_COUNT,
+};
+use rate_limit_model::target::Blocking;
 
 /// Validates a policy's numbers; `burst` `None` means "the same as rate". `time_zone` and `anchor` (a
 /// wall-clock time) belong to calendar windows only, whose zone defaults to [`calendar::DEFAULT_ZONE`] and

@@ -26,10 +26,10 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::pg_sys::{self};
 use pgrx::PgSqlErrorCode;
 
-use crate::algorithm::Policy;
 use crate::gucs::Store;
-use crate::target::Blocking;
 use crate::time::calendar;
+use rate_limit_model::algorithm::Policy;
+use rate_limit_model::target::Blocking;
 
 mod checks;
 pub mod options;

@@ -11,9 +11,9 @@ use pgrx::spi::{Spi, SpiResult, SpiTupleTable};
 use pgrx::PgSqlErrorCode;
 
 use super::{parse_store, unknown};
-use crate::algorithm::Algorithm;
 use crate::error;
 use crate::gucs::Store;
+use rate_limit_model::algorithm::Algorithm;
 
 /// The columns of `rate_limit.policies`, in the order of [`Row`]'s fields and of its writer's parameters.
 const COLUMNS: &str =
@@ -52,7 +52,7 @@ pub struct Row {
     pub block_after: Option<i64>,
     /// The penalty box: how long a key is then blocked.
     pub block_for: Option<Interval>,
-    /// Whether a key may hold a block its penalty box did not make ([`crate::target::Blocking`]): set by
+    /// Whether a key may hold a block its penalty box did not make ([`rate_limit_model::target::Blocking`]): set by
     /// the first block by hand ([`mark_blocked_by_hand`]) and by removing a penalty box, never cleared.
     pub blocks_by_hand: bool,
     /// Free text for the people who run it (option `description`, see [`super::options`]).

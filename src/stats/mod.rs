@@ -40,13 +40,15 @@ use pgrx::pg_sys;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::PgSqlErrorCode;
 
-use crate::algorithm::Outcome;
+use crate::backend::current_database;
 use crate::gucs;
-use crate::target::Target;
 use crate::time::clock;
 use pending::{flush_pending, note_denial};
+use rate_limit_model::algorithm::Outcome;
+use rate_limit_model::pipeline::Answer;
 use rate_limit_model::summary::{Counter, Summary};
-use segment::{current_database, Stats};
+use rate_limit_model::target::Target;
+use segment::Stats;
 
 mod pending;
 mod purges;
@@ -81,7 +83,7 @@ pub fn record(targets: &[Target<'_>], outcomes: &[Outcome], cost: i64) {
     let Some(stats) = Stats::attach() else {
         return;
     };
-    let allowed = crate::target::granted(targets, outcomes);
+    let allowed = rate_limit_model::target::granted(targets, outcomes);
     // SAFETY: MyProcPid is a plain global of the backend.
     let stripe = unsafe { pg_sys::MyProcPid } as usize % STRIPES;
     for (t, o) in targets.iter().zip(outcomes) {
@@ -123,14 +125,14 @@ pub fn record_grants(target: &Target<'_>, calls: u64, tokens: u64) {
     });
 }
 
-/// Counts the targets a block refused (or, in shadow mode, would have): `blocked[i]` is the block's
-/// outcome for `targets[i]`, if it is blocked. Called with [`record`], which counts their denials. A key
-/// with a fixed answer under an override (deny, exempt) was decided by it, not by its block.
-pub fn record_blocks(targets: &[Target<'_>], blocked: &[Option<Outcome>]) {
+/// Counts the targets a block refused (or, in shadow mode, would have): `answers[i]` is the answer for
+/// `targets[i]`. Called with [`record`], which counts their denials. A key with a fixed answer under an
+/// override (deny, exempt) was decided by it, not by its block.
+pub fn record_blocks(targets: &[Target<'_>], answers: &[Answer]) {
     for (t, _) in targets
         .iter()
-        .zip(blocked)
-        .filter(|(t, b)| b.is_some() && t.verdict.is_none())
+        .zip(answers)
+        .filter(|(t, a)| a.by_block && t.verdict.is_none())
     {
         // counted in `untracked` by `record` already when the namespace has no entry
         with_stripe(t, 0, |s| {

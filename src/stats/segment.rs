@@ -343,11 +343,6 @@ pub struct Totals {
     pub blocked: u64,
 }
 
-pub(super) fn current_database() -> u32 {
-    // SAFETY: MyDatabaseId is a plain global of the backend, set at connection and read on its only thread.
-    unsafe { pg_sys::MyDatabaseId }.to_u32()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,9 +5,9 @@
 use pgrx::pg_sys::panic::ErrorReport;
 
 use super::{memory, short, stats, table, take};
-use crate::algorithm::Outcome;
 use crate::gucs::Store;
-use crate::target::Target;
+use rate_limit_model::algorithm::Outcome;
+use rate_limit_model::target::Target;
 
 /// Decides each of `keys` alone under the policy of `template` (`template` with each key), `costs[i]`
 /// tokens for `keys[i]`, as [`take`] decides one target: one outcome per key, in the order given

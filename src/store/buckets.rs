@@ -1,7 +1,9 @@
-//! The one primitive each store implements, [`Buckets`], that the seam's flows (take, charge, acquire,
-//! release, block, unblock, refund, reset) are written over once: [`TableBuckets`] over `table`'s
-//! statements, [`MemoryBuckets`] over `memory`'s partitions. [`with_store!`] is the seam's one `match` on
-//! the store: a flow is a generic function called through it.
+//! The one primitive each store implements, [`Buckets`], that the seam's flows (charge, acquire, release,
+//! block, unblock, refund, reset) are written over once, and that the seam's view of a store for the
+//! model's take pipeline (`Seam` in the seam's `mod.rs`) wraps: [`TableBuckets`] over `table`'s
+//! statements, [`MemoryBuckets`] over `memory`'s partitions. [`with_store!`] is the seam's `match` on the
+//! store for every flow: a flow is a generic function called through it (only `take_batch`'s bulk
+//! paths, in `batch.rs`, pick their store's own bulk statement by hand).
 //!
 //! Under Citus a memory bucket lives only on the node of its key's shard: every primitive of
 //! [`MemoryBuckets`] checks that first ([`Buckets::ensure_here`]), once per key and flow.
@@ -11,11 +13,11 @@ use std::cell::RefCell;
 use pgrx::pg_sys::panic::ErrorReport;
 
 use super::{memory, table};
-use crate::algorithm::{Outcome, State};
 use crate::cluster;
 use crate::gucs::Store;
-use crate::target::{Ask, Namespace, Stored, Target};
 use crate::time::clock;
+use rate_limit_model::algorithm::{Outcome, State};
+use rate_limit_model::target::{Ask, Namespace, Stored, Target};
 
 /// What a store does to buckets. Every method answers from the store itself; what a backend remembers
 /// (short buckets) and the order of blocks and penalty boxes are the flows' (`store/mod.rs`, `blocks`).
@@ -88,7 +90,7 @@ pub(super) trait Buckets {
     ) -> Result<bool, ErrorReport>;
 
     /// Whether a call on `target` must read its key's block bucket whatever its policy says
-    /// ([`crate::target::Blocking::may_be_blocked`]): blocks by hand this store cannot note in the policy.
+    /// ([`rate_limit_model::target::Blocking::may_be_blocked`]): blocks by hand this store cannot note in the policy.
     fn reads_block_anyway(
         &self,
         function: &'static str,
@@ -206,19 +208,10 @@ impl Buckets for TableBuckets {
         Ok(cluster::citus::citus_installed())
     }
 
-    fn note_block_by_hand(
-        &self,
-        function: &'static str,
-        target: &Target<'_>,
-    ) -> Result<(), ErrorReport> {
-        // in the caller's transaction, as the block itself
-        let noted = target.blocking.is_some_and(|b| b.blocks_by_hand);
-        match target.namespace {
-            Namespace::Policy { name, .. } if !noted && !cluster::citus::citus_installed() => {
-                crate::policies::row::mark_blocked_by_hand(function, name)
-            }
-            _ => Ok(()),
-        }
+    fn note_block_by_hand(&self, _: &'static str, _: &Target<'_>) -> Result<(), ErrorReport> {
+        // the table store's note is the policy's row, which the policies module writes (the caller of
+        // `store::block`): a store never writes the policies
+        Ok(())
     }
 
     fn prepare_count(
@@ -342,7 +335,7 @@ impl Buckets for MemoryBuckets {
         for (slot, t) in (0_i64..).zip(slots) {
             let ask = match granted {
                 None => Ask::Acquire {
-                    lease: crate::algorithm::lease_id(random, slot),
+                    lease: rate_limit_model::algorithm::lease_id(random, slot),
                 },
                 Some(_) => Ask::Take(0),
             };

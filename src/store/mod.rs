@@ -2,20 +2,17 @@
 //! list) with two implementations, [`table`] and [`memory`], both private: this module is the only way
 //! into a store, for the SQL functions, the background worker (purges) and the shared-memory hooks (the
 //! memory store's request, creation and snapshots). A store loads, locks and saves state; the arithmetic
-//! is the model's, evaluated through [`target::Target`]: every store decides a call with
-//! [`target::evaluate_all`], and refunds through one flow over its lock-read-write step (`update`). The
-//! take paths differ on purpose: the table store takes with one conditional UPDATE per bucket so that a
-//! denial writes nothing, the memory store under its partitions' locks (see each store's contract).
+//! is the model's, evaluated through [`rate_limit_model::target::Target`]. The take paths differ on
+//! purpose: the table store takes with one conditional UPDATE per bucket so that a denial writes nothing,
+//! the memory store under its partitions' locks (see each store's contract).
 //!
-//! Each store implements one primitive, [`buckets::Buckets`] (take, peek, write, update, acquire, reset),
-//! and every flow here is written once over it; `with_store!` is the one `match` on the store. Under
-//! Citus, a memory bucket lives only on the node of its key's shard: the memory store's primitive checks
-//! that itself.
-//!
-//! The fast path that needs no store at all lives here, so that every call gets it: a bucket this backend
-//! saw short is denied from the backend's own memory ([`short`]), with exact figures computed from the
-//! remembered state. Blocks live here too, the same for both stores ([`blocks`]): a key's block bucket is
-//! read before its policy's bucket, and a policy's penalty box counts the denials after.
+//! How a take combines what can decide it (the backend's memory of short buckets, overrides, blocks and
+//! the penalty box, shadow mode, all or nothing) is the model's pipeline,
+//! [`rate_limit_model::pipeline::take`], over this seam's view of a store ([`Seam`]); the seam applies
+//! its effects (the memory of short buckets, [`short`]; the statistics). Each store implements one
+//! primitive, [`buckets::Buckets`], and every flow here is written once over it; `with_store!` is the
+//! one `match` on the store. Under Citus, a memory bucket lives only on the node of its key's shard: the
+//! memory store's primitive checks that itself. Blocks by hand are [`blocks`]'.
 //!
 //! # The lock order (table store; the memory store holds no lock across calls)
 //! Row locks taken in a caller's transaction, which holds them until it ends, are taken in one order:
@@ -24,7 +21,7 @@
 //!    it; it conflicts only with a shard move's or split's `ExclusiveLock`;
 //! 1. a key's buckets of several policies (`take_many`): in (namespace, key) order, each before step 2;
 //! 2. a key's block bucket after that key's policy bucket: counting a denial in a penalty box first locks
-//!    the policy bucket's row ([`blocks::count_denials`]), as a grant would, so a transaction that holds the
+//!    the policy bucket's row ([`rate_limit_model::pipeline::blocks::count_denials`]), as a grant would, so a transaction that holds the
 //!    bucket and counts its own denial never meets one that holds the count and waits for the bucket
 //!    (before: 40P01); the denials of one call are counted in (namespace, key) order, as in step 1; a
 //!    block or unblock by hand locks the block bucket alone;
@@ -57,11 +54,12 @@ use pgrx::pg_sys::panic::ErrorReport;
 
 use buckets::{with_store, Buckets};
 
-use crate::algorithm::{Outcome, State};
 use crate::gucs::Store;
 use crate::stats;
-use crate::target::{Ask, Kind, Namespace, Target};
 use crate::time::clock;
+use rate_limit_model::algorithm::Outcome;
+use rate_limit_model::pipeline::{self, Answer, Memo};
+use rate_limit_model::target::{Ask, Kind, Namespace, Target};
 
 /// Asks every target for `cost` tokens, all or nothing (cost 0 only reports); returns one outcome per
 /// target. When a call is denied ([`target::granted`] is false), at least one outcome of a bucket not in
@@ -82,162 +80,83 @@ pub fn take(
     with_store!(store, s => take_in(s, function, targets, cost))
 }
 
-/// [`take`] in the store `s`.
-fn take_in(
-    s: &impl Buckets,
+/// [`take`] in the store `s`: the model's pipeline ([`pipeline::take`]) over `s`, with this backend's memory
+/// of short buckets ([`short`]); then its effects on that memory, and the statistics.
+fn take_in<S: Buckets>(
+    s: &S,
     function: &'static str,
     targets: &[Target<'_>],
     cost: i64,
 ) -> Result<Vec<Outcome>, ErrorReport> {
     // before this backend's memory answers for a bucket that may not be this node's
     s.ensure_here(function, targets)?;
-    // `overridden`: the targets' outcomes when an override's answer decides one (else the blocks decide)
-    let (mut outcomes, blocked, overridden) = match known_short(s, function, targets, cost)? {
-        Some(outcomes) => (outcomes, vec![None; targets.len()], None),
-        None => {
-            let blocked = blocks::blocked(s, function, targets)?;
-            let overridden = decided_by_overrides(s, function, targets, &blocked)?;
-            let decided = overridden.as_deref().unwrap_or(&blocked);
-            let outcomes = take_unless_decided(s, function, targets, cost, decided)?;
-            (outcomes, blocked, overridden)
+    let remembered = |t: &Target<'_>, now, cost| short::denial(S::STORE, t, now, cost);
+    let answers = pipeline::take(&Seam { s, function }, remembered, targets, cost)?;
+    Ok(apply(S::STORE, targets, &answers, cost))
+}
+
+/// Applies the effects of a call's `answers` (`answers[i]` is `targets[i]`'s) on this backend's memory of
+/// short buckets and counts them in the statistics; returns their outcomes.
+fn apply(store: Store, targets: &[Target<'_>], answers: &[Answer], cost: i64) -> Vec<Outcome> {
+    for (t, a) in targets.iter().zip(answers) {
+        match a.memo {
+            Memo::Keep => {}
+            Memo::Forget => short::forget_taken(&t.namespace, t.key),
+            Memo::Remember(state) => short::remember(store, t, state),
         }
-    };
+    }
+    let outcomes = pipeline::outcomes(answers);
     if cost > 0 {
-        let decided = overridden.as_deref().unwrap_or(&blocked);
-        blocks::count_denials(s, function, targets, &mut outcomes, decided)?;
         stats::record(targets, &outcomes, cost);
-        stats::record_blocks(targets, &blocked);
+        stats::record_blocks(targets, answers);
     }
-    Ok(outcomes)
+    outcomes
 }
 
-/// When a target has a fixed answer under an override of its policy (deny or exempt, which comes before
-/// any block), the outcome of each target decided without its bucket: that answer, else its block
-/// (`blocked[i]`). `None` when no target has one: the blocks alone decide (the common call copies nothing).
-fn decided_by_overrides<S: Buckets>(
-    s: &S,
+/// The model's pipeline's view of a store ([`pipeline::Store`]), for one call of SQL function `function`.
+struct Seam<'s, S> {
+    s: &'s S,
     function: &'static str,
-    targets: &[Target<'_>],
-    blocked: &[Option<Outcome>],
-) -> Result<Option<Vec<Option<Outcome>>>, ErrorReport> {
-    if targets.iter().all(|t| t.verdict.is_none()) {
-        return Ok(None);
-    }
-    let now = s.now(function)?;
-    Ok(Some(
-        targets
-            .iter()
-            .zip(blocked)
-            .map(|(t, b)| t.verdict.map(|v| v.outcome(&t.policy, now)).or(*b))
-            .collect(),
-    ))
 }
 
-/// The outcome of a call of one bucket that this backend remembers short (a bucket in shadow mode never
-/// denies a call, whatever this backend remembers of it); `None` when it knows of none.
-///
-/// Only a call of one bucket: a call of several is denied with the longest wait of its short buckets
-/// (`Decision::combine`), which the store alone knows. Before, a multi-limit call denied from memory
-/// reported the remembered bucket's wait although another of its buckets could stay short longer (the
-/// caller retried too early), and a denied all-or-nothing batch reported the other keys as not short
-/// (found by the differential test of the two editions).
-fn known_short<S: Buckets>(
-    s: &S,
-    function: &'static str,
-    targets: &[Target<'_>],
-    cost: i64,
-) -> Result<Option<Vec<Outcome>>, ErrorReport> {
-    if cost == 0 || targets.len() != 1 {
-        return Ok(None);
+impl<S: Buckets> pipeline::Store for Seam<'_, S> {
+    type Error = ErrorReport;
+
+    fn now(&self) -> Result<i64, ErrorReport> {
+        self.s.now(self.function)
     }
-    let now = s.now(function)?;
-    // (a key with a fixed answer is not asked of its bucket: what this backend remembers of it is moot)
-    for (i, t) in targets
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| !t.shadow && t.verdict.is_none())
-    {
-        if let Some(denied) = short::denial(S::STORE, t, now, cost) {
-            let mut outcomes = vec![not_looked_at(); targets.len()];
-            outcomes[i] = denied;
-            return Ok(Some(outcomes));
+
+    fn read(&self, buckets: &[Target<'_>]) -> Result<Vec<Outcome>, ErrorReport> {
+        // (the pipeline reads only block buckets)
+        blocks::count_block_read();
+        self.s.peek_fresh(self.function, buckets)
+    }
+
+    fn take(&self, targets: &[Target<'_>], cost: i64) -> Result<Vec<Outcome>, ErrorReport> {
+        self.s.take(self.function, targets, cost)
+    }
+
+    fn count_denial(
+        &self,
+        owner: &Target<'_>,
+        bucket: &Target<'_>,
+        block_for: i64,
+    ) -> Result<Option<Outcome>, ErrorReport> {
+        // the lock order (see the module comment): the key's bucket before its block bucket
+        if !self.s.prepare_count(self.function, owner)? {
+            return Ok(None);
         }
+        let ask = Ask::CountDenial { block_for };
+        self.s.write(self.function, bucket, ask).map(Some)
     }
-    Ok(None)
-}
 
-/// [`take`] from the store, given the targets decided without their buckets (`decided[i]` is
-/// `targets[i]`'s: a block, a denial or an exemption by an override).
-fn take_unless_decided(
-    s: &impl Buckets,
-    function: &'static str,
-    targets: &[Target<'_>],
-    cost: i64,
-    decided: &[Option<Outcome>],
-) -> Result<Vec<Outcome>, ErrorReport> {
-    let enforced_denial = targets
-        .iter()
-        .zip(decided)
-        .position(|(t, d)| d.is_some_and(|o| !o.allowed) && !t.shadow);
-    if let Some(i) = enforced_denial {
-        // a blocked or denied key denies the call: no bucket is touched
-        let mut outcomes = vec![not_looked_at(); targets.len()];
-        outcomes[i] = decided[i].unwrap_or_else(not_looked_at);
-        return Ok(outcomes);
-    }
-    if decided.iter().all(Option::is_none) {
-        return take_from_store(s, function, targets, cost);
-    }
-    // the decided keys (exempt, or in shadow mode) leave their buckets alone; the others are asked
-    let open: Vec<Target<'_>> = targets
-        .iter()
-        .zip(decided)
-        .filter(|(_, d)| d.is_none())
-        .map(|(t, _)| *t)
-        .collect();
-    let mut asked = take_from_store(s, function, &open, cost)?.into_iter();
-    Ok(decided
-        .iter()
-        .map(|d| d.or_else(|| asked.next()).unwrap_or_else(not_looked_at))
-        .collect())
-}
-
-/// Asks the store, and remembers the buckets it found short.
-fn take_from_store<S: Buckets>(
-    s: &S,
-    function: &'static str,
-    targets: &[Target<'_>],
-    cost: i64,
-) -> Result<Vec<Outcome>, ErrorReport> {
-    if targets.is_empty() {
-        return Ok(Vec::new());
-    }
-    let outcomes = s.take(function, targets, cost)?;
-    if cost > 0 {
-        for (t, o) in targets.iter().zip(&outcomes) {
-            if o.allowed {
-                short::forget_taken(&t.namespace, t.key);
-            } else {
-                short::remember(S::STORE, t, o.state);
-            }
-        }
-    }
-    Ok(outcomes)
-}
-
-/// The outcome reported for a bucket a denied call did not look at.
-fn not_looked_at() -> Outcome {
-    Outcome {
-        allowed: true,
-        state: State { level: 0, at: 0 },
-        remaining: 0,
-        retry_after: None,
-        reset_after: 0,
+    fn reads_block_anyway(&self, target: &Target<'_>) -> Result<bool, ErrorReport> {
+        self.s.reads_block_anyway(self.function, target)
     }
 }
 
 /// Charges `cost` tokens to the bucket of `target`, whatever it holds, down to `max_debt` tokens below
-/// zero ([`crate::algorithm::Policy::charge`]); creates the bucket if it is missing. Always allowed;
+/// zero ([`rate_limit_model::algorithm::Policy::charge`]); creates the bucket if it is missing. Always allowed;
 /// returns the bucket afterwards. The table store locks, reads and writes or inserts the row; the memory
 /// store answers the charge on its take paths (lock-free for an existing bucket).
 pub fn charge(
@@ -283,12 +202,12 @@ fn slot_targets<'a>(target: &Target<'a>, names: &'a [String]) -> Vec<Target<'a>>
 fn slot_names(target: &Target<'_>) -> Vec<String> {
     let name = target.namespace.stored_name();
     (0..target.policy.rate())
-        .map(|slot| crate::algorithm::slot_namespace(name, slot))
+        .map(|slot| rate_limit_model::algorithm::slot_namespace(name, slot))
         .collect()
 }
 
 /// Acquires a lease of the key of `target` (a concurrency policy's bucket, see
-/// [`crate::algorithm::lease`]): the first free slot takes lease id `lease_id(random, slot)`. Returns the
+/// [`rate_limit_model::algorithm::lease`]): the first free slot takes lease id `lease_id(random, slot)`. Returns the
 /// decision's outcome over every slot and the lease when granted. The table store writes the slot in the
 /// caller's transaction (a ROLLBACK releases it) and never waits for another transaction's slot; the memory
 /// store swaps one slot at a time. Counted in the statistics like a take of one token.
@@ -302,37 +221,43 @@ pub fn acquire(
 }
 
 /// [`acquire`] in the store `s`.
-fn acquire_in(
-    s: &impl Buckets,
+fn acquire_in<S: Buckets>(
+    s: &S,
     function: &'static str,
     target: &Target<'_>,
     random: u64,
 ) -> Result<(Outcome, Option<i64>), ErrorReport> {
     let one = std::slice::from_ref(target);
+    let seam = Seam { s, function };
     // a blocked key gets no lease (under shadow mode, acquires ignore blocks: they never deny)
-    let blocked = if target.shadow {
-        vec![None]
-    } else {
-        blocks::blocked(s, function, one)?
-    };
-    if let Some(o) = blocked.first().copied().flatten() {
-        stats::record(one, &[o], 1);
-        return Ok((o, None));
+    if !target.shadow {
+        if let Some(o) = pipeline::blocks::blocked(&seam, one)?
+            .into_iter()
+            .flatten()
+            .next()
+        {
+            stats::record(one, &[o], 1);
+            return Ok((o, None));
+        }
     }
     let names = slot_names(target);
     let slots = slot_targets(target, &names);
     let (states, granted, now) = s.acquire(function, &slots, random)?;
-    let mut outcome =
-        crate::algorithm::leases_outcome(&target.policy, &states, now, granted.is_some(), granted);
-    blocks::count_denials(
-        s,
-        function,
-        one,
-        std::slice::from_mut(&mut outcome),
-        &blocked,
-    )?;
-    stats::record(one, &[outcome], 1);
-    Ok((outcome, granted.map(|s| s.level)))
+    let outcome = rate_limit_model::algorithm::leases_outcome(
+        &target.policy,
+        &states,
+        now,
+        granted.is_some(),
+        granted,
+    );
+    let mut answers = [Answer::of(outcome)];
+    pipeline::blocks::count_denials(&seam, one, &mut answers)?;
+    let [answer] = answers;
+    if answer.memo == Memo::Forget {
+        short::forget(&target.namespace, target.key);
+    }
+    stats::record(one, &[answer.outcome], 1);
+    Ok((answer.outcome, granted.map(|s| s.level)))
 }
 
 /// Releases lease `lease` of the key of `target` (a concurrency policy's bucket): true if it was held and
@@ -344,11 +269,11 @@ pub fn release(
     target: &Target<'_>,
     lease: i64,
 ) -> Result<bool, ErrorReport> {
-    let slot = crate::algorithm::slot_of(lease);
+    let slot = rate_limit_model::algorithm::slot_of(lease);
     if lease <= 0 || slot >= target.policy.rate() {
         return Ok(false);
     }
-    let name = crate::algorithm::slot_namespace(target.namespace.stored_name(), slot);
+    let name = rate_limit_model::algorithm::slot_namespace(target.namespace.stored_name(), slot);
     let names = [name];
     let t = &slot_targets(target, &names)[0];
     let ask = Ask::Release { lease };
@@ -481,7 +406,7 @@ pub struct MemoryBucket {
     /// Tokens now, in millionths (rounded down).
     pub millionths: i64,
     /// The numbers the bucket was last written under.
-    pub numbers: crate::algorithm::Policy,
+    pub numbers: rate_limit_model::algorithm::Policy,
     /// Last update, in microseconds on the wall clock.
     pub updated_at: i64,
 }

@@ -27,21 +27,17 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use crate::algorithm::{Outcome, Policy, State};
+use rate_limit_model::pipeline::Remembered;
+
 use crate::gucs::Store;
-use crate::target::{Namespace, Target};
+use rate_limit_model::algorithm::{Outcome, State};
+use rate_limit_model::target::{Namespace, Target};
 
 /// Buckets remembered at most per backend.
 pub const CAPACITY: usize = 4096;
 
-struct Entry {
-    policy: Policy,
-    changed_at: i64,
-    state: State,
-}
-
 thread_local! {
-    static SHORT: RefCell<HashMap<Vec<u8>, Entry>> = RefCell::new(HashMap::new());
+    static SHORT: RefCell<HashMap<Vec<u8>, Remembered>> = RefCell::new(HashMap::new());
     /// The buffer map keys are built in, so that a lookup allocates nothing.
     static KEY: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
@@ -75,23 +71,11 @@ pub fn denial(store: Store, target: &Target<'_>, now: i64, cost: i64) -> Option<
     with_key(store, &target.namespace, target.key, |key| {
         SHORT.with(|m| {
             let mut m = m.borrow_mut();
-            let e = m.get(key)?;
-            // (numbers changed at an instant still ahead of the clock, which stepped back past it, are not
-            // in effect yet: the store refills under the old ones until then, the memory would not)
-            if e.policy != target.policy
-                || e.changed_at != target.changed_at
-                || now < e.state.at
-                || now < target.changed_at
-            {
+            let denied = m.get(key)?.denial(target, now, cost);
+            if denied.is_none() {
                 m.remove(key);
-                return None;
             }
-            let outcome = e.policy.take(e.state, now, cost);
-            if outcome.allowed {
-                m.remove(key);
-                return None;
-            }
-            Some(outcome)
+            denied
         })
     })
 }
@@ -104,14 +88,7 @@ pub fn remember(store: Store, target: &Target<'_>, state: State) {
             if m.len() >= CAPACITY && !m.contains_key(key) {
                 m.clear();
             }
-            m.insert(
-                key.to_vec(),
-                Entry {
-                    policy: target.policy,
-                    changed_at: target.changed_at,
-                    state,
-                },
-            );
+            m.insert(key.to_vec(), Remembered::of(target, state));
         })
     });
 }
@@ -143,7 +120,7 @@ pub fn forget_all() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::Algorithm;
+    use rate_limit_model::algorithm::{Algorithm, Policy};
 
     const S: i64 = 1_000_000;
 

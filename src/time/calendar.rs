@@ -11,8 +11,8 @@ use pgrx::datum::Interval;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::pg_sys::{self};
 
-use crate::algorithm::{Calendar, Step, Zone};
 use crate::error;
+use rate_limit_model::algorithm::{Calendar, Step, Zone};
 
 /// The zone used when a calendar-window policy names none.
 pub const DEFAULT_ZONE: &str = "UTC";

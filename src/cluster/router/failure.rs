@@ -8,6 +8,7 @@ use pgrx::prelude::*;
 use pgrx::PgSqlErrorCode;
 
 use super::deadline;
+use crate::error;
 
 /// The function named in the router's answers.
 const F: &str = "rate_limit_router.forward";
@@ -240,13 +241,35 @@ fn router_forwarding_failed(
     let (message, state) = (message.unwrap_or_default(), state.unwrap_or_default());
     let failure = classify(message, state, deadline::passed());
     if matches!(failure, Failure::Unreachable | Failure::Late) && allow.unwrap_or(false) {
-        return super::forward::count_allowed();
+        return count_allowed(G);
     }
     if failure == Failure::Other {
         let code = packed(state).unwrap_or(PgSqlErrorCode::ERRCODE_INTERNAL_ERROR);
         return Err(ErrorReport::new(code, message.to_string(), G));
     }
     Err(answer(failure, message.to_string(), allow.unwrap_or(false)))
+}
+
+/// Counts one call allowed while its partition could not be reached (`nextval` of the router's sequence,
+/// which every role may advance).
+pub(super) fn count_allowed(function: &'static str) -> Result<(), ErrorReport> {
+    // SAFETY: catalog-cache lookups by name (InvalidOid when missing), then nextval_oid, a plain V1
+    // function of one regclass argument, which checks the caller's USAGE on the sequence itself.
+    unsafe {
+        let schema = pg_sys::get_namespace_oid(c"rate_limit_router".as_ptr(), true);
+        let sequence = pg_sys::get_relname_relid(c"allowed_while_down".as_ptr(), schema);
+        if schema == pg_sys::InvalidOid || sequence == pg_sys::InvalidOid {
+            return Err(error::bug(
+                function,
+                "rate_limit_router.allowed_while_down is missing",
+            ));
+        }
+        pgrx::direct_function_call::<i64>(
+            pg_sys::nextval_oid,
+            &[Some(pg_sys::Datum::from(sequence))],
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

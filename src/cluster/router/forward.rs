@@ -29,7 +29,7 @@ use pgrx::spi::Spi;
 use pgrx::{FromDatum, IntoDatum, PgSqlErrorCode};
 
 use super::deadline;
-use super::failure::{answer, classify_caught, fails_closed, parts, Failure};
+use super::failure::{answer, classify_caught, count_allowed, fails_closed, parts, Failure};
 use crate::error;
 
 /// What one forwarded function is (a row of `rate_limit_router.forwarded`, with its PL/Proxy function).
@@ -298,7 +298,7 @@ unsafe fn forward_or_allow(
                     Failure::Other => caught.rethrow(),
                     failure => return Err(answer(failure, parts(&caught).1, true)),
                 }
-                count_allowed()?;
+                count_allowed(F)?;
                 allowed_answer(fcinfo, f)
             }
         }
@@ -356,28 +356,6 @@ fn hash_text(key: &str) -> i32 {
     let len = std::ffi::c_int::try_from(key.len()).unwrap_or(std::ffi::c_int::MAX);
     // SAFETY: reads `len` bytes of `key`, which has at least that many; pure arithmetic.
     unsafe { hash_bytes(key.as_ptr(), len) as i32 }
-}
-
-/// Counts one call allowed while its partition could not be reached (`nextval` of the router's sequence,
-/// which every role may advance).
-pub(super) fn count_allowed() -> Result<(), ErrorReport> {
-    // SAFETY: catalog-cache lookups by name (InvalidOid when missing), then nextval_oid, a plain V1
-    // function of one regclass argument, which checks the caller's USAGE on the sequence itself.
-    unsafe {
-        let schema = pg_sys::get_namespace_oid(c"rate_limit_router".as_ptr(), true);
-        let sequence = pg_sys::get_relname_relid(c"allowed_while_down".as_ptr(), schema);
-        if schema == pg_sys::InvalidOid || sequence == pg_sys::InvalidOid {
-            return Err(error::bug(
-                F,
-                "rate_limit_router.allowed_while_down is missing",
-            ));
-        }
-        pgrx::direct_function_call::<i64>(
-            pg_sys::nextval_oid,
-            &[Some(pg_sys::Datum::from(sequence))],
-        );
-    }
-    Ok(())
 }
 
 /// The answer of a call allowed while its partition could not be reached: 0 for `rate_limiting_request`;

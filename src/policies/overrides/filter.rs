@@ -156,8 +156,7 @@ fn positions(header: &Header, database: u32, policy: &str, key: &str) -> [u64; H
 pub fn add(policy: &str, key: &str) {
     let Some(header) = header() else { return };
     let bits = bits(header);
-    // SAFETY: MyDatabaseId is a plain global of the backend, read on its only thread.
-    let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    let database = crate::backend::current_database();
     for p in positions(header, database, policy, key) {
         bits[(p / 64) as usize].fetch_or(1 << (p % 64), Ordering::SeqCst);
     }
@@ -174,9 +173,9 @@ pub fn may_have(
     let Some(header) = header() else {
         return Ok(None);
     };
-    // SAFETY: plain reads of backend globals and shared state set at start.
-    let (database, recovering) =
-        unsafe { (pg_sys::MyDatabaseId.to_u32(), pg_sys::RecoveryInProgress()) };
+    let database = crate::backend::current_database();
+    // SAFETY: a plain read of shared state set at start.
+    let recovering = unsafe { pg_sys::RecoveryInProgress() };
     if recovering || citus_installed() || !ready(function, header, database)? {
         return Ok(None);
     }

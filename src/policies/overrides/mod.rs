@@ -31,9 +31,9 @@ use super::{build, Named};
 
 pub mod filter;
 mod read;
-use crate::algorithm::{Algorithm, Policy};
 use crate::error;
-use crate::target::Verdict;
+use rate_limit_model::algorithm::{Algorithm, Policy};
+use rate_limit_model::target::Verdict;
 
 /// What an override gives its key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

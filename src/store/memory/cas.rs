@@ -5,65 +5,12 @@
 //! failed swap re-reads and re-evaluates: exact). Where the CPU has no lock-free 128-bit compare-and-swap,
 //! the caller takes the exclusive path instead.
 
-use std::sync::atomic::Ordering;
-
-use portable_atomic::AtomicU128;
-
+use super::atomic_state::AtomicState;
 use super::guards::SharedGuard;
 use super::segment::Table;
 use super::slots::{slot_policy, Probe};
-use crate::algorithm::{Outcome, Policy, State};
-use crate::target::{Ask, Stored, Target};
-
-/// A bucket's state (level and instant) as one 128-bit word, so that it can be swapped atomically.
-#[repr(transparent)]
-pub struct AtomicState(AtomicU128);
-
-impl AtomicState {
-    /// A word holding `state`.
-    pub fn new(state: State) -> AtomicState {
-        AtomicState(AtomicU128::new(Self::pack(state)))
-    }
-
-    fn pack(state: State) -> u128 {
-        (u128::from(state.at as u64) << 64) | u128::from(state.level as u64)
-    }
-
-    fn unpack(word: u128) -> State {
-        State {
-            level: word as u64 as i64,
-            at: (word >> 64) as u64 as i64,
-        }
-    }
-
-    /// The state now.
-    pub fn load(&self) -> State {
-        Self::unpack(self.0.load(Ordering::Acquire))
-    }
-
-    /// Writes `state` (under the exclusive lock, or when nobody else can see the slot).
-    pub fn store(&self, state: State) {
-        self.0.store(Self::pack(state), Ordering::Release);
-    }
-
-    /// Replaces `current` with `new` if the word still holds `current`; false if it changed meanwhile.
-    pub fn swap_if(&self, current: State, new: State) -> bool {
-        self.0
-            .compare_exchange(
-                Self::pack(current),
-                Self::pack(new),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_ok()
-    }
-
-    /// Whether swaps are lock-free on this CPU. Only then may two processes swap the same word concurrently:
-    /// the fallback of `portable_atomic` locks process-local memory, which processes do not share.
-    pub fn swaps_are_lock_free() -> bool {
-        AtomicU128::is_lock_free()
-    }
-}
+use rate_limit_model::algorithm::{Outcome, Policy, State};
+use rate_limit_model::target::{Ask, Stored, Target};
 
 /// Answers `ask` for one existing bucket under its partition's SHARED lock, by compare-and-swap
 /// ([`swap_take`]). `None` when the bucket must be written under the exclusive lock: it does not exist
@@ -145,16 +92,16 @@ fn swap_take(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::Algorithm;
+    use rate_limit_model::algorithm::Algorithm;
     use std::collections::HashMap;
-    use std::sync::atomic::{AtomicI64, AtomicU64};
+    use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
     use std::sync::Mutex;
 
     const S: i64 = 1_000_000;
 
     fn target(policy: Policy) -> Target<'static> {
         Target {
-            namespace: crate::target::Namespace::AdHoc,
+            namespace: rate_limit_model::target::Namespace::AdHoc,
             key: "k",
             policy,
             changed_at: i64::MIN,

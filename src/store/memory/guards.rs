@@ -7,8 +7,25 @@ use pgrx::pg_sys;
 
 use super::segment::{PartitionPointers, Table};
 use super::slots::{probe, Partition, PartitionHeader, Probe, Slot};
-use crate::target::MAX_TARGETS;
 use rate_limit_model::shares::{Count, Owners};
+use rate_limit_model::target::MAX_TARGETS;
+
+/// The partitions' locks, taken through the guards that make reading and writing under them safe.
+impl Table {
+    /// Locks partition `p` (taken modulo the partition count) SHARED: read access until the guard drops.
+    pub fn lock_shared(&self, p: u32) -> SharedGuard<'_> {
+        let p = p % self.header.partitions;
+        // SAFETY: p < partitions; the guard takes the lock before it borrows the header and slots.
+        unsafe { SharedGuard::acquire(self.partition(p)) }
+    }
+
+    /// Locks partition `p` (taken modulo the partition count) EXCLUSIVE: write access until the guard drops.
+    pub fn lock_exclusive(&self, p: u32) -> ExclusiveGuard<'_> {
+        let p = p % self.header.partitions;
+        // SAFETY: p < partitions; the guard takes the lock before it borrows the header and slots.
+        unsafe { ExclusiveGuard::acquire(self.partition(p), self.header.limit_per_partition) }
+    }
+}
 
 /// A partition locked SHARED: it can only be read.
 pub(super) struct SharedGuard<'a> {

@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::target::Namespace;
+use rate_limit_model::target::Namespace;
 
 /// Words of the bitmap (1 024 bits, 128 bytes of the segment's header).
 pub const WORDS: usize = 16;

@@ -47,6 +47,7 @@
 //! mint tokens nor freeze buckets here; across a restart, `snapshot` converts instants through the wall
 //! clock. Listings show instants converted to the wall clock of the moment of the listing.
 
+mod atomic_state;
 mod cas;
 mod guards;
 mod hand_blocks;
@@ -58,12 +59,14 @@ mod snapshot;
 
 use pgrx::pg_sys::panic::ErrorReport;
 
-use crate::algorithm::{Outcome, Policy, State};
+use crate::backend::{current_database, current_role};
 use crate::gucs;
-use crate::target::{evaluate_all, Ask, Kind, Namespace, Stored, Target, MAX_TARGETS};
-use cas::{take_shared_at, AtomicState};
+use atomic_state::AtomicState;
+use cas::take_shared_at;
+use rate_limit_model::algorithm::{Outcome, Policy, State};
 use rate_limit_model::shares;
-use segment::{current_database, current_role, role_is_superuser, Table};
+use rate_limit_model::target::{evaluate_all, Ask, Kind, Namespace, Stored, Target, MAX_TARGETS};
+use segment::{role_is_superuser, Table};
 use slots::{
     kind_from_byte, shown_key, slot_is_full, slot_policy, stored_of, write_policy, Probe, Slot,
     KIND_POLICY,
@@ -379,9 +382,10 @@ pub fn usage(function: &'static str) -> Result<Usage, ErrorReport> {
         total_bytes: total,
         bytes_per_bucket: total / i64::from(h.max_buckets.max(1)),
         lossless_evictions: h
-            .lossless_evictions
+            .evictions
+            .lossless
             .load(std::sync::atomic::Ordering::Relaxed) as i64,
-        lossy_evictions: h.lossy_evictions.load(std::sync::atomic::Ordering::Relaxed) as i64,
+        lossy_evictions: h.evictions.lossy.load(std::sync::atomic::Ordering::Relaxed) as i64,
         refused_full: h.refused_full.load(std::sync::atomic::Ordering::Relaxed) as i64,
         share_percent: i64::from(share),
         share_buckets: i64::from(shares::cap(h.limit_per_partition, share))

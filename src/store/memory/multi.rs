@@ -10,12 +10,14 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::PgSqlErrorCode;
 
 use super::guards::Locked;
-use super::segment::{current_database, current_role, role_is_superuser, Table};
+use super::segment::{role_is_superuser, Table};
 use super::slots::{new_slot, stored_of, write_policy, Evict, Probe, Whose};
-use crate::algorithm::Outcome;
+use crate::backend::current_database;
+use crate::backend::current_role;
 use crate::gucs::{self, OnFull};
-use crate::target::{granted, Ask, Target, MAX_TARGETS};
+use rate_limit_model::algorithm::Outcome;
 use rate_limit_model::shares::{self, Caller, NoRoom, Room};
+use rate_limit_model::target::{granted, Ask, Target, MAX_TARGETS};
 
 /// Answers `ask` for every target under the exclusive locks of their partitions, all or nothing: nothing
 /// is written unless the call is granted ([`granted`]), and then every allowed outcome is written (a
@@ -63,7 +65,7 @@ pub(super) fn take_exclusive(
             &caller,
             lossy,
         ) {
-            if !g.make_room(now, evict, table.header, hashes) {
+            if !g.make_room(now, evict, &table.header.evictions, hashes) {
                 drop(locked);
                 table.header.refused_full.fetch_add(1, Ordering::Relaxed);
                 return Err(full_error(function, why, &caller, table));

@@ -13,11 +13,13 @@ use pgrx::pg_sys::panic::ErrorReport;
 
 use std::cell::Cell;
 
-use super::cas::{take_under, AtomicState};
+use super::atomic_state::AtomicState;
+use super::cas::take_under;
 use super::hand_blocks::Bit;
-use super::segment::{current_database, key_hash, Table};
-use crate::algorithm::Outcome;
-use crate::target::{Ask, Namespace, Target};
+use super::segment::{key_hash, Table};
+use crate::backend::current_database;
+use rate_limit_model::algorithm::Outcome;
+use rate_limit_model::target::{Ask, Namespace, Target};
 
 /// How many keys ahead of its take a key's bucket is loaded: enough for a miss (a few hundred nanoseconds)
 /// to complete while the keys before it are decided.

@@ -16,14 +16,13 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::PgSqlErrorCode;
 use siphasher::sip128::{Hasher128, SipHasher13};
 
-use super::guards::{ExclusiveGuard, SharedGuard};
 use super::hand_blocks::HandBlocks;
-use super::slots::{kind_of, PartitionHeader, Slot};
+use super::slots::{kind_of, Evictions, PartitionHeader, Slot};
 use crate::gucs;
 use crate::shmem;
-use crate::target::Namespace;
 use crate::time::clock;
 use rate_limit_model::shares::{self, Count};
+use rate_limit_model::target::Namespace;
 
 const SEGMENT_NAME: &CStr = c"rate_limit memory store";
 const TRANCHE_NAME: &CStr = c"rate_limit";
@@ -39,8 +38,7 @@ pub(super) struct Header {
     pub limit_per_partition: u32,
     pub max_buckets: u32,
     pub locks: *mut pg_sys::LWLockPadded,
-    pub lossless_evictions: AtomicU64,
-    pub lossy_evictions: AtomicU64,
+    pub evictions: Evictions,
     pub refused_full: AtomicU64,
     /// The policies a key of which was blocked by hand in this store since it started (every policy when
     /// a block bucket was loaded at start): calls read the block buckets of a policy without a penalty
@@ -49,24 +47,6 @@ pub(super) struct Header {
 }
 
 impl Header {
-    /// A header for a table of the given geometry that lives outside shared memory (the model tests).
-    #[cfg(test)]
-    pub fn detached(g: Geometry) -> Header {
-        Header {
-            seed: [0; 2],
-            clock_base: 0,
-            partitions: g.partitions,
-            slots_per_partition: g.slots_per_partition,
-            limit_per_partition: g.limit_per_partition,
-            max_buckets: g.partitions * g.limit_per_partition,
-            locks: ptr::null_mut(),
-            lossless_evictions: AtomicU64::new(0),
-            lossy_evictions: AtomicU64::new(0),
-            refused_full: AtomicU64::new(0),
-            hand_blocks: HandBlocks::new(),
-        }
-    }
-
     fn geometry(&self) -> Geometry {
         Geometry {
             partitions: self.partitions,
@@ -166,8 +146,7 @@ pub unsafe fn attach_or_create() -> bool {
                 limit_per_partition: g.limit_per_partition,
                 max_buckets: gucs::max_buckets().max(1) as u32,
                 locks: pg_sys::GetNamedLWLockTranche(TRANCHE_NAME.as_ptr()),
-                lossless_evictions: AtomicU64::new(0),
-                lossy_evictions: AtomicU64::new(0),
+                evictions: Evictions::new(),
                 refused_full: AtomicU64::new(0),
                 hand_blocks: HandBlocks::new(),
             });
@@ -238,7 +217,7 @@ impl Table {
     /// each key of a run over one namespace, it hashes only the key.
     pub fn namespace_hasher(&self, namespace: &Namespace<'_>) -> SipHasher13 {
         let mut hasher = SipHasher13::new_with_keys(self.header.seed[0], self.header.seed[1]);
-        hasher.write_u32(current_database());
+        hasher.write_u32(crate::backend::current_database());
         hasher.write_u8(kind_of(namespace));
         hasher.write_i64(namespace.created_at());
         hasher.write(namespace.stored_name().as_bytes());
@@ -250,7 +229,7 @@ impl Table {
     ///
     /// # Safety
     /// `p < partitions`; the caller must hold the partition's lock before dereferencing the pointers.
-    unsafe fn partition(&self, p: u32) -> PartitionPointers {
+    pub(super) unsafe fn partition(&self, p: u32) -> PartitionPointers {
         let h = self.header;
         let g = h.geometry();
         let base = (h as *const Header).cast::<u8>();
@@ -282,20 +261,6 @@ impl Table {
                 slots_len: g.slots_per_partition,
             }
         }
-    }
-
-    /// Locks partition `p` (taken modulo the partition count) SHARED: read access until the guard drops.
-    pub fn lock_shared(&self, p: u32) -> SharedGuard<'_> {
-        let p = p % self.header.partitions;
-        // SAFETY: p < partitions; the guard takes the lock before it borrows the header and slots.
-        unsafe { SharedGuard::acquire(self.partition(p)) }
-    }
-
-    /// Locks partition `p` (taken modulo the partition count) EXCLUSIVE: write access until the guard drops.
-    pub fn lock_exclusive(&self, p: u32) -> ExclusiveGuard<'_> {
-        let p = p % self.header.partitions;
-        // SAFETY: p < partitions; the guard takes the lock before it borrows the header and slots.
-        unsafe { ExclusiveGuard::acquire(self.partition(p), self.header.limit_per_partition) }
     }
 
     /// The partition of a bucket.
@@ -373,20 +338,6 @@ impl PartitionPointers {
             ptr::slice_from_raw_parts_mut(roles, self.owner_table_len),
         )
     }
-}
-
-/// The OID of the database this backend is connected to.
-pub(super) fn current_database() -> u32 {
-    // SAFETY: MyDatabaseId is a plain global of the backend, set at connection and read on its only thread.
-    unsafe { pg_sys::MyDatabaseId }.to_u32()
-}
-
-/// The OID of the session's login role (which `SET ROLE` and security-definer functions do not change):
-/// whose buckets the role share counts.
-pub(super) fn current_role() -> u32 {
-    // SAFETY: called in a backend of a connected session, where the session user is set at start and read
-    // on the backend's only thread.
-    unsafe { pg_sys::GetSessionUserId() }.to_u32()
 }
 
 /// Whether the session's login role is a superuser (not held to `rate_limit.role_share`).

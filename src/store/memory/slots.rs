@@ -4,15 +4,15 @@
 //! the partition's lock; the model test below drives them directly, without PostgreSQL.
 
 use std::hash::Hasher;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use siphasher::sip128::{Hasher128, SipHasher13};
 
-use super::cas::AtomicState;
-use super::segment::{current_database, current_role, Header};
-use crate::algorithm::{Algorithm, Policy, State};
-use crate::target::{owning_policy, Kind, Namespace, Stored};
+use super::atomic_state::AtomicState;
+use crate::backend::{current_database, current_role};
+use rate_limit_model::algorithm::{Algorithm, Policy, State};
 use rate_limit_model::shares::{Count, Owners};
+use rate_limit_model::target::{owning_policy, Kind, Namespace, Stored};
 
 /// Slots an insert into a full partition examines at most to find a bucket to evict.
 pub const EVICTION_SCAN: usize = 128;
@@ -26,7 +26,7 @@ pub(super) const KIND_AD_HOC: u8 = 2;
 pub(super) const KIND_POLICY: u8 = 3;
 
 /// One bucket. `used` is 0 for an empty slot, else the kind of bucket (`KIND_*`). The numbers (`algorithm`,
-/// `rate`, `period_us`, `burst`) are those the level was last written under (see `crate::algorithm`); only
+/// `rate`, `period_us`, `burst`) are those the level was last written under (see `rate_limit_model::algorithm`); only
 /// `state` changes while the partition is locked SHARED.
 #[repr(C)]
 pub(super) struct Slot {
@@ -76,6 +76,25 @@ pub(super) struct PartitionHeader {
     pub count: u32,
     /// Where the next eviction scan starts.
     pub hand: u32,
+}
+
+/// How many buckets inserts have evicted, over the whole store (in its header; read by `usage`).
+#[repr(C)]
+pub(super) struct Evictions {
+    /// Full buckets evicted (nothing lost: a missing bucket is full).
+    pub lossless: AtomicU64,
+    /// Buckets evicted that were not full (their callers get a full bucket again).
+    pub lossy: AtomicU64,
+}
+
+impl Evictions {
+    /// No eviction yet.
+    pub fn new() -> Evictions {
+        Evictions {
+            lossless: AtomicU64::new(0),
+            lossy: AtomicU64::new(0),
+        }
+    }
 }
 
 /// Where a probe ended.
@@ -223,7 +242,7 @@ impl Partition<'_> {
         &mut self,
         now: i64,
         evict: Evict,
-        stats: &Header,
+        evictions: &Evictions,
         protect: &[[u64; 2]],
     ) -> bool {
         let n = self.slots.len();
@@ -239,7 +258,7 @@ impl Partition<'_> {
             if evict.full.matches(s) && slot_is_full(s, now) {
                 self.header.hand = ((i + 1) % n) as u32;
                 self.remove(i);
-                stats.lossless_evictions.fetch_add(1, Ordering::Relaxed);
+                evictions.lossless.fetch_add(1, Ordering::Relaxed);
                 return true;
             }
             if evict.oldest.is_some_and(|w| w.matches(s))
@@ -251,7 +270,7 @@ impl Partition<'_> {
         self.header.hand = ((start + scan) % n) as u32;
         if let Some(i) = oldest {
             self.remove(i);
-            stats.lossy_evictions.fetch_add(1, Ordering::Relaxed);
+            evictions.lossy.fetch_add(1, Ordering::Relaxed);
             return true;
         }
         false
@@ -404,12 +423,8 @@ mod tests {
         s
     }
 
-    fn stats() -> Header {
-        Header::detached(Geometry {
-            partitions: 1,
-            limit_per_partition: 8,
-            slots_per_partition: 11,
-        })
+    fn stats() -> Evictions {
+        Evictions::new()
     }
 
     #[derive(Clone, Debug)]

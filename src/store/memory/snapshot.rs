@@ -13,14 +13,14 @@
 //! policies that may hold a block by hand is saved with the buckets (a file of 0.4.0 or 0.3.0, without it,
 //! notes every policy when it holds a block bucket).
 
-use super::cas::AtomicState;
+use super::atomic_state::AtomicState;
 use super::hand_blocks::WORDS;
 use super::segment::{Table, SEGMENT};
 use super::slots::{
     id_prefix, slot_policy, Probe, Slot, ID_PREFIX, KIND_AD_HOC, KIND_POLICY, KIND_REQUEST,
 };
-use crate::algorithm::{Algorithm, State};
 use crate::persist;
+use rate_limit_model::algorithm::{Algorithm, State};
 
 const FILE: &str = "pg_stat/rate_limit.memory";
 /// The format written: each bucket with the login role that made it, and the bitmap of the policies that

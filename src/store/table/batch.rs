@@ -22,9 +22,9 @@ use pgrx::spi::{Spi, SpiClient};
 
 use super::sql::stored_row;
 use super::{read_only, spi, timestamptz};
-use crate::algorithm::Outcome;
-use crate::target::{Ask, Stored, Target};
 use crate::time::clock;
+use rate_limit_model::algorithm::Outcome;
+use rate_limit_model::target::{Ask, Stored, Target};
 
 /// Creates the missing rows of `$2` (sorted, distinct) full, and locks every existing one, key by key in
 /// key order; returns the keys it created. `DO UPDATE … WHERE false` locks a conflicting row (waiting for

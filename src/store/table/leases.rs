@@ -29,10 +29,10 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 use std::hash::Hasher;
 
 use super::{one_key, plans_for, read, read_only, read_with, row_args, spi, timestamptz, write};
-use crate::algorithm::{lease_id, State};
 use crate::error;
-use crate::target::{Ask, Target};
 use crate::time::clock;
+use rate_limit_model::algorithm::{lease_id, State};
+use rate_limit_model::target::{Ask, Target};
 
 /// Whether this transaction got the lock of the slot `target` (see the module comment): tried, never
 /// waited for, held until the transaction ends.
@@ -57,8 +57,7 @@ fn slot_lock_tag(namespace: &str, key: &str) -> pg_sys::LOCKTAG {
     h.write(key.as_bytes());
     let hash = h.finish128();
     pg_sys::LOCKTAG {
-        // SAFETY: MyDatabaseId is a plain global of this backend, set once it connected.
-        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        locktag_field1: crate::backend::current_database(),
         locktag_field2: (hash.h1 >> 32) as u32,
         locktag_field3: hash.h1 as u32,
         locktag_field4: hash.h2 as u16,

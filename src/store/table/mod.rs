@@ -50,10 +50,10 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::spi::{OwnedPreparedStatement, Spi, SpiClient, SpiError};
 use pgrx::PgSqlErrorCode;
 
-use crate::algorithm::{Algorithm, Outcome, Policy, State};
 use crate::error;
-use crate::target::{evaluate_all, granted, Namespace, Stored, Target};
 use crate::time::clock;
+use rate_limit_model::algorithm::{Algorithm, Outcome, Policy, State};
+use rate_limit_model::target::{evaluate_all, granted, Namespace, Stored, Target};
 
 /// How often a call starts again (its row changed, vanished or appeared under it) before it gives up with
 /// 40001.

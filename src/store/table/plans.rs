@@ -9,7 +9,7 @@ use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiError};
 
 use super::{spi, COLUMNS, DELETE, INSERT, SET_STATE, TAKE, WHERE_BUCKET};
 use crate::cluster::shards;
-use crate::target::Target;
+use rate_limit_model::target::Target;
 
 /// The saved plans of this backend for one relation: the state table, or under Citus one of its shards on
 /// this node (see [`plans_for`]).

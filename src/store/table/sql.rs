@@ -20,9 +20,9 @@ use pgrx::datum::{AnyNumeric, TimestampWithTimeZone};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
-use crate::algorithm::{Algorithm, Policy, State};
 use crate::error;
-use crate::target::Stored;
+use rate_limit_model::algorithm::{Algorithm, Policy, State};
+use rate_limit_model::target::Stored;
 
 /// The arguments of one evaluation of `TAKE`'s arithmetic.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,270 @@
+//! The call pipeline: how one take combines everything that can decide it, written once over a narrow
+//! [`Store`] that both of the extension's stores (and the tests' in-memory one) implement. Per-key
+//! overrides and policies are resolved by the caller (they are in each [`Target`]); what is decided here:
+//!
+//! 1. a bucket this backend remembers short denies a call of one bucket from that memory (the memory is
+//!    the caller's: it is asked through a function, and told what to remember through [`Memo`]);
+//! 2. else the keys' block buckets are read ([`blocks::blocked`]); a key's override answer (deny, exempt)
+//!    comes before its block;
+//! 3. a key denied by its override or block denies the call unless it is in shadow mode: no bucket is
+//!    touched; else the store takes `cost` from every target left open, all or nothing;
+//! 4. the denials are counted in their policies' penalty boxes ([`blocks::count_denials`]).
+//!
+//! The result is one [`Answer`] per target: its outcome, whether its block denied it (statistics), and
+//! what the backend's short-bucket memory should do with its bucket. The caller applies those effects
+//! and counts the statistics; the Citus guard, blocks by hand and read-only rules stay in the store
+//! adapters.
+//!
+//! # The lock order
+//! A store that holds locks until the caller's transaction ends (the table store) must never be asked in
+//! an order that lets two calls wait for each other in a cycle. Every call here locks:
+//! - the buckets it writes through one [`Store::take`] (a store locks them in (namespace, key) order);
+//! - then, through [`Store::count_denial`], each denied key's bucket (if not held already) and after it
+//!   that key's block bucket, the denied keys in (namespace, key) order.
+//!
+//! So every bucket a call locks after its first is above the ones it holds, in (namespace, key) order,
+//! and a block bucket is locked only by a call that holds its key's bucket, so a call waiting for a block
+//! bucket never waits for a call that waits for it. Block buckets are only read ([`Store::read`]), never
+//! locked, before the take. The tests check the locks of every generated call.
+
+pub mod blocks;
+#[cfg(test)]
+mod tests;
+
+use crate::algorithm::{Outcome, State};
+use crate::target::Target;
+
+/// What the pipeline needs of a store. Every method answers from the store itself.
+pub trait Store {
+    /// The store's error (the extension's is a PostgreSQL error report).
+    type Error;
+
+    /// Now on this store's clock, in µs.
+    fn now(&self) -> Result<i64, Self::Error>;
+
+    /// Reports every bucket of `buckets` as it is now, writing nothing and locking nothing (in a fresh
+    /// snapshot where the store has snapshots: a block committed since the caller's transaction began is
+    /// seen).
+    fn read(&self, buckets: &[Target<'_>]) -> Result<Vec<Outcome>, Self::Error>;
+
+    /// Takes `cost` tokens from every target, all or nothing (cost 0 only reports), under the store's
+    /// concurrency: one outcome per target. Denied: nothing written. Granted: every allowed outcome's state
+    /// written (a denied one is of a bucket in shadow mode, and keeps its state).
+    fn take(&self, targets: &[Target<'_>], cost: i64) -> Result<Vec<Outcome>, Self::Error>;
+
+    /// Counts one denial of `owner`'s key in `bucket` (its block bucket, created when missing), after
+    /// locking `owner`'s bucket (the lock order above): the block bucket afterwards, `None` when the store
+    /// cannot write now (a read-only transaction of the table store).
+    fn count_denial(
+        &self,
+        owner: &Target<'_>,
+        bucket: &Target<'_>,
+        block_for: i64,
+    ) -> Result<Option<Outcome>, Self::Error>;
+
+    /// Whether a call on `target` must read its key's block bucket although its policy says no key can be
+    /// blocked: blocks by hand the store could not note in the policy (see
+    /// [`crate::target::Blocking::may_be_blocked`]).
+    fn reads_block_anyway(&self, target: &Target<'_>) -> Result<bool, Self::Error>;
+}
+
+/// What the backend's memory of short buckets should do with a target's bucket after a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Memo {
+    /// Nothing: the bucket was not asked.
+    Keep,
+    /// Forget it: tokens were taken from it, or its key is blocked now (what was remembered would report
+    /// more than it holds, or answer before the block).
+    Forget,
+    /// Remember it short, in this state (under the target's numbers).
+    Remember(State),
+}
+
+/// The answer of a call for one of its targets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// The target's outcome; a bucket the call did not need to look at is reported as allowed.
+    pub outcome: Outcome,
+    /// Whether the key's block (not an override) denied it.
+    pub by_block: bool,
+    /// What to remember of its bucket.
+    pub memo: Memo,
+}
+
+impl Answer {
+    /// The answer `outcome` of a target decided by its bucket, with nothing to remember yet.
+    pub fn of(outcome: Outcome) -> Answer {
+        Answer {
+            outcome,
+            by_block: false,
+            memo: Memo::Keep,
+        }
+    }
+
+    /// A target the call did not look at.
+    fn not_looked_at() -> Answer {
+        Answer::of(Outcome {
+            allowed: true,
+            state: State { level: 0, at: 0 },
+            remaining: 0,
+            retry_after: None,
+            reset_after: 0,
+        })
+    }
+}
+
+/// The outcomes of `answers`, in order.
+pub fn outcomes(answers: &[Answer]) -> Vec<Outcome> {
+    answers.iter().map(|a| a.outcome).collect()
+}
+
+/// Asks every target for `cost` tokens, all or nothing (cost 0 only reports); one answer per target.
+/// `remembered_short(target, now, cost)` is the backend's memory of short buckets: the denial it
+/// remembers for that bucket, if any.
+///
+/// Denied ([`crate::target::granted`] false over the outcomes): at least one outcome of a target not in
+/// shadow mode is denied and nothing was taken. Granted: every allowed outcome's tokens were taken, and a
+/// denied one (of a target in shadow mode) took nothing. A key with an override's answer is never asked
+/// of its bucket; an exempt key is granted with nothing taken.
+pub fn take<S: Store>(
+    s: &S,
+    remembered_short: impl FnMut(&Target<'_>, i64, i64) -> Option<Outcome>,
+    targets: &[Target<'_>],
+    cost: i64,
+) -> Result<Vec<Answer>, S::Error> {
+    let mut answers = vec![Answer::not_looked_at(); targets.len()];
+    match known_short(s, remembered_short, targets, cost)? {
+        Some((i, denied)) => answers[i].outcome = denied,
+        None => decide(s, targets, cost, &mut answers)?,
+    }
+    if cost > 0 {
+        blocks::count_denials(s, targets, &mut answers)?;
+    }
+    Ok(answers)
+}
+
+/// The target denied from the backend's memory, and its denial: only a call of one bucket (a call of
+/// several is denied with the longest wait of its short buckets, which the store alone knows), and not a
+/// bucket in shadow mode (which never denies) nor one with an override's answer (not asked of its bucket).
+fn known_short<S: Store>(
+    s: &S,
+    mut remembered_short: impl FnMut(&Target<'_>, i64, i64) -> Option<Outcome>,
+    targets: &[Target<'_>],
+    cost: i64,
+) -> Result<Option<(usize, Outcome)>, S::Error> {
+    let [t] = targets else {
+        return Ok(None);
+    };
+    if cost == 0 || t.shadow || t.verdict.is_some() {
+        return Ok(None);
+    }
+    let now = s.now()?;
+    Ok(remembered_short(t, now, cost).map(|denied| (0, denied)))
+}
+
+/// Decides a call no memory answered: overrides and blocks first, then the store for the targets they
+/// leave open.
+fn decide<S: Store>(
+    s: &S,
+    targets: &[Target<'_>],
+    cost: i64,
+    answers: &mut [Answer],
+) -> Result<(), S::Error> {
+    // each target's outcome decided without its bucket: its override's answer, else its block
+    let mut decided = blocks::blocked(s, targets)?;
+    for (a, d) in answers.iter_mut().zip(&decided) {
+        a.by_block = d.is_some();
+    }
+    if targets.iter().any(|t| t.verdict.is_some()) {
+        let now = s.now()?;
+        for (t, d) in targets.iter().zip(decided.iter_mut()) {
+            if let Some(v) = t.verdict {
+                *d = Some(v.outcome(&t.policy, now));
+            }
+        }
+    }
+    let enforced_denial = targets
+        .iter()
+        .zip(&decided)
+        .position(|(t, d)| d.is_some_and(|o| !o.allowed) && !t.shadow);
+    if let Some(i) = enforced_denial {
+        // a blocked or denied key denies the call: no bucket is touched
+        if let Some(o) = decided[i] {
+            answers[i].outcome = o;
+        }
+        return Ok(());
+    }
+    let asked: Vec<usize> = (0..targets.len())
+        .filter(|&i| decided[i].is_none())
+        .collect();
+    for (a, d) in answers.iter_mut().zip(&decided) {
+        if let Some(o) = d {
+            a.outcome = *o;
+        }
+    }
+    if asked.is_empty() {
+        return Ok(());
+    }
+    let taken = if asked.len() == targets.len() {
+        s.take(targets, cost)?
+    } else {
+        // the decided keys (exempt, or in shadow mode) leave their buckets alone
+        let open: Vec<Target<'_>> = asked.iter().map(|&i| targets[i]).collect();
+        s.take(&open, cost)?
+    };
+    for (&i, o) in asked.iter().zip(taken) {
+        answers[i].outcome = o;
+        if cost > 0 {
+            answers[i].memo = if o.allowed {
+                Memo::Forget
+            } else {
+                Memo::Remember(o.state)
+            };
+        }
+    }
+    Ok(())
+}
+
+/// A bucket a backend remembers short: its state at the instant of the denial, under the numbers of the
+/// call that saw it (see [`Remembered::denial`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Remembered {
+    /// The numbers the state was evaluated under.
+    pub policy: crate::algorithm::Policy,
+    /// When those numbers took effect (the target's `changed_at`).
+    pub changed_at: i64,
+    /// The bucket's state at the denial.
+    pub state: State,
+}
+
+impl Remembered {
+    /// What a backend remembers of `target`'s bucket found short in `state`.
+    pub fn of(target: &Target<'_>, state: State) -> Remembered {
+        Remembered {
+            policy: target.policy,
+            changed_at: target.changed_at,
+            state,
+        }
+    }
+
+    /// The denial of `cost` tokens of `target` at `now` that this memory proves, or `None` when it proves
+    /// none (the entry is then stale: the caller drops it and asks the store).
+    ///
+    /// Sound because, between the denial and now, other sessions can only have removed tokens from the
+    /// bucket (the exceptions, which add tokens, make the backend forget it: its own rollback, refund or
+    /// reset; another backend's are seen once the remembered state would grant): if the remembered state
+    /// cannot grant, the real one cannot either. Not used when the numbers changed, or when the clock is
+    /// behind the remembered instant or behind the instant the numbers changed (the store rebases, and
+    /// carries over at the change's instant, which the memory would not).
+    pub fn denial(&self, target: &Target<'_>, now: i64, cost: i64) -> Option<Outcome> {
+        if cost < 1
+            || self.policy != target.policy
+            || self.changed_at != target.changed_at
+            || now < self.state.at
+            || now < target.changed_at
+        {
+            return None;
+        }
+        Some(self.policy.take(self.state, now, cost)).filter(|o| !o.allowed)
+    }
+}

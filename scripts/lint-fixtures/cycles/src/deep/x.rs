@@ -1,0 +1,2 @@
+use super::y::Y;
+pub struct X;

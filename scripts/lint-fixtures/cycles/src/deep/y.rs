@@ -1,0 +1,4 @@
+pub struct Y;
+pub fn make() -> super::x::X {
+    super::x::X
+}
