@@ -1,5 +1,6 @@
-# Shared by the benchmark scripts (sourced after scripts/cluster.sh): the release build of a source tree in
-# its own copy of PostgreSQL 15, the benchmark database every script fills alike, and the scenarios.
+# Shared by the benchmark suites (bench/run.sh sources it after scripts/cluster.sh, before the suite): the
+# release build of a source tree in its own copy of PostgreSQL 15, the benchmark database every suite fills
+# alike, and the scenarios.
 
 # Every call measured, as "scenario store pgbench-script" (store "-": no extension call).
 BENCH_SCENARIOS=(
@@ -83,7 +84,7 @@ bench_fill() {
   local label=$1 port=$2
   rm -f "$DIR/lacks-$label"
   psql_at "$label" "$port" -d postgres -qc "CREATE DATABASE bench"
-  psql_at "$label" "$port" -d bench -q -c "CREATE EXTENSION rate_limit" -f "$ROOT/bench/baseline.sql" \
+  psql_at "$label" "$port" -d bench -q -c "CREATE EXTENSION rate_limit" -f "$ROOT/bench/setup/baseline.sql" \
     -c "SELECT rate_limit.create_policy('bench', 2, '1 second', 120)" \
     -c "SELECT rate_limit.create_policy('bench_b', 20, '1 second', 1200)" \
     -c "SELECT rate_limit.create_policy('bench_c', 200, '1 second', 12000)" \
@@ -146,7 +147,7 @@ bench_round() {
   local label=$1 port=$2 clients=$3 scenario=$4 store=$5 script=$6 out tps
   out=$(PGOPTIONS="-c synchronous_commit=off -c rate_limit.store=${store/-/table}" \
     "$(pg_bindir "$label")/pgbench" -n -M prepared -h "$RATE_LIMIT_SOCKET_DIR" -p "$port" -U postgres \
-    -c "$clients" -j 2 -T "$SECONDS_PER_ROUND" -f "$ROOT/bench/$script" bench 2>&1) ||
+    -c "$clients" -j 2 -T "$SECONDS_PER_ROUND" -f "$ROOT/bench/scenarios/$script" bench 2>&1) ||
     { echo "$out" >&2; echo "pgbench failed: $scenario" >&2; return 1; }
   tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out" | head -1)
   echo "${tps:-0}"

@@ -9,7 +9,7 @@
 --
 -- Their cost is almost all in starting expressions: PostgreSQL looks up and checks the privilege of every
 -- function and operator of an expression once per transaction (a PL/pgSQL expression) or per execution (a
--- statement), so a fast path is written for few of them and few statements (bench/PORTABLE_RESULTS.md):
+-- statement), so a fast path is written for few of them and few statements (bench/results/portable.md):
 --   - arguments are checked where they matter: a stored row whose rate and burst equal the call's proves
 --     them (its creator checked them; the namespace '#request' holds only rate_limiting_request's token
 --     buckets of per_us 1 000 000), so only a call that creates its bucket checks them here;

@@ -111,9 +111,9 @@ fn polling_client_receives_the_refill_rate() {
 
     let baseline_sql = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../bench/baseline.sql"
+        "/../../bench/setup/baseline.sql"
     ))
-    .expect("bench/baseline.sql");
+    .expect("bench/setup/baseline.sql");
     client
         .batch_execute(&baseline_sql)
         .expect("install the baseline");

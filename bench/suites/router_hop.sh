@@ -1,4 +1,3 @@
-#!/usr/bin/env bash
 # The cost of going past one server, measured in one run on this machine (docs/scaling.md#capacity):
 #   - PL/Proxy: a router database (PostgreSQL 15, Debian's PL/Proxy) forwarding to 1, 2 and 4 partitions,
 #     against the same call made directly on one partition, with SELECT 1 through the same paths as the floor
@@ -11,23 +10,16 @@
 #     on a server with Citus loaded and nothing distributed (what Citus's hooks alone cost a statement).
 # Every call is rate_limit.take('bench', random key of 100 000) on the table store, synchronous_commit off
 # (the figures measure routing, not fsync). Each figure is pgbench's tps with BENCH_CLIENTS clients for
-# BENCH_SECONDS, the median of BENCH_ROUNDS interleaved rounds. Writes bench/SCALE_RESULTS.md.
+# BENCH_SECONDS, the median of BENCH_ROUNDS interleaved rounds. Writes bench/results/router_hop.md.
 #
-#   bench/run_scale.sh                                  (about 15 minutes, release builds included)
-#   BENCH_CLIENTS=16 BENCH_ROUNDS=5 bench/run_scale.sh
-#   BENCH_ROUTER_BASELINE=946eb46 bench/run_scale.sh    also the router's forwarding functions as that
+#   bench/run.sh router_hop                                  (about 15 minutes, release builds included)
+#   BENCH_CLIENTS=16 BENCH_ROUNDS=5 bench/run.sh router_hop
+#   BENCH_ROUTER_BASELINE=946eb46 bench/run.sh router_hop    also the router's forwarding functions as that
 #                                                        revision's router/plproxy.sql made them (a database
 #                                                        of their own on the same router server and library)
 #
 # Its servers are its own (release builds in copies of the tests' PostgreSQL 15 and 17 under
 # $RATE_LIMIT_BENCH_DIR, ports 7000-7009 and 7100-7109): the tests' installations are not touched.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-scripts/install-deps.sh --all
-export PATH="$HOME/.cargo/bin:$PATH"
-# shellcheck source=../scripts/cluster.sh
-source scripts/cluster.sh
 
 SECONDS_PER_ROUND=${BENCH_SECONDS:-5}
 ROUNDS=${BENCH_ROUNDS:-3}
@@ -193,7 +185,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
   measure "single+citus lookup" b17 7108 app local_lookup.sql
 done
 
-python3 - "$RAW" "$ROOT/bench/SCALE_RESULTS.md" "$CLIENTS" "$SECONDS_PER_ROUND" "$ROUNDS" <<'EOF'
+python3 - "$RAW" "$ROOT/bench/results/router_hop.md" "$CLIENTS" "$SECONDS_PER_ROUND" "$ROUNDS" <<'EOF'
 import statistics, sys
 raw, out, clients, seconds, rounds = sys.argv[1:]
 runs = {}
@@ -207,7 +199,7 @@ def row(label, direct, floor):
 lines = [
     "# Going past one server: the router hop, measured",
     "",
-    f"`bench/run_scale.sh` (BENCH_CLIENTS={clients}, BENCH_SECONDS={seconds}, BENCH_ROUNDS={rounds}), on this",
+    f"`bench/run.sh router_hop` (BENCH_CLIENTS={clients}, BENCH_SECONDS={seconds}, BENCH_ROUNDS={rounds}), on this",
     "machine (2 cores: every server of a set-up shares them). tps of pgbench, median of the rounds, and its",
     "range; `of direct`: against the same call made directly (one partition; a server without Citus);",
     "`of floor`: against SELECT 1 made directly on that server.",

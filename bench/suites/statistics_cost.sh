@@ -1,18 +1,14 @@
-#!/usr/bin/env bash
 # The cost of the statistics: the memory store's hot-key and random-key calls with rate_limit.track_stats
 # on (the default) and off, in one run, interleaved, on the server bench/run.sh sets up (release build, its
-# own copy of PostgreSQL 15, 1 000 000 memory buckets, 100 000 keys). Writes bench/STATS.md.
+# own copy of PostgreSQL 15, 1 000 000 memory buckets, 100 000 keys). Writes bench/results/statistics_cost.md.
 #
-#   bench/stats.sh                       (about 15 minutes with the release build: 9 scenarios × 2 client
+#   bench/run.sh statistics_cost                       (about 15 minutes with the release build: 9 scenarios × 2 client
 #                                         counts × BENCH_ROUNDS rounds of BENCH_SECONDS s)
-#   BENCH_ROUNDS=5 BENCH_SECONDS=10 bench/stats.sh
+#   BENCH_ROUNDS=5 BENCH_SECONDS=10 bench/run.sh statistics_cost
 #
 # Every figure is a ratio within one round: a call's TPS over `SELECT 1`'s, and with statistics over
 # without (the cost is 1 minus that ratio); the order of each on/off pair alternates between rounds. The
 # hot key is mostly denied, so it also measures the top-keys summary, which only denials update.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
 SECONDS_PER_ROUND=${BENCH_SECONDS:-5}
 ROUNDS=${BENCH_ROUNDS:-5}
 PORT=${RATE_LIMIT_BENCH_PORT:-5441}
@@ -21,7 +17,7 @@ OUT="$ROOT/bench/out"
 RAW="$OUT/stats.tsv"
 mkdir -p "$OUT"
 
-BENCH_SETUP_ONLY=1 bench/run.sh >"$OUT/stats-setup.log"
+BENCH_SETUP_ONLY=1 bench/run.sh every_call >"$OUT/stats-setup.log"
 # shellcheck source=../scripts/cluster.sh
 source scripts/cluster.sh
 pg_bindir() { case $1 in bench) echo "$DIR/pg/bin" ;; *) echo "$PG_CACHE/$1/bin" ;; esac; }
@@ -52,7 +48,7 @@ for round in $(seq 1 "$ROUNDS"); do
       fi
       out=$(PGOPTIONS="-c rate_limit.store=memory -c rate_limit.track_stats=$track" \
         "$PGBENCH" -n -M prepared -h "$RATE_LIMIT_SOCKET_DIR" -p "$PORT" -U postgres \
-        -c "$clients" -j 2 -T "$SECONDS_PER_ROUND" -f "bench/$script" bench 2>&1) ||
+        -c "$clients" -j 2 -T "$SECONDS_PER_ROUND" -f "bench/scenarios/$script" bench 2>&1) ||
         { echo "$out" >&2; echo "pgbench failed" >&2; exit 1; }
       tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out" | head -1)
       printf '%s\t%s\t%s\t%s\t%s\n' "$round" "$clients" "$scenario" "$track" "${tps:-0}" >>"$RAW"
@@ -94,7 +90,7 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 
 python3 - "$RAW" "$ROUNDS" "$SECONDS_PER_ROUND" "$(git rev-parse --short HEAD)" "$(cat "$OUT/stats-counted.txt")" \
-  "$CPU" >bench/STATS.md <<'PY'
+  "$CPU" >bench/results/statistics_cost.md <<'PY'
 import statistics, sys, platform, os
 raw, rounds, seconds, head, counted, cpu = sys.argv[1:7]
 tps = {}
@@ -108,7 +104,7 @@ def fmt(v):
     m, lo, hi = med(v)
     return f"{m:.3f} ({lo:.3f}–{hi:.3f})"
 print("# Cost of the statistics (memory store)\n")
-print(f"Command: `BENCH_ROUNDS={rounds} BENCH_SECONDS={seconds} bench/stats.sh` at {head}; "
+print(f"Command: `BENCH_ROUNDS={rounds} BENCH_SECONDS={seconds} bench/run.sh statistics_cost` at {head}; "
       f"{platform.machine()}, {os.cpu_count()} cores; PostgreSQL 15, release build, pgbench -M prepared over "
       "Unix sockets; rounds interleaved. Figures: median over the rounds (lowest–highest round).\n")
 print("| call | clients | with statistics ÷ SELECT 1 | without ÷ SELECT 1 | with ÷ without | cost |")
@@ -150,4 +146,4 @@ for kind, label in [("hot", "one key, denied (from the backend's memory)"),
     print(f"| {label} | {on:.3f} | {off:.3f} | {on - off:+.3f} | {100 * (on - off) / budget:+.2f}% |")
 print(f"\nCounted during the run for policy `bench` (calls, denied): {counted.split(' ', 1)[-1] if counted else 'n/a'}.")
 PY
-cat bench/STATS.md
+cat bench/results/statistics_cost.md

@@ -1,24 +1,14 @@
-#!/usr/bin/env bash
 # Every call of bench/run.sh, this build against an earlier revision's (default: ea5bfac, main before
 # issue #28), measured in one run. A call the baseline lacks (bench_fill could not create its policy there) is
 # measured in the new build only. Each build runs in its own copy of the tests' PostgreSQL 15 with its own
 # `SELECT 1`, filled alike (bench/lib.sh); rounds are interleaved, the builds taking turns to go first, so drift of this noisy machine affects
-# both builds alike. Writes bench/AB_RESULTS.md: per call, each build's median ratio to its `SELECT 1` over
+# both builds alike. Writes bench/results/ab_every_call.md: per call, each build's median ratio to its `SELECT 1` over
 # the rounds, and new / baseline with the lowest and highest round.
 #
-#   bench/run_ab.sh                                   (about 30 minutes with both builds to compile)
-#   BENCH_BASELINE_REV=<rev> BENCH_CLIENTS=32 BENCH_ROUNDS=5 BENCH_SECONDS=5 bench/run_ab.sh
-#   BENCH_ONLY="take_random calendar_hot" bench/run_ab.sh   only these calls (and SELECT 1), e.g. to measure
+#   bench/run.sh ab                                   (about 30 minutes with both builds to compile)
+#   BENCH_BASELINE_REV=<rev> BENCH_CLIENTS=32 BENCH_ROUNDS=5 BENCH_SECONDS=5 bench/run.sh ab
+#   BENCH_ONLY="take_random calendar_hot" bench/run.sh ab   only these calls (and SELECT 1), e.g. to measure
 #                                                           again with more rounds the ones that moved
-set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-scripts/install-deps.sh
-export PATH="$HOME/.cargo/bin:$PATH"
-# shellcheck source=../scripts/cluster.sh
-source scripts/cluster.sh
-# shellcheck source=lib.sh
-source bench/lib.sh
 
 SECONDS_PER_ROUND=${BENCH_SECONDS:-5}
 ROUNDS=${BENCH_ROUNDS:-3}
@@ -55,8 +45,8 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 
-python3 - "$RAW" "bench/run_ab.sh (${BENCH_ONLY:+BENCH_ONLY=\"$BENCH_ONLY\" }BENCH_BASELINE_REV=$BASELINE_REV BENCH_CLIENTS=$CLIENTS BENCH_ROUNDS=$ROUNDS BENCH_SECONDS=$SECONDS_PER_ROUND)" \
-  "$(git rev-parse --short HEAD)" "$BASELINE_REV" "$(nproc)" >"$ROOT/bench/AB_RESULTS.md" <<'PY'
+python3 - "$RAW" "bench/run.sh ab (${BENCH_ONLY:+BENCH_ONLY=\"$BENCH_ONLY\" }BENCH_BASELINE_REV=$BASELINE_REV BENCH_CLIENTS=$CLIENTS BENCH_ROUNDS=$ROUNDS BENCH_SECONDS=$SECONDS_PER_ROUND)" \
+  "$(git rev-parse --short HEAD)" "$BASELINE_REV" "$(nproc)" >"$ROOT/bench/results/ab_every_call.md" <<'PY'
 import statistics, sys
 from collections import defaultdict
 from datetime import datetime, timezone
@@ -103,4 +93,4 @@ for scenario, store in order:
 s1 = {b: statistics.median([tps[(r, b, 'select1', '-')] for r in rounds]) for b in ("new", "baseline")}
 print(f"\n`SELECT 1`: {s1['new']:,.0f} TPS (new), {s1['baseline']:,.0f} TPS (baseline), {len(rounds)} rounds.")
 PY
-cat "$ROOT/bench/AB_RESULTS.md"
+cat "$ROOT/bench/results/ab_every_call.md"

@@ -1,4 +1,3 @@
-#!/usr/bin/env bash
 # One core for every call, measured in one run: take(policy, key) against rate_limiting_request on the same
 # store, a three-policy take_many against a single take, and rate_limiting_request of this build against the
 # build of an earlier revision (default: the last main before the one-core change), hot key and 100 000
@@ -7,19 +6,10 @@
 # The two builds run side by side, each in its own copy of the tests' PostgreSQL 15 (one installation cannot
 # hold two builds of one library), each cluster with its own SELECT 1; rounds are interleaved so that drift
 # of this noisy machine affects every figure alike. Policy 'bench' has exactly the limit of
-# rate_limiting_request(key, 2, 60). Writes bench/CORE_RESULTS.md (medians of BENCH_ROUNDS rounds, default 3, with their spread).
+# rate_limiting_request(key, 2, 60). Writes bench/results/one_core_ab.md (medians of BENCH_ROUNDS rounds, default 3, with their spread).
 #
-#   bench/run_core.sh                                    (about 15 minutes with both builds to compile)
-#   BENCH_CLIENTS=32 BENCH_ROUNDS=5 BENCH_BASELINE_REV=<rev> bench/run_core.sh
-set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-scripts/install-deps.sh
-export PATH="$HOME/.cargo/bin:$PATH"
-# shellcheck source=../scripts/cluster.sh
-source scripts/cluster.sh
-# shellcheck source=lib.sh
-source bench/lib.sh
+#   bench/run.sh one_core_ab                                    (about 15 minutes with both builds to compile)
+#   BENCH_CLIENTS=32 BENCH_ROUNDS=5 BENCH_BASELINE_REV=<rev> bench/run.sh one_core_ab
 
 SECONDS_PER_ROUND=${BENCH_SECONDS:-5}
 ROUNDS=${BENCH_ROUNDS:-3}
@@ -57,7 +47,7 @@ run() { # run BUILD SCENARIO SCRIPT STORE: one round
   local build=$1 scenario=$2 script=$3 store=$4 out tps
   out=$(PGOPTIONS="-c synchronous_commit=off -c rate_limit.store=$store" \
     "$PGBENCH" -n -M prepared -h "$RATE_LIMIT_SOCKET_DIR" -p "${PORT[$build]}" -U postgres \
-    -c "$CLIENTS" -j 2 -T "$SECONDS_PER_ROUND" -f "bench/$script" bench 2>&1) ||
+    -c "$CLIENTS" -j 2 -T "$SECONDS_PER_ROUND" -f "bench/scenarios/$script" bench 2>&1) ||
     { echo "$out" >&2; echo "pgbench failed" >&2; exit 1; }
   tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out" | head -1)
   printf '%s\t%s\t%s\t%s\n' "$build" "$scenario" "$store" "${tps:-0}" >>"$RAW"
@@ -78,8 +68,8 @@ for round in $(seq 1 $ROUNDS); do
   done
 done
 
-python3 - "$RAW" "bench/run_core.sh (BENCH_CLIENTS=$CLIENTS BENCH_ROUNDS=$ROUNDS BENCH_BASELINE_REV=$BASELINE_REV BENCH_SECONDS=$SECONDS_PER_ROUND)" \
-  "$CLIENTS" "$BASELINE_REV" "$(nproc)" "$(git rev-parse --short HEAD)" "$ROUNDS" "$SECONDS_PER_ROUND" >"$ROOT/bench/CORE_RESULTS.md" <<'PY'
+python3 - "$RAW" "bench/run.sh one_core_ab (BENCH_CLIENTS=$CLIENTS BENCH_ROUNDS=$ROUNDS BENCH_BASELINE_REV=$BASELINE_REV BENCH_SECONDS=$SECONDS_PER_ROUND)" \
+  "$CLIENTS" "$BASELINE_REV" "$(nproc)" "$(git rev-parse --short HEAD)" "$ROUNDS" "$SECONDS_PER_ROUND" >"$ROOT/bench/results/one_core_ab.md" <<'PY'
 import statistics, sys
 from collections import defaultdict
 from datetime import datetime, timezone
@@ -127,4 +117,4 @@ for store in ("table", "memory"):
         t, mu = m("new", f"take_{shape}", store), m("new", f"multi3_{shape}", store)
         print(f"| {store} | {keys} | {t / r:.2f}× | {mu / t:.2f}× | {(r / s1) / (ob / s1b):.2f}× |")
 PY
-cat "$ROOT/bench/CORE_RESULTS.md"
+cat "$ROOT/bench/results/one_core_ab.md"

@@ -1,4 +1,3 @@
-#!/usr/bin/env bash
 # The portable edition against the compiled edition's table store and the seed's PL/pgSQL function, in one
 # run (issue #41). One release build of this tree in its own copy of the tests' PostgreSQL 15 (never the
 # tests' or the demo's installation) and one server, the library preloaded; two databases filled alike
@@ -8,22 +7,13 @@
 # Every scenario runs in each round (pgbench -M prepared, BENCH_CLIENTS clients, synchronous_commit off,
 # BENCH_ROUNDS rounds of BENCH_SECONDS, the scenarios' order rotating by round): SELECT 1, then
 # rate_limiting_request and take on 100 000 random keys (mostly granted) and on one hot key (mostly
-# denied) in both editions, the seed's function on both, and two floors (bench/portable_floors.sql: the
+# denied) in both editions, the seed's function on both, and two floors (bench/setup/portable_floors.sql: the
 # least a role-safe PL/pgSQL function does for a goal). Each figure is a ratio to the SELECT 1 of its
 # round; the goals are ratios of two scenarios of the same round, reported as the median with the lowest
-# and highest round. Writes bench/PORTABLE_RESULTS.md.
+# and highest round. Writes bench/results/portable.md.
 #
-#   bench/run_portable.sh                   (about 15 minutes, 5 of them compiling)
-#   BENCH_ROUNDS=3 BENCH_SECONDS=5 bench/run_portable.sh
-set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-scripts/install-deps.sh
-export PATH="$HOME/.cargo/bin:$PATH"
-# shellcheck source=../scripts/cluster.sh
-source scripts/cluster.sh
-# shellcheck source=lib.sh
-source bench/lib.sh
+#   bench/run.sh portable                   (about 15 minutes, 5 of them compiling)
+#   BENCH_ROUNDS=3 BENCH_SECONDS=5 bench/run.sh portable
 
 SECONDS_PER_ROUND=${BENCH_SECONDS:-10}
 ROUNDS=${BENCH_ROUNDS:-5}
@@ -50,15 +40,15 @@ echo "== two databases, 100 000 keys each"
 sql postgres -c "CREATE ROLE bench_owner LOGIN" -c "CREATE DATABASE compiled" \
   -c "CREATE DATABASE portable OWNER bench_owner"
 sql compiled -c "CREATE EXTENSION rate_limit"
-sql portable -U bench_owner -1 -f "$ROOT/portable/rate_limit_portable.sql" -f "$ROOT/bench/portable_floors.sql"
-# the seed's function, SECURITY DEFINER, over its own table (bench/portable_floors.sql)
+sql portable -U bench_owner -1 -f "$ROOT/portable/rate_limit_portable.sql" -f "$ROOT/bench/setup/portable_floors.sql"
+# the seed's function, SECURITY DEFINER, over its own table (bench/setup/portable_floors.sql)
 sed -e 's/baseline_rate_limiting_request/rate_limit.bench_seed_definer/g' \
   -e 's/baseline_rate_limit\b/rate_limit.bench_seed_state/g' \
-  -e 's/LANGUAGE plpgsql AS/LANGUAGE plpgsql SECURITY DEFINER AS/' "$ROOT/bench/baseline.sql" |
+  -e 's/LANGUAGE plpgsql AS/LANGUAGE plpgsql SECURITY DEFINER AS/' "$ROOT/bench/setup/baseline.sql" |
   sql portable -U bench_owner -1 -v ON_ERROR_STOP=1 -f - \
     -c "SELECT count(rate_limit.bench_seed_definer('key' || g, 2, 60)) FROM generate_series(1, 100000) g"
 for db in compiled portable; do
-  sql "$db" -f "$ROOT/bench/baseline.sql" \
+  sql "$db" -f "$ROOT/bench/setup/baseline.sql" \
     -c "SELECT rate_limit.create_policy('bench', 2, '1 second', 120)" \
     -c "SELECT count(baseline_rate_limiting_request('key' || g, 2, 60)) FROM generate_series(1, 100000) g" \
     -c "SELECT baseline_rate_limiting_request('hot', 2, 60)" \
@@ -87,7 +77,7 @@ round() { # round DATABASE SCRIPT: one pgbench run; prints its TPS
   local out
   out=$(PGOPTIONS="-c synchronous_commit=off -c rate_limit.store=table" \
     "$(pg_bindir portable_bench)/pgbench" -n -M prepared -h "$RATE_LIMIT_SOCKET_DIR" -p "$PORT" -U postgres \
-    -c "$CLIENTS" -j 2 -T "$SECONDS_PER_ROUND" -f "$ROOT/bench/$2" "$1" 2>&1) ||
+    -c "$CLIENTS" -j 2 -T "$SECONDS_PER_ROUND" -f "$ROOT/bench/scenarios/$2" "$1" 2>&1) ||
     { echo "$out" >&2; return 1; }
   sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out" | head -1
 }
@@ -104,7 +94,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
   done
 done
 
-python3 - "$RAW" "$ROOT/bench/PORTABLE_RESULTS.md" "$(git rev-parse --short HEAD)" "$CLIENTS" "$ROUNDS" \
+python3 - "$RAW" "$ROOT/bench/results/portable.md" "$(git rev-parse --short HEAD)" "$CLIENTS" "$ROUNDS" \
   "$SECONDS_PER_ROUND" <<'PY'
 import statistics, sys
 raw, out, rev, clients, rounds, seconds = sys.argv[1:]
@@ -135,14 +125,14 @@ goals = [
 ]
 with open(out, "w") as f:
     f.write(f"# The portable edition against the compiled table store and the seed's function\n\n")
-    f.write(f"`bench/run_portable.sh` at `{rev}`: {clients} clients, {rounds} rounds of {seconds} s, "
+    f.write(f"`bench/run.sh portable` at `{rev}`: {clients} clients, {rounds} rounds of {seconds} s, "
             "synchronous_commit off, one server (the library preloaded), two databases filled alike. "
             "Median of the rounds (lowest–highest round).\n\n")
     f.write("| goal | target | measured | met |\n| --- | --- | ---: | --- |\n")
     for name, target, values, bound in goals:
         met = "yes" if statistics.median(values) >= bound else "no"
         f.write(f"| {name} | {target} | {spread(values)} | {met} |\n")
-    f.write("\nFloors (bench/portable_floors.sql: the least a role-safe PL/pgSQL function does for the goal, "
+    f.write("\nFloors (bench/setup/portable_floors.sql: the least a role-safe PL/pgSQL function does for the goal, "
             "owned by the portable database's owner):\n\n| floor | against | measured |\n| --- | --- | ---: |\n")
     f.write("| `bench_take_floor` (reads the policy and the bucket, decides nothing), hot key | the seed's function, "
             f"hot key | {spread(ratios(('take_floor_hot', 'portable'), ('baseline_hot', 'portable')))} |\n")

@@ -1,4 +1,3 @@
-#!/usr/bin/env bash
 # Decisions in bulk, measured in one run (issue #31): rate_limit.take_batch over 100 000 distinct keys against
 # take(policy, key) called 100 000 times in one statement (LATERAL over generate_series) and against the bare
 # scans those statements make without deciding anything, in both stores; in the table store also against one
@@ -9,19 +8,10 @@
 # installation). Bulk statements run from one client: one backend, one core, so statements per second ×
 # 100 000 is decisions per second per core. Lookups run from BENCH_CLIENTS clients (default 8). Rounds are
 # interleaved; BENCH_HUGE_PAGES=on starts the server with huge_pages = on (the operator reserves them:
-# sysctl vm.nr_hugepages), else off. Writes bench/BATCH_RESULTS.md.
+# sysctl vm.nr_hugepages), else off. Writes bench/results/batch.md.
 #
-#   bench/run_batch.sh                    (about 15 minutes, 5 of them compiling)
-#   BENCH_ROUNDS=5 BENCH_SECONDS=10 BENCH_HUGE_PAGES=on bench/run_batch.sh
-set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-scripts/install-deps.sh
-export PATH="$HOME/.cargo/bin:$PATH"
-# shellcheck source=../scripts/cluster.sh
-source scripts/cluster.sh
-# shellcheck source=lib.sh
-source bench/lib.sh
+#   bench/run.sh batch                    (about 15 minutes, 5 of them compiling)
+#   BENCH_ROUNDS=5 BENCH_SECONDS=10 BENCH_HUGE_PAGES=on bench/run.sh batch
 
 SECONDS_PER_ROUND=${BENCH_SECONDS:-10}
 ROUNDS=${BENCH_ROUNDS:-3}
@@ -54,13 +44,13 @@ psql_at batch "$PORT" -d bench -q -c "CREATE EXTENSION rate_limit" \
   -c "CREATE TABLE bench_accounts (id int PRIMARY KEY, name text NOT NULL)" \
   -c "INSERT INTO bench_accounts SELECT g, 'key' || g FROM generate_series(1, 100000) g" \
   -c "CREATE TABLE bench_rows (LIKE rate_limit.bucket_state INCLUDING ALL)" \
-  -f "$ROOT/bench/batch/take_batch_memory.sql" -f "$ROOT/bench/batch/take_batch_table.sql" \
-  -f "$ROOT/bench/batch/upsert_rows.sql" -c "VACUUM ANALYZE"
+  -f "$ROOT/bench/scenarios/batch/take_batch_memory.sql" -f "$ROOT/bench/scenarios/batch/take_batch_table.sql" \
+  -f "$ROOT/bench/scenarios/batch/upsert_rows.sql" -c "VACUUM ANALYZE"
 
 run() { # run SCENARIO CLIENTS: one round
   local scenario=$1 clients=$2 script out tps
-  script="$ROOT/bench/batch/$scenario.sql"
-  [ -f "$script" ] || script="$ROOT/bench/$scenario.sql"
+  script="$ROOT/bench/scenarios/batch/$scenario.sql"
+  [ -f "$script" ] || script="$ROOT/bench/scenarios/$scenario.sql"
   out=$(PGOPTIONS="-c synchronous_commit=off" "$(pg_bindir batch)/pgbench" -n -M prepared \
     -h "$RATE_LIMIT_SOCKET_DIR" -p "$PORT" -U postgres -c "$clients" -j "$((clients < 2 ? 1 : 2))" \
     -T "$SECONDS_PER_ROUND" -f "$script" bench 2>&1) ||
@@ -80,8 +70,8 @@ for round in $(seq 1 "$ROUNDS"); do
   for scenario in lookup lookup_take_memory lookup_take_table; do run "$scenario" "$CLIENTS"; done
 done
 
-python3 - "$RAW" "bench/run_batch.sh (BENCH_ROUNDS=$ROUNDS BENCH_SECONDS=$SECONDS_PER_ROUND BENCH_CLIENTS=$CLIENTS BENCH_HUGE_PAGES=$HUGE_PAGES)" \
-  "$(git rev-parse --short HEAD)" "$(nproc)" "$CLIENTS" "$HUGE_PAGES" >"$ROOT/bench/BATCH_RESULTS.md" <<'PY'
+python3 - "$RAW" "bench/run.sh batch (BENCH_ROUNDS=$ROUNDS BENCH_SECONDS=$SECONDS_PER_ROUND BENCH_CLIENTS=$CLIENTS BENCH_HUGE_PAGES=$HUGE_PAGES)" \
+  "$(git rev-parse --short HEAD)" "$(nproc)" "$CLIENTS" "$HUGE_PAGES" >"$ROOT/bench/results/batch.md" <<'PY'
 import statistics, sys
 from collections import defaultdict
 from datetime import datetime, timezone
@@ -133,4 +123,4 @@ for k, name in (("select1", "`SELECT 1`"), ("lookup", "`SELECT name FROM bench_a
 print(f"\nThe marginal cost of the joined `take`: {(1 - med['lookup_take_memory'] / l) * 100:.0f}% of the lookup's "
       f"throughput in the memory store, {(1 - med['lookup_take_table'] / l) * 100:.0f}% in the table store.")
 PY
-cat "$ROOT/bench/BATCH_RESULTS.md"
+cat "$ROOT/bench/results/batch.md"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""bench/out/raw.tsv (round, clients, scenario, store, tps: one line per pgbench round) into bench/RESULTS.md
+"""bench/out/raw.tsv (round, clients, scenario, store, tps: one line per pgbench round) into bench/results/every_call.md
 (stdout), and the chart's data and gnuplot script in the output directory (bench/run.sh renders
-bench/results.svg from them).
+bench/results/every_call.svg from them).
 
 Every ratio is taken within one round (a scenario's TPS over `SELECT 1`'s TPS at the same client count in the
 same round), then summarised over the rounds: the median, and the lowest and highest round."""
@@ -115,7 +115,7 @@ print("- Figures: median TPS, and the ratio to `SELECT 1` taken within each roun
       "round). The spread of the `SELECT 1` rounds themselves: "
       + ", ".join(f"{c} clients {summary([tps[(r, c, 'select1', '-')] for r in rounds])[1]:,.0f}–"
                   f"{summary([tps[(r, c, 'select1', '-')] for r in rounds])[2]:,.0f} TPS" for c in CLIENTS) + ".\n")
-print("![Ratio to SELECT 1 per call, 8 and 32 clients](results.svg)\n")
+print("![Ratio to SELECT 1 per call, 8 and 32 clients](every_call.svg)\n")
 print("| store | call | 8 clients TPS | × `SELECT 1` | 32 clients TPS | × `SELECT 1` |")
 print("| --- | --- | ---: | ---: | ---: | ---: |")
 print(f"| – | `SELECT 1` | {median_tps(8, 'select1', '-'):,.0f} | 1 | {median_tps(32, 'select1', '-'):,.0f} | 1 |")
@@ -190,7 +190,7 @@ with open(os.path.join(out_dir, "chart.dat"), "w") as f:
         f.write('"' + row[0] + '"\t' + "\t".join(row[1:]) + "\n")
 with open(os.path.join(out_dir, "chart.gp"), "w") as f:
     f.write(f"""set terminal svg size 1200,640 dynamic font "sans,12" background rgb "white" noenhanced
-set output "bench/results.svg"
+set output "bench/results/every_call.svg"
 set title "rate_limit {head}: throughput as a ratio to SELECT 1 in the same round (median of {len(rounds)} rounds; bars: lowest and highest round)"
 set style data histograms
 set style histogram errorbars gap 1 lw 1

@@ -1,4 +1,3 @@
-#!/usr/bin/env bash
 # Per-key overrides at a million keys, measured in one run (issue #40). In both stores, three policies:
 #   plain_STORE   no override;
 #   sparse_STORE  1 000 000 overrides, one key in ten of the bench's (key10, key20 ... key10000000);
@@ -15,19 +14,10 @@
 #     commits one set_override, and the sum over the backends of their next take's time less their take's
 #     time just before it.
 # One release build of this tree in its own copy of the tests' PostgreSQL 15 (never the tests' or the
-# demo's installation). Writes bench/OVERRIDES_RESULTS.md.
+# demo's installation). Writes bench/results/overrides_million_keys.md.
 #
-#   bench/run_overrides.sh                (about 20 minutes, 3 of them compiling)
-#   BENCH_ROUNDS=3 BENCH_SECONDS=5 bench/run_overrides.sh
-set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-scripts/install-deps.sh
-export PATH="$HOME/.cargo/bin:$PATH"
-# shellcheck source=../scripts/cluster.sh
-source scripts/cluster.sh
-# shellcheck source=lib.sh
-source bench/lib.sh
+#   bench/run.sh overrides                (about 20 minutes, 3 of them compiling)
+#   BENCH_ROUNDS=3 BENCH_SECONDS=5 bench/run.sh overrides
 
 SECONDS_PER_ROUND=${BENCH_SECONDS:-10}
 ROUNDS=${BENCH_ROUNDS:-5}
@@ -86,7 +76,7 @@ run() { # run ROUND POLICY: one round of take on random keys of POLICY
   local round=$1 policy=$2 out tps
   out=$(PGOPTIONS="-c synchronous_commit=off" "$(pg_bindir overrides)/pgbench" -n -M prepared \
     -h "$RATE_LIMIT_SOCKET_DIR" -p "$PORT" -U postgres -c "$CLIENTS" -j 2 -T "$SECONDS_PER_ROUND" \
-    -D "policy=$policy" -f "$ROOT/bench/overrides/take_random.sql" bench 2>&1) ||
+    -D "policy=$policy" -f "$ROOT/bench/scenarios/overrides/take_random.sql" bench 2>&1) ||
     { echo "$out" >&2; echo "pgbench failed: $policy" >&2; exit 1; }
   tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out" | head -1)
   printf '%s\t%s\t%s\n' "$round" "$policy" "${tps:-0}" >>"$RAW"
@@ -96,7 +86,7 @@ run() { # run ROUND POLICY: one round of take on random keys of POLICY
 echo "== $ROUNDS rounds of $SECONDS_PER_ROUND s, $CLIENTS clients"
 for round in $(seq 1 "$ROUNDS"); do
   out=$("$(pg_bindir overrides)/pgbench" -n -M prepared -h "$RATE_LIMIT_SOCKET_DIR" -p "$PORT" -U postgres \
-    -c "$CLIENTS" -j 2 -T "$SECONDS_PER_ROUND" -f "$ROOT/bench/select1.sql" bench 2>&1)
+    -c "$CLIENTS" -j 2 -T "$SECONDS_PER_ROUND" -f "$ROOT/bench/scenarios/select1.sql" bench 2>&1)
   printf '%s\t%s\t%s\n' "$round" select1 "$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out" | head -1)" >>"$RAW"
   order=(plain sparse every)
   for ((i = 0; i < round % 3; i++)); do order=("${order[@]:1}" "${order[0]}"); done
@@ -108,15 +98,15 @@ done
 CONN="host=$RATE_LIMIT_SOCKET_DIR port=$PORT user=postgres dbname=bench"
 echo "== the private memory of 100 backends after 1 000 keys each"
 for policy in plain_memory every_memory; do
-  printf '%s\t%s\n' "memory $policy" "$(/usr/bin/python3 bench/overrides/backends.py memory "$CONN" "$policy" 100 1000)" >>"$FACTS"
+  printf '%s\t%s\n' "memory $policy" "$(/usr/bin/python3 bench/setup/overrides_backends.py memory "$CONN" "$policy" 100 1000)" >>"$FACTS"
   tail -1 "$FACTS"
 done
 echo "== what one change costs 100 other backends (µs, each of 10 rounds)"
-printf '%s\t%s\n' "change every_memory" "$(/usr/bin/python3 bench/overrides/backends.py change "$CONN" every_memory 100 10 | paste -sd' ')" >>"$FACTS"
+printf '%s\t%s\n' "change every_memory" "$(/usr/bin/python3 bench/setup/overrides_backends.py change "$CONN" every_memory 100 10 | paste -sd' ')" >>"$FACTS"
 tail -1 "$FACTS"
 
-/usr/bin/python3 - "$RAW" "$FACTS" "bench/run_overrides.sh (BENCH_ROUNDS=$ROUNDS BENCH_SECONDS=$SECONDS_PER_ROUND BENCH_CLIENTS=$CLIENTS)" \
-  "$(git rev-parse --short HEAD)" "$(nproc)" "$CLIENTS" >"$ROOT/bench/OVERRIDES_RESULTS.md" <<'PY'
+/usr/bin/python3 - "$RAW" "$FACTS" "bench/run.sh overrides (BENCH_ROUNDS=$ROUNDS BENCH_SECONDS=$SECONDS_PER_ROUND BENCH_CLIENTS=$CLIENTS)" \
+  "$(git rev-parse --short HEAD)" "$(nproc)" "$CLIENTS" >"$ROOT/bench/results/overrides_million_keys.md" <<'PY'
 import statistics, sys
 from collections import defaultdict
 from datetime import datetime, timezone
@@ -167,4 +157,4 @@ print("next take's time less their take's just before, µs):", ", ".join(str(x) 
       f"— median {statistics.median(rounds_us) / 1000:.2f} ms for the 100, "
       f"{statistics.median(rounds_us) / 100:.0f} µs each.")
 PY
-cat "$ROOT/bench/OVERRIDES_RESULTS.md"
+cat "$ROOT/bench/results/overrides_million_keys.md"

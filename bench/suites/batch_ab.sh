@@ -1,28 +1,18 @@
-#!/usr/bin/env bash
 # take_batch in one statement, this tree against a baseline revision, timed inside the server (psql's
 # \timing of each statement: no pgbench, no protocol round trips beyond one per statement). One statement
-# decides the same 100 000 distinct keys of the memory store (bench/batch/take_batch_memory.sql); the two
+# decides the same 100 000 distinct keys of the memory store (bench/scenarios/batch/take_batch_memory.sql); the two
 # builds take turns, BENCH_STATEMENTS statements each per round, for BENCH_ROUNDS rounds, and the first
 # statement of each turn (a fresh backend's) is left out. Prints and writes the minimum and median
 # milliseconds of each build, and decisions per second at the median (one backend: one core).
 #
-#   BENCH_BASELINE_REV=424d251 bench/run_batch_ab.sh          (about 10 minutes, the two builds included)
-#   BENCH_BASELINE_REV=v0.4.0 BENCH_ROUNDS=20 bench/run_batch_ab.sh
-set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-scripts/install-deps.sh
-export PATH="$HOME/.cargo/bin:$PATH"
-# shellcheck source=../scripts/cluster.sh
-source scripts/cluster.sh
-# shellcheck source=lib.sh
-source bench/lib.sh
+#   BENCH_BASELINE_REV=424d251 bench/run.sh batch_ab          (about 10 minutes, the two builds included)
+#   BENCH_BASELINE_REV=v0.4.0 BENCH_ROUNDS=20 bench/run.sh batch_ab
 
 BASELINE_REV=${BENCH_BASELINE_REV:?name the baseline revision: BENCH_BASELINE_REV=...}
 ROUNDS=${BENCH_ROUNDS:-10}
 STATEMENTS=${BENCH_STATEMENTS:-5}
 DIR=${RATE_LIMIT_BENCH_DIR:-/var/tmp/rate_limit-bench-batch-ab}
-OUT="$ROOT/bench/BATCH_AB_RESULTS.md"
+OUT="$ROOT/bench/results/batch_ab.md"
 declare -A PORT=([new]=5447 [baseline]=5448)
 mkdir -p "$DIR"
 [ "$(id -u)" != 0 ] || chown postgres "$DIR"
@@ -33,14 +23,14 @@ for b in new baseline; do
   psql_at "$b" "${PORT[$b]}" -d bench -q -c "CREATE EXTENSION rate_limit" \
     -c "SELECT rate_limit.create_policy('bench_wide_memory', 1, '1 second', burst => 1000000, store => 'memory')" \
     -c "CREATE TABLE bench_batch AS SELECT array_agg('key' || g ORDER BY g) AS keys FROM generate_series(1, 100000) g" \
-    -f "$ROOT/bench/batch/take_batch_memory.sql" >/dev/null
+    -f "$ROOT/bench/scenarios/batch/take_batch_memory.sql" >/dev/null
 done
 
 RAW="$DIR/batch_ab_raw.tsv"
 : >"$RAW"
 for ((r = 1; r <= ROUNDS; r++)); do
   for b in new baseline; do
-    { echo '\timing on'; for ((s = 0; s <= STATEMENTS; s++)); do cat "$ROOT/bench/batch/take_batch_memory.sql"; done; } |
+    { echo '\timing on'; for ((s = 0; s <= STATEMENTS; s++)); do cat "$ROOT/bench/scenarios/batch/take_batch_memory.sql"; done; } |
       psql_at "$b" "${PORT[$b]}" -d bench -qAt | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' | tail -n +2 |
       sed "s/^/$b\t/" >>"$RAW"
   done
@@ -59,7 +49,7 @@ lines = [
     "# take_batch in one statement: this build against a baseline, same run",
     "",
     f"Produced by `BENCH_BASELINE_REV={base} BENCH_ROUNDS={rounds} BENCH_STATEMENTS={statements} "
-    f"bench/run_batch_ab.sh` at {head} on {when}: PostgreSQL 15 release builds, one statement deciding the",
+    f"bench/run.sh batch_ab` at {head} on {when}: PostgreSQL 15 release builds, one statement deciding the",
     "same 100 000 distinct keys of the memory store (1 000 000 buckets, huge_pages off), timed by psql,",
     f"the builds taking turns ({rounds} rounds of {statements} statements each, a fresh backend's first left out).",
     "",

@@ -1,4 +1,4 @@
-"""What per-key overrides cost backends, measured against a running bench server (bench/run_overrides.sh).
+"""What per-key overrides cost backends, measured against a running bench server (bench/run.sh overrides).
 
   backends.py memory CONNINFO POLICY N KEYS
       N backends each take KEYS random keys of POLICY and stay connected; prints the sum of their private

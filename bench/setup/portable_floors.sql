@@ -1,4 +1,4 @@
--- Floors for bench/run_portable.sh, installed by the portable database's owner (a role without superuser),
+-- Floors for bench/run.sh portable, installed by the portable database's owner (a role without superuser),
 -- as the portable edition is. Not part of rate_limit: each is the least a role-safe PL/pgSQL function can do
 -- for one of the goals, to show how far any portable implementation could go on the machine of the run.
 
@@ -19,6 +19,6 @@ BEGIN
 END
 $$;
 
--- Random keys: bench_seed_definer, the seed's function (bench/baseline.sql) as a portable edition must run,
+-- Random keys: bench_seed_definer, the seed's function (bench/setup/baseline.sql) as a portable edition must run,
 -- SECURITY DEFINER owned by a role without superuser over its own table (rate_limit.bench_seed_state), is
--- made from bench/baseline.sql by bench/run_portable.sh, so that it stays the seed's function.
+-- made from bench/setup/baseline.sql by bench/run.sh portable, so that it stays the seed's function.
