@@ -86,7 +86,7 @@ pub const BOUNDS: &[Bound] = &[
         resource: "row locks of a call",
         who: "any role",
         bound: "until the caller's transaction ends (table store): another caller of that key waits for it, as for any row lock, so a transaction any role leaves open holds the key until it ends (any role may lift its own `idle_in_transaction_session_timeout`: keys that untrusted roles share belong in the memory store); taken in the seam's one lock order, so two callers of a key never deadlock",
-        enforced_by: "the lock order (`src/store/mod.rs`)",
+        enforced_by: "the lock order (`rate_limit_model::pipeline`, whose property tests check the locks of every generated call; the table store's in `src/store/mod.rs`)",
         test: "blocks.rs: two_callers_of_one_key_never_deadlock_under_a_penalty_box",
     },
     Bound {
