@@ -21,10 +21,10 @@
 //!    it; it conflicts only with a shard move's or split's `ExclusiveLock`;
 //! 1. a key's buckets of several policies (`take_many`): in (namespace, key) order, each before step 2;
 //! 2. a key's block bucket after that key's policy bucket: counting a denial in a penalty box first locks
-//!    the policy bucket's row ([`rate_limit_model::pipeline::blocks::count_denials`]), as a grant would, so a transaction that holds the
-//!    bucket and counts its own denial never meets one that holds the count and waits for the bucket
-//!    (before: 40P01); the denials of one call are counted in (namespace, key) order, as in step 1; a
-//!    block or unblock by hand locks the block bucket alone;
+//!    the policy bucket's row ([`rate_limit_model::pipeline::blocks::count_denials`]), as a grant would,
+//!    so a transaction that holds the bucket and counts its own denial never meets one that holds the
+//!    count and waits for the bucket (before: 40P01); the denials of one call are counted in (namespace,
+//!    key) order, as in step 1; a block or unblock by hand locks the block bucket alone;
 //! 3. a concurrency policy's slots are locked with `SKIP LOCKED` and never waited for; a slot without a row
 //!    is created under a lock of its own that is only tried, never waited for ([`table`]'s leases).
 //!
@@ -62,7 +62,7 @@ use rate_limit_model::pipeline::{self, Answer, Memo};
 use rate_limit_model::target::{Ask, Kind, Namespace, Target};
 
 /// Asks every target for `cost` tokens, all or nothing (cost 0 only reports); returns one outcome per
-/// target. When a call is denied ([`target::granted`] is false), at least one outcome of a bucket not in
+/// target. When a call is denied ([`rate_limit_model::target::granted`] is false), at least one outcome of a bucket not in
 /// shadow mode is denied and nothing was taken; outcomes of buckets the call did not need to look at are
 /// reported as allowed. When it is granted, every allowed outcome's tokens were taken, and a denied one
 /// (of a bucket in shadow mode) took nothing.

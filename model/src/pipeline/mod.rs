@@ -194,28 +194,35 @@ fn decide<S: Store>(
         }
         return Ok(());
     }
-    let asked: Vec<usize> = (0..targets.len())
-        .filter(|&i| decided[i].is_none())
-        .collect();
     for (a, d) in answers.iter_mut().zip(&decided) {
         if let Some(o) = d {
             a.outcome = *o;
         }
     }
-    if asked.is_empty() {
-        return Ok(());
-    }
-    let taken = if asked.len() == targets.len() {
+    let taken = if decided.iter().all(Option::is_none) {
+        // the common call: every target asked, nothing copied
         s.take(targets, cost)?
     } else {
         // the decided keys (exempt, or in shadow mode) leave their buckets alone
-        let open: Vec<Target<'_>> = asked.iter().map(|&i| targets[i]).collect();
+        let open: Vec<Target<'_>> = targets
+            .iter()
+            .zip(&decided)
+            .filter(|(_, d)| d.is_none())
+            .map(|(t, _)| *t)
+            .collect();
+        if open.is_empty() {
+            return Ok(());
+        }
         s.take(&open, cost)?
     };
-    for (&i, o) in asked.iter().zip(taken) {
-        answers[i].outcome = o;
+    let asked = answers
+        .iter_mut()
+        .zip(&decided)
+        .filter(|(_, d)| d.is_none());
+    for ((a, _), o) in asked.zip(taken) {
+        a.outcome = o;
         if cost > 0 {
-            answers[i].memo = if o.allowed {
+            a.memo = if o.allowed {
                 Memo::Forget
             } else {
                 Memo::Remember(o.state)
