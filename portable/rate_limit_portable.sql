@@ -2548,6 +2548,13 @@ BEGIN
 END
 $$;
 
+-- take's answer as a boolean (docs/reference.md#rate_limitallow). Plain SQL and not SECURITY DEFINER, so
+-- that the planner inlines it into the caller's statement: take, which it calls once, runs as the owner.
+-- Every name in it is qualified, as the caller's search_path parses it.
+CREATE FUNCTION rate_limit.allow(policy pg_catalog.text, key pg_catalog.text, cost integer DEFAULT 1)
+RETURNS boolean LANGUAGE sql VOLATILE PARALLEL UNSAFE
+AS $$ SELECT (rate_limit.take(policy, key, cost)).allowed $$;
+
 -- ===== src/50_api.sql =====
 -- The limiter API (src/api): the compiled edition's names, signatures, defaults, results and errors.
 -- Every function PUBLIC may call is SECURITY DEFINER with a fixed search_path: it runs as the edition's
@@ -3724,8 +3731,7 @@ $$;
 
 -- ===== sql/finalize.sql: the comments of the functions both editions have =====
 COMMENT ON FUNCTION rate_limiting_request(text, integer, integer) IS
-    'Take one token from bucket id (refill_per_sec tokens/s, capacity refill_per_sec * window_seconds); '
-    'returns the whole tokens left, or -1 when denied';
+    'Take one token from bucket id (refill_per_sec tokens/s, capacity refill_per_sec * window_seconds); returns the whole tokens left, or -1 when denied';
 COMMENT ON FUNCTION rate_limit.peek_request(text, integer, integer) IS
     'Whole tokens in rate_limiting_request''s bucket id now under the given limit; consumes nothing';
 COMMENT ON FUNCTION rate_limit.tokens(text, integer, integer) IS
@@ -3734,13 +3740,16 @@ COMMENT ON FUNCTION rate_limit.reset_request(text) IS
     'Delete rate_limiting_request''s bucket id, making it full; true if it existed; owner only';
 COMMENT ON FUNCTION rate_limit.take(text, text, integer) IS
     'Take cost tokens (0 only reports) from bucket key of a named policy; returns a rate_limit.decision';
+COMMENT ON FUNCTION rate_limit.allow(text, text, integer) IS
+    'Take cost tokens from bucket key of a named policy, as take does; true when allowed (a shadow policy''s would-be denial too)';
 COMMENT ON FUNCTION rate_limit.take_many(text[], text[], integer) IS
     'Take cost tokens under every policy, all or nothing: keys holds one key for all, or one per policy';
 COMMENT ON FUNCTION rate_limit.take_batch(text, text[], integer[], boolean) IS
     'Take costs[i] tokens (1 each by default) from bucket keys[i] of a policy for every key in order; one row per key';
 COMMENT ON FUNCTION rate_limit.take_ad_hoc(text, bigint, interval, bigint, integer) IS
     'Take cost tokens from bucket key under an ad-hoc token bucket: rate per per, at most burst';
-COMMENT ON FUNCTION rate_limit.peek(text, text) IS 'The bucket of key under a policy, taking nothing';
+COMMENT ON FUNCTION rate_limit.peek(text, text) IS
+    'The bucket of key under a policy, taking nothing';
 COMMENT ON FUNCTION rate_limit.wait(text, text, integer, interval) IS
     'Sleep until cost tokens can be taken (or give up at timeout, taking nothing); returns the decision';
 COMMENT ON FUNCTION rate_limit.charge(text, text, bigint) IS
@@ -3749,25 +3758,27 @@ COMMENT ON FUNCTION rate_limit.acquire(text, text) IS
     'Acquire a lease of key under a concurrency policy: the decision, with the lease id when allowed';
 COMMENT ON FUNCTION rate_limit.release(text, text, bigint) IS
     'Release a lease acquired with rate_limit.acquire: true if it was held and is now free';
+COMMENT ON FUNCTION rate_limit.refund(text, text, bigint) IS
+    'Put tokens back into bucket key of a policy, capped at its burst; owner only';
+COMMENT ON FUNCTION rate_limit.reset(text, text) IS
+    'Delete bucket key of a policy, making it full; owner only';
+COMMENT ON FUNCTION rate_limit.reset_ad_hoc(text) IS
+    'Delete the ad-hoc bucket key, making it full; owner only';
 COMMENT ON FUNCTION rate_limit.block(text, text, interval) IS
     'Block key under a policy for duration: its calls are denied without touching its bucket; owner only';
 COMMENT ON FUNCTION rate_limit.unblock(text, text) IS
     'Lift the block of key under a policy and forget its penalty box count; true if it was blocked; owner only';
-COMMENT ON FUNCTION rate_limit.refund(text, text, bigint) IS
-    'Put tokens back into bucket key of a policy, capped at its burst; owner only';
-COMMENT ON FUNCTION rate_limit.reset(text, text) IS 'Delete bucket key of a policy, making it full; owner only';
-COMMENT ON FUNCTION rate_limit.reset_ad_hoc(text) IS 'Delete the ad-hoc bucket key, making it full; owner only';
 COMMENT ON FUNCTION rate_limit.headers(rate_limit.decision, text) IS
     'RateLimit, RateLimit-Policy and Retry-After HTTP field values for a decision, as jsonb';
-COMMENT ON FUNCTION rate_limit.create_policy IS
+COMMENT ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint, text, timestamp without time zone, bigint, interval, jsonb) IS
     'Create a named policy: rate tokens per per, at most burst; algorithm, store, shadow, max_debt, time_zone, anchor, block_after, block_for and options (jsonb, by name) optional; owner only';
-COMMENT ON FUNCTION rate_limit.alter_policy IS
+COMMENT ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint, text, timestamp without time zone, bigint, interval, jsonb) IS
     'Change a policy (NULL keeps a value; in options, an option left out keeps its value and null clears it); buckets carry their tokens over, never gaining any; owner only';
-COMMENT ON FUNCTION rate_limit.set_override IS
+COMMENT ON FUNCTION rate_limit.set_override(text, text, bigint, interval, bigint, text, timestamp with time zone, text) IS
     'Give one key of a policy its own rate, per or burst (action limit), or deny or exempt it, until a time or for ever; owner only';
 COMMENT ON FUNCTION rate_limit.clear_override(text, text) IS
     'Remove the override of a key: it follows its policy again; true if there was one; owner only';
 COMMENT ON FUNCTION rate_limit.limit_writes() IS
-    'Row trigger: limit_writes(policy, key_column [, cost]) takes cost tokens per written row from the '
-    'bucket of the row''s key; a denied row raises 53400 with the RateLimit header values in DETAIL';
-COMMENT ON FUNCTION rate_limit.leases_held_rows() IS 'Internal: the leases held of each concurrency policy, for rate_limit.metrics_policies';
+    'Row trigger: limit_writes(policy, key_column [, cost]) takes cost tokens per written row from the bucket of the row''s key; a denied row raises 53400 with the RateLimit header values in DETAIL';
+COMMENT ON FUNCTION rate_limit.leases_held_rows() IS
+    'Internal: the leases held of each concurrency policy, for rate_limit.metrics_policies';

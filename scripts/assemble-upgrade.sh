@@ -3,7 +3,9 @@
 # change, in name order, after a header, into sql/rate_limit--RELEASED--CURRENT.sql (RELEASED: the newest
 # version in sql/RELEASED; CURRENT: Cargo.toml's). A change to the SQL adds or edits its own fragment, so the
 # next version's script never grows by hand for months; at release the version goes into sql/RELEASED and
-# the fragments are deleted (the assembled script is then frozen by scripts/check-upgrade-scripts.sh).
+# the fragments are deleted (the assembled script is then frozen by scripts/check-upgrade-scripts.sh). The
+# script ends with every function's privileges and comment, the section of sql/finalize.sql made from
+# src/surface/ (scripts/generate-surface.sh), as a fresh install has them.
 #
 #   scripts/assemble-upgrade.sh           writes the script
 #   scripts/assemble-upgrade.sh --check   fails if the script is not what the fragments assemble to (lint)
@@ -35,6 +37,9 @@ assembled() {
     echo
     echo "-- No SQL object has changed since $released yet."
   fi
+  echo
+  echo "-- Every function's privileges and comment, as sql/finalize.sql gives a fresh install:"
+  sed -n '/^-- BEGIN made from src\/surface\//,/^-- END made from src\/surface\//p' sql/finalize.sql
 }
 if [ "${1:-}" = --check ]; then
   if ! cmp -s <(assembled) "$script"; then

@@ -88,7 +88,8 @@ lint() {
     cargo fmt --all --check &&
     cargo clippy --all-targets -- -D warnings &&
     cargo clippy -p rate_limit_model --all-targets -- -D warnings &&
-    cargo clippy -p rate_limit_integration --all-targets -- -D warnings
+    cargo clippy -p rate_limit_integration --all-targets -- -D warnings &&
+    cargo test -q -p rate_limit_integration --test surface # the SQL made from src/surface/ is in its files
 }
 
 regress() { # regress VERSION PORT: the examples in a new database of the main cluster

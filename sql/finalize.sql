@@ -171,89 +171,53 @@ COMMENT ON VIEW rate_limit.metrics_top_keys IS
     'The most denied keys per policy, up to rate_limit.metrics_top_keys of them (none by default); owner and pg_monitor';
 
 -- Security model: any role may take, peek and wait, and read the policies; only the extension owner (and
--- roles it grants) may change policies, refund, reset, block, purge, list buckets and read or reset statistics. The state table is closed
--- to PUBLIC; the functions that write it are SECURITY DEFINER. Internal helpers are not executable by
--- PUBLIC: only the owner's statements call them.
+-- roles it grants) may change policies, refund, reset, block, purge, list buckets and read or reset
+-- statistics. The state table is closed to PUBLIC; the functions that write it are SECURITY DEFINER.
+-- Internal helpers are not executable by PUBLIC: only the owner's statements call them. Who may execute
+-- each function is its entry's in src/surface/ (the section at the end).
 GRANT USAGE ON SCHEMA rate_limit TO PUBLIC;
 REVOKE ALL ON TABLE rate_limit.bucket_state FROM PUBLIC;
 REVOKE ALL ON TABLE rate_limit.dropped_policies FROM PUBLIC;
 REVOKE ALL ON TABLE rate_limit.key_overrides FROM PUBLIC;
 REVOKE ALL ON TABLE rate_limit.overrides FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.set_override FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.clear_override(text, text) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.policies_dropped() FROM PUBLIC;
--- no other role may attach it to a table of its own (CREATE TRIGGER needs EXECUTE), and it refuses to fire
--- on any table but the two it is made for: a commit of a role's own table never makes other backends
--- forget what they cached
-REVOKE EXECUTE ON FUNCTION rate_limit.policies_changed() FROM PUBLIC;
-COMMENT ON FUNCTION rate_limit.policies_changed() IS
-    'Trigger: a change of rate_limit.policies or rate_limit.key_overrides is seen by every backend''s next transaction; a direct call is refused';
-COMMENT ON FUNCTION rate_limit.policies_dropped() IS
-    'Trigger: records dropped policies in rate_limit.dropped_policies, for the memory store';
 REVOKE ALL ON TABLE rate_limit.buckets FROM PUBLIC;
 REVOKE ALL ON TABLE rate_limit.stats FROM PUBLIC;
 REVOKE ALL ON TABLE rate_limit.top_limited FROM PUBLIC;
 GRANT SELECT ON TABLE rate_limit.policies TO PUBLIC;
 
-REVOKE EXECUTE ON FUNCTION rate_limit.reset_request(text) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.reset(text, text) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.reset_ad_hoc(text) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.refund(text, text, bigint) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.purge() FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.create_policy FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.alter_policy FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.drop_policy(text) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.block(text, text, interval) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.unblock(text, text) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.memory_buckets() FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.stats_rows() FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.top_limited_rows() FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.node_stats_rows() FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.node_top_limited_rows() FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.node_memory_buckets() FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.reset_stats(text) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.reset_stats() FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.memory_shares() FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.distribute(integer) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.state_after_take(bigint, timestamptz, text, bigint, bigint, bigint,
-    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint, timestamptz) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.state_tokens(bigint, timestamptz, text, bigint, bigint, bigint,
-    timestamptz) FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.state_is_full(bigint, timestamptz, text, bigint, bigint, bigint,
-    timestamptz) FROM PUBLIC;
 -- the monitoring views: the owner and pg_monitor
 REVOKE ALL ON TABLE rate_limit.metrics, rate_limit.metrics_policies, rate_limit.metrics_memory,
     rate_limit.metrics_purge, rate_limit.metrics_top_keys FROM PUBLIC;
 GRANT SELECT ON TABLE rate_limit.metrics, rate_limit.metrics_policies, rate_limit.metrics_memory,
     rate_limit.metrics_purge, rate_limit.metrics_top_keys TO pg_monitor;
-REVOKE EXECUTE ON FUNCTION rate_limit.metrics_rows(), rate_limit.node_metrics_rows(),
-    rate_limit.leases_held_rows(), rate_limit.purge_rows(), rate_limit.metrics_top_keys_rows() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION rate_limit.metrics_rows(), rate_limit.node_metrics_rows(),
-    rate_limit.leases_held_rows(), rate_limit.purge_rows(), rate_limit.metrics_top_keys_rows() TO pg_monitor;
 
 -- The write-limiting trigger runs as the owner, like take: writers need no rights on the state table.
 ALTER FUNCTION rate_limit.limit_writes() SECURITY DEFINER;
 
+-- Every function's privileges and comment, made from its entry in src/surface/ (the unreleased upgrade
+-- script ends with this section too, so that an updated extension has what a fresh install has).
+-- BEGIN made from src/surface/ by scripts/generate-surface.sh: every function's privileges and comment
 COMMENT ON FUNCTION rate_limiting_request(text, integer, integer) IS
-    'Take one token from bucket id (refill_per_sec tokens/s, capacity refill_per_sec * window_seconds); '
-    'returns the whole tokens left, or -1 when denied';
+    'Take one token from bucket id (refill_per_sec tokens/s, capacity refill_per_sec * window_seconds); returns the whole tokens left, or -1 when denied';
 COMMENT ON FUNCTION rate_limit.peek_request(text, integer, integer) IS
     'Whole tokens in rate_limiting_request''s bucket id now under the given limit; consumes nothing';
 COMMENT ON FUNCTION rate_limit.tokens(text, integer, integer) IS
     'Tokens in rate_limiting_request''s bucket id now under the given limit, exact to the millionth';
+REVOKE EXECUTE ON FUNCTION rate_limit.reset_request(text) FROM PUBLIC;
 COMMENT ON FUNCTION rate_limit.reset_request(text) IS
     'Delete rate_limiting_request''s bucket id, making it full; true if it existed; owner only';
-COMMENT ON FUNCTION rate_limit.purge() IS
-    'Delete every bucket of both stores that is full now (lossless); returns how many; owner only';
 COMMENT ON FUNCTION rate_limit.take(text, text, integer) IS
     'Take cost tokens (0 only reports) from bucket key of a named policy; returns a rate_limit.decision';
+COMMENT ON FUNCTION rate_limit.allow(text, text, integer) IS
+    'Take cost tokens from bucket key of a named policy, as take does; true when allowed (a shadow policy''s would-be denial too)';
 COMMENT ON FUNCTION rate_limit.take_many(text[], text[], integer) IS
     'Take cost tokens under every policy, all or nothing: keys holds one key for all, or one per policy';
 COMMENT ON FUNCTION rate_limit.take_batch(text, text[], integer[], boolean) IS
     'Take costs[i] tokens (1 each by default) from bucket keys[i] of a policy for every key in order; one row per key';
 COMMENT ON FUNCTION rate_limit.take_ad_hoc(text, bigint, interval, bigint, integer) IS
     'Take cost tokens from bucket key under an ad-hoc token bucket: rate per per, at most burst';
-COMMENT ON FUNCTION rate_limit.peek(text, text) IS 'The bucket of key under a policy, taking nothing';
+COMMENT ON FUNCTION rate_limit.peek(text, text) IS
+    'The bucket of key under a policy, taking nothing';
 COMMENT ON FUNCTION rate_limit.wait(text, text, integer, interval) IS
     'Sleep until cost tokens can be taken (or give up at timeout, taking nothing); returns the decision';
 COMMENT ON FUNCTION rate_limit.charge(text, text, bigint) IS
@@ -262,62 +226,112 @@ COMMENT ON FUNCTION rate_limit.acquire(text, text) IS
     'Acquire a lease of key under a concurrency policy: the decision, with the lease id when allowed';
 COMMENT ON FUNCTION rate_limit.release(text, text, bigint) IS
     'Release a lease acquired with rate_limit.acquire: true if it was held and is now free';
-COMMENT ON FUNCTION rate_limit.block(text, text, interval) IS
-    'Block key under a policy for duration: its calls are denied without touching its bucket; owner only';
-COMMENT ON FUNCTION rate_limit.unblock(text, text) IS
-    'Lift the block of key under a policy and forget its penalty box count; true if it was blocked; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.refund(text, text, bigint) FROM PUBLIC;
 COMMENT ON FUNCTION rate_limit.refund(text, text, bigint) IS
     'Put tokens back into bucket key of a policy, capped at its burst; owner only';
-COMMENT ON FUNCTION rate_limit.reset(text, text) IS 'Delete bucket key of a policy, making it full; owner only';
-COMMENT ON FUNCTION rate_limit.reset_ad_hoc(text) IS 'Delete the ad-hoc bucket key, making it full; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.reset(text, text) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.reset(text, text) IS
+    'Delete bucket key of a policy, making it full; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.reset_ad_hoc(text) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.reset_ad_hoc(text) IS
+    'Delete the ad-hoc bucket key, making it full; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.block(text, text, interval) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.block(text, text, interval) IS
+    'Block key under a policy for duration: its calls are denied without touching its bucket; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.unblock(text, text) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.unblock(text, text) IS
+    'Lift the block of key under a policy and forget its penalty box count; true if it was blocked; owner only';
 COMMENT ON FUNCTION rate_limit.headers(rate_limit.decision, text) IS
     'RateLimit, RateLimit-Policy and Retry-After HTTP field values for a decision, as jsonb';
-COMMENT ON FUNCTION rate_limit.create_policy IS
+REVOKE EXECUTE ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint, text, timestamp without time zone, bigint, interval, jsonb) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint, text, timestamp without time zone, bigint, interval, jsonb) IS
     'Create a named policy: rate tokens per per, at most burst; algorithm, store, shadow, max_debt, time_zone, anchor, block_after, block_for and options (jsonb, by name) optional; owner only';
-COMMENT ON FUNCTION rate_limit.alter_policy IS
+REVOKE EXECUTE ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint, text, timestamp without time zone, bigint, interval, jsonb) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint, text, timestamp without time zone, bigint, interval, jsonb) IS
     'Change a policy (NULL keeps a value; in options, an option left out keeps its value and null clears it); buckets carry their tokens over, never gaining any; owner only';
-COMMENT ON FUNCTION rate_limit.drop_policy(text) IS 'Drop a policy, its overrides and its table-store buckets; owner only';
-COMMENT ON FUNCTION rate_limit.set_override IS
+REVOKE EXECUTE ON FUNCTION rate_limit.drop_policy(text) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.drop_policy(text) IS
+    'Drop a policy, its overrides and its table-store buckets; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.set_override(text, text, bigint, interval, bigint, text, timestamp with time zone, text) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.set_override(text, text, bigint, interval, bigint, text, timestamp with time zone, text) IS
     'Give one key of a policy its own rate, per or burst (action limit), or deny or exempt it, until a time or for ever; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.clear_override(text, text) FROM PUBLIC;
 COMMENT ON FUNCTION rate_limit.clear_override(text, text) IS
     'Remove the override of a key: it follows its policy again; true if there was one; owner only';
-COMMENT ON FUNCTION rate_limit.memory_usage() IS
-    'Size and use of the memory store: buckets, slots, bytes per bucket, evictions, this database''s and this role''s shares';
-COMMENT ON FUNCTION rate_limit.memory_shares() IS
-    'Buckets each database holds in the memory store; owner only';
-COMMENT ON FUNCTION rate_limit.distribute(integer) IS
-    'On a Citus coordinator: policies as a reference table, state distributed by key, keyed calls delegated '
-    'to the key''s node; idempotent; owner only';
-COMMENT ON FUNCTION rate_limit.nodes_of(text[]) IS
-    'Under Citus, the node (host, port) and shard that hold each key, in the order given: where to send its calls';
-COMMENT ON FUNCTION rate_limit.memory_buckets() IS 'Internal: buckets of the memory store, for rate_limit.buckets';
-COMMENT ON FUNCTION rate_limit.state_after_take(bigint, timestamptz, text, bigint, bigint, bigint,
-    text, bigint, bigint, bigint, timestamptz, timestamptz, bigint, timestamptz) IS
-    'Internal: the level of a stored row after a take, or -1 if short (the table store''s UPDATE)';
-COMMENT ON FUNCTION rate_limit.state_tokens(bigint, timestamptz, text, bigint, bigint, bigint, timestamptz) IS
-    'Internal: tokens of a stored row at a given time, exact to the millionth';
-COMMENT ON FUNCTION rate_limit.state_is_full(bigint, timestamptz, text, bigint, bigint, bigint, timestamptz) IS
-    'Internal: whether a stored row is full at a given time';
-COMMENT ON FUNCTION rate_limit.limit_writes() IS
-    'Row trigger: limit_writes(policy, key_column [, cost]) takes cost tokens per written row from the '
-    'bucket of the row''s key; a denied row raises 53400 with the RateLimit header values in DETAIL';
-COMMENT ON FUNCTION rate_limit.stats_rows() IS 'Internal: the rows of rate_limit.stats';
-COMMENT ON FUNCTION rate_limit.metrics_rows() IS 'Internal: the rows of rate_limit.metrics';
-COMMENT ON FUNCTION rate_limit.node_metrics_rows() IS
-    'Internal: this node''s own rows of rate_limit.metrics (on a Citus coordinator the view sums every node''s)';
-COMMENT ON FUNCTION rate_limit.leases_held_rows() IS 'Internal: the leases held of each concurrency policy, for rate_limit.metrics_policies';
-COMMENT ON FUNCTION rate_limit.purge_rows() IS 'Internal: the rows of rate_limit.metrics_purge';
-COMMENT ON FUNCTION rate_limit.metrics_top_keys_rows() IS 'Internal: the rows of rate_limit.metrics_top_keys';
+REVOKE EXECUTE ON FUNCTION rate_limit.purge() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.purge() IS
+    'Delete every bucket of both stores that is full now (lossless); returns how many; owner only';
 COMMENT ON FUNCTION rate_limit.clock_shift() IS
     'How far the table store''s clock is behind clock_timestamp() (non-zero after promoting a standby whose clock was off)';
-COMMENT ON FUNCTION rate_limit.node_stats_rows() IS
-    'This node''s own rows of rate_limit.stats (on a Citus coordinator the view merges every node''s); owner only';
-COMMENT ON FUNCTION rate_limit.node_top_limited_rows() IS
-    'This node''s own rows of rate_limit.top_limited (on a Citus coordinator the view merges every node''s); owner only';
-COMMENT ON FUNCTION rate_limit.node_memory_buckets() IS
-    'This node''s own memory-store buckets (on a Citus coordinator rate_limit.buckets lists every node''s); owner only';
-COMMENT ON FUNCTION rate_limit.top_limited_rows() IS 'Internal: the rows of rate_limit.top_limited';
-COMMENT ON FUNCTION rate_limit.reset_stats(text) IS
-    'Zero the statistics and top limited keys of a policy in this database; owner only';
+COMMENT ON FUNCTION rate_limit.memory_usage() IS
+    'Size and use of the memory store: buckets, slots, bytes per bucket, evictions, this database''s and this role''s shares';
+REVOKE EXECUTE ON FUNCTION rate_limit.memory_shares() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.memory_shares() IS
+    'Buckets each database holds in the memory store; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.reset_stats() FROM PUBLIC;
 COMMENT ON FUNCTION rate_limit.reset_stats() IS
     'Zero every statistic and top limited key of this database; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.reset_stats(text) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.reset_stats(text) IS
+    'Zero the statistics and top limited keys of a policy in this database; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.distribute(integer) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.distribute(integer) IS
+    'On a Citus coordinator: policies as a reference table, state distributed by key, keyed calls delegated to the key''s node; idempotent; owner only';
+COMMENT ON FUNCTION rate_limit.nodes_of(text[]) IS
+    'Under Citus, the node (host, port) and shard that hold each key, in the order given: where to send its calls';
+REVOKE EXECUTE ON FUNCTION rate_limit.node_stats_rows() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.node_stats_rows() IS
+    'This node''s own rows of rate_limit.stats (on a Citus coordinator the view merges every node''s); owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.node_top_limited_rows() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.node_top_limited_rows() IS
+    'This node''s own rows of rate_limit.top_limited (on a Citus coordinator the view merges every node''s); owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.node_memory_buckets() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.node_memory_buckets() IS
+    'This node''s own memory-store buckets (on a Citus coordinator rate_limit.buckets lists every node''s); owner only';
+COMMENT ON FUNCTION rate_limit.limit_writes() IS
+    'Row trigger: limit_writes(policy, key_column [, cost]) takes cost tokens per written row from the bucket of the row''s key; a denied row raises 53400 with the RateLimit header values in DETAIL';
+REVOKE EXECUTE ON FUNCTION rate_limit.policies_changed() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.policies_changed() IS
+    'Trigger: a change of rate_limit.policies or rate_limit.key_overrides is seen by every backend''s next transaction; a direct call is refused';
+REVOKE EXECUTE ON FUNCTION rate_limit.policies_dropped() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.policies_dropped() IS
+    'Trigger: records dropped policies in rate_limit.dropped_policies, for the memory store';
+REVOKE EXECUTE ON FUNCTION rate_limit.memory_buckets() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.memory_buckets() IS
+    'Internal: buckets of the memory store, for rate_limit.buckets';
+REVOKE EXECUTE ON FUNCTION rate_limit.stats_rows() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.stats_rows() IS
+    'Internal: the rows of rate_limit.stats';
+REVOKE EXECUTE ON FUNCTION rate_limit.metrics_rows() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rate_limit.metrics_rows() TO pg_monitor;
+COMMENT ON FUNCTION rate_limit.metrics_rows() IS
+    'Internal: the rows of rate_limit.metrics';
+REVOKE EXECUTE ON FUNCTION rate_limit.node_metrics_rows() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rate_limit.node_metrics_rows() TO pg_monitor;
+COMMENT ON FUNCTION rate_limit.node_metrics_rows() IS
+    'Internal: this node''s own rows of rate_limit.metrics (on a Citus coordinator the view sums every node''s)';
+REVOKE EXECUTE ON FUNCTION rate_limit.leases_held_rows() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rate_limit.leases_held_rows() TO pg_monitor;
+COMMENT ON FUNCTION rate_limit.leases_held_rows() IS
+    'Internal: the leases held of each concurrency policy, for rate_limit.metrics_policies';
+REVOKE EXECUTE ON FUNCTION rate_limit.purge_rows() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rate_limit.purge_rows() TO pg_monitor;
+COMMENT ON FUNCTION rate_limit.purge_rows() IS
+    'Internal: the rows of rate_limit.metrics_purge';
+REVOKE EXECUTE ON FUNCTION rate_limit.metrics_top_keys_rows() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rate_limit.metrics_top_keys_rows() TO pg_monitor;
+COMMENT ON FUNCTION rate_limit.metrics_top_keys_rows() IS
+    'Internal: the rows of rate_limit.metrics_top_keys';
+REVOKE EXECUTE ON FUNCTION rate_limit.top_limited_rows() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.top_limited_rows() IS
+    'Internal: the rows of rate_limit.top_limited';
+REVOKE EXECUTE ON FUNCTION rate_limit.state_after_take(bigint, timestamp with time zone, text, bigint, bigint, bigint, text, bigint, bigint, bigint, timestamp with time zone, timestamp with time zone, bigint, timestamp with time zone) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.state_after_take(bigint, timestamp with time zone, text, bigint, bigint, bigint, text, bigint, bigint, bigint, timestamp with time zone, timestamp with time zone, bigint, timestamp with time zone) IS
+    'Internal: the level of a stored row after a take, or -1 if short (the table store''s UPDATE)';
+REVOKE EXECUTE ON FUNCTION rate_limit.state_tokens(bigint, timestamp with time zone, text, bigint, bigint, bigint, timestamp with time zone) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.state_tokens(bigint, timestamp with time zone, text, bigint, bigint, bigint, timestamp with time zone) IS
+    'Internal: tokens of a stored row at a given time, exact to the millionth';
+REVOKE EXECUTE ON FUNCTION rate_limit.state_is_full(bigint, timestamp with time zone, text, bigint, bigint, bigint, timestamp with time zone) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.state_is_full(bigint, timestamp with time zone, text, bigint, bigint, bigint, timestamp with time zone) IS
+    'Internal: whether a stored row is full at a given time';
+-- END made from src/surface/

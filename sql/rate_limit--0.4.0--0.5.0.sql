@@ -2,86 +2,29 @@
 -- one fragment per change: edit those, then assemble again. Frozen once 0.5.0 is in sql/RELEASED.
 \echo Use "ALTER EXTENSION rate_limit UPDATE TO '0.5.0'" to load this file. \quit
 
--- rate_limit.nodes_of(keys): under Citus, the node that holds each key (#31).
-CREATE FUNCTION rate_limit."nodes_of"(
-	"keys" TEXT[]
-) RETURNS TABLE (
-	"key" TEXT,
-	"host" TEXT,
-	"port" INT,
-	"shard" bigint
-)
-STABLE SECURITY DEFINER PARALLEL SAFE
-LANGUAGE c
-AS 'MODULE_PATHNAME', 'nodes_of_wrapper';
-COMMENT ON FUNCTION rate_limit.nodes_of(text[]) IS
-    'Under Citus, the node (host, port) and shard that hold each key, in the order given: where to send its calls';
+-- The functions new in 0.5.0, made from src/surface/ by scripts/generate-surface.sh (do not
+-- edit): each as pgrx's schema creates it. Their privileges and comments end the upgrade script.
+CREATE FUNCTION rate_limit.allow(policy text, key text, cost integer DEFAULT 1) RETURNS boolean
+    VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'allow_wrapper';
+CREATE FUNCTION rate_limit.take_batch(policy text, keys text[], costs integer[] DEFAULT NULL::integer[], all_or_nothing boolean DEFAULT false) RETURNS TABLE(ordinality integer, key text, allowed boolean, remaining bigint, retry_after interval)
+    VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'take_batch_wrapper';
+CREATE FUNCTION rate_limit.set_override(policy text, key text, rate bigint DEFAULT NULL::bigint, per interval DEFAULT NULL::interval, burst bigint DEFAULT NULL::bigint, action text DEFAULT 'limit'::text, until timestamp with time zone DEFAULT NULL::timestamp with time zone, note text DEFAULT NULL::text) RETURNS void
+    VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'set_override_wrapper';
+CREATE FUNCTION rate_limit.clear_override(policy text, key text) RETURNS boolean
+    VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'clear_override_wrapper';
+CREATE FUNCTION rate_limit.nodes_of(keys text[]) RETURNS TABLE(key text, host text, port integer, shard bigint)
+    STABLE SECURITY DEFINER PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'nodes_of_wrapper';
+CREATE FUNCTION rate_limit.metrics_rows() RETURNS TABLE(kind text, policy text, calls bigint, granted bigint, denied bigint, shadow_denied bigint, blocked bigint, tokens_granted bigint)
+    VOLATILE STRICT PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'metrics_rows_wrapper';
+CREATE FUNCTION rate_limit.node_metrics_rows() RETURNS TABLE(kind text, policy text, calls bigint, granted bigint, denied bigint, shadow_denied bigint, blocked bigint, tokens_granted bigint)
+    VOLATILE STRICT PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'node_metrics_rows_wrapper';
+CREATE FUNCTION rate_limit.purge_rows() RETURNS TABLE(store text, finished_at timestamp with time zone, freed bigint)
+    VOLATILE STRICT PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'purge_rows_wrapper';
+CREATE FUNCTION rate_limit.metrics_top_keys_rows() RETURNS TABLE(kind text, policy text, rank integer, key text, denials bigint)
+    VOLATILE STRICT PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'metrics_top_keys_rows_wrapper';
 
--- rate_limit.take_batch(policy, keys, costs, all_or_nothing): decisions for many keys in one statement (#31).
-CREATE FUNCTION rate_limit."take_batch"(
-	"policy" TEXT,
-	"keys" TEXT[],
-	"costs" INT[] DEFAULT NULL,
-	"all_or_nothing" bool DEFAULT false
-) RETURNS TABLE (
-	"ordinality" INT,
-	"key" TEXT,
-	"allowed" bool,
-	"remaining" bigint,
-	"retry_after" interval
-)
-VOLATILE SECURITY DEFINER PARALLEL UNSAFE
-LANGUAGE c
-AS 'MODULE_PATHNAME', 'take_batch_wrapper';
-COMMENT ON FUNCTION rate_limit.take_batch(text, text[], integer[], boolean) IS
-    'Take costs[i] tokens (1 each by default) from bucket keys[i] of a policy for every key in order; one row per key';
-
--- Monitoring for Prometheus (#30): the metrics views, their functions, and pg_monitor's grants.
-CREATE FUNCTION rate_limit."metrics_rows"() RETURNS TABLE (
-	"kind" TEXT,
-	"policy" TEXT,
-	"calls" bigint,
-	"granted" bigint,
-	"denied" bigint,
-	"shadow_denied" bigint,
-	"blocked" bigint,
-	"tokens_granted" bigint
-)
-STRICT VOLATILE PARALLEL UNSAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'metrics_rows_wrapper';
-CREATE FUNCTION rate_limit."node_metrics_rows"() RETURNS TABLE (
-	"kind" TEXT,
-	"policy" TEXT,
-	"calls" bigint,
-	"granted" bigint,
-	"denied" bigint,
-	"shadow_denied" bigint,
-	"blocked" bigint,
-	"tokens_granted" bigint
-)
-STRICT VOLATILE PARALLEL UNSAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'node_metrics_rows_wrapper';
-CREATE FUNCTION rate_limit."purge_rows"() RETURNS TABLE (
-	"store" TEXT,
-	"finished_at" timestamp with time zone,
-	"freed" bigint
-)
-STRICT VOLATILE PARALLEL UNSAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'purge_rows_wrapper';
-CREATE FUNCTION rate_limit."metrics_top_keys_rows"() RETURNS TABLE (
-	"kind" TEXT,
-	"policy" TEXT,
-	"rank" INT,
-	"key" TEXT,
-	"denials" bigint
-)
-STRICT VOLATILE PARALLEL UNSAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'metrics_top_keys_rows_wrapper';
-
+-- Monitoring for Prometheus (#30): the metrics views and pg_monitor's grants on them, and leases_held_rows
+-- (SQL); the library's functions are in 000-new-functions.sql, their privileges at the end of the script.
 -- Monitoring (docs/operations.md#monitoring, monitoring/ for Prometheus through postgres_exporter): read by
 -- the owner and by members of pg_monitor, the role a monitoring agent runs as. Counters (since the
 -- statistics' "since", kept across clean restarts) per policy of this database; denied counts the calls
@@ -163,19 +106,9 @@ REVOKE ALL ON TABLE rate_limit.metrics, rate_limit.metrics_policies, rate_limit.
     rate_limit.metrics_purge, rate_limit.metrics_top_keys FROM PUBLIC;
 GRANT SELECT ON TABLE rate_limit.metrics, rate_limit.metrics_policies, rate_limit.metrics_memory,
     rate_limit.metrics_purge, rate_limit.metrics_top_keys TO pg_monitor;
-REVOKE EXECUTE ON FUNCTION rate_limit.metrics_rows(), rate_limit.node_metrics_rows(),
-    rate_limit.leases_held_rows(), rate_limit.purge_rows(), rate_limit.metrics_top_keys_rows() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION rate_limit.metrics_rows(), rate_limit.node_metrics_rows(),
-    rate_limit.leases_held_rows(), rate_limit.purge_rows(), rate_limit.metrics_top_keys_rows() TO pg_monitor;
-COMMENT ON FUNCTION rate_limit.metrics_rows() IS 'Internal: the rows of rate_limit.metrics';
-COMMENT ON FUNCTION rate_limit.node_metrics_rows() IS
-    'Internal: this node''s own rows of rate_limit.metrics (on a Citus coordinator the view sums every node''s)';
-COMMENT ON FUNCTION rate_limit.leases_held_rows() IS 'Internal: the leases held of each concurrency policy, for rate_limit.metrics_policies';
-COMMENT ON FUNCTION rate_limit.purge_rows() IS 'Internal: the rows of rate_limit.metrics_purge';
-COMMENT ON FUNCTION rate_limit.metrics_top_keys_rows() IS 'Internal: the rows of rate_limit.metrics_top_keys';
 
--- Per-key overrides (#30, read per key since #40): the table, set_override and clear_override, the view,
--- and the trigger that tells every backend of a change.
+-- Per-key overrides (#30, read per key since #40): the table, the view (set_override and clear_override are
+-- in 000-new-functions.sql), and the trigger that tells every backend of a change.
 -- Per-key overrides of a policy (rate_limit.set_override, clear_override; listed by rate_limit.overrides):
 -- one key's own rate, period or burst (those missing are the policy's), or a fixed answer, until expires_at
 -- or for ever. Read per key by the calls of a key, by the primary key; its statement trigger
@@ -205,27 +138,6 @@ COMMENT ON TABLE rate_limit.key_overrides IS
     'rate_limit per-key overrides of a policy; change them with rate_limit.set_override and clear_override';
 SELECT pg_catalog.pg_extension_config_dump('rate_limit.key_overrides', '');
 
-CREATE FUNCTION rate_limit."set_override"(
-	"policy" TEXT,
-	"key" TEXT,
-	"rate" bigint DEFAULT NULL,
-	"per" interval DEFAULT NULL,
-	"burst" bigint DEFAULT NULL,
-	"action" TEXT DEFAULT 'limit',
-	"until" timestamp with time zone DEFAULT NULL,
-	"note" TEXT DEFAULT NULL
-) RETURNS VOID
-VOLATILE SECURITY DEFINER PARALLEL UNSAFE
-LANGUAGE c
-AS 'MODULE_PATHNAME', 'set_override_wrapper';
-CREATE FUNCTION rate_limit."clear_override"(
-	"policy" TEXT,
-	"key" TEXT
-) RETURNS bool
-VOLATILE SECURITY DEFINER PARALLEL UNSAFE
-LANGUAGE c
-AS 'MODULE_PATHNAME', 'clear_override_wrapper';
-
 -- A change of the overrides invalidates, in every backend, what it keeps of them: whether each policy it
 -- calls has any (overrides themselves are read per key, never kept).
 CREATE TRIGGER key_overrides_changed
@@ -250,21 +162,6 @@ COMMENT ON VIEW rate_limit.overrides IS
 
 REVOKE ALL ON TABLE rate_limit.key_overrides FROM PUBLIC;
 REVOKE ALL ON TABLE rate_limit.overrides FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.set_override FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.clear_override(text, text) FROM PUBLIC;
-COMMENT ON FUNCTION rate_limit.drop_policy(text) IS 'Drop a policy, its overrides and its table-store buckets; owner only';
-COMMENT ON FUNCTION rate_limit.set_override IS
-    'Give one key of a policy its own rate, per or burst (action limit), or deny or exempt it, until a time or for ever; owner only';
-COMMENT ON FUNCTION rate_limit.clear_override(text, text) IS
-    'Remove the override of a key: it follows its policy again; true if there was one; owner only';
-
--- Hardening (#40): the trigger function of the extension's own tables is the owner's. Before, any role
--- could attach it to a table of its own, and each of its commits made every backend of the database
--- forget its cached policies. It also refuses, when it fires, any table but rate_limit.policies and
--- rate_limit.key_overrides (in the library).
-REVOKE EXECUTE ON FUNCTION rate_limit.policies_changed() FROM PUBLIC;
-COMMENT ON FUNCTION rate_limit.policies_changed() IS
-    'Trigger: a change of rate_limit.policies or rate_limit.key_overrides is seen by every backend''s next transaction; a direct call is refused';
 
 -- module_pathname without $libdir (#41): the library is found through dynamic_library_path, as
 -- CloudNativePG's image volumes need (extension_control_path and dynamic_library_path name the image's
@@ -290,3 +187,144 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- Every function's privileges and comment, as sql/finalize.sql gives a fresh install:
+-- BEGIN made from src/surface/ by scripts/generate-surface.sh: every function's privileges and comment
+COMMENT ON FUNCTION rate_limiting_request(text, integer, integer) IS
+    'Take one token from bucket id (refill_per_sec tokens/s, capacity refill_per_sec * window_seconds); returns the whole tokens left, or -1 when denied';
+COMMENT ON FUNCTION rate_limit.peek_request(text, integer, integer) IS
+    'Whole tokens in rate_limiting_request''s bucket id now under the given limit; consumes nothing';
+COMMENT ON FUNCTION rate_limit.tokens(text, integer, integer) IS
+    'Tokens in rate_limiting_request''s bucket id now under the given limit, exact to the millionth';
+REVOKE EXECUTE ON FUNCTION rate_limit.reset_request(text) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.reset_request(text) IS
+    'Delete rate_limiting_request''s bucket id, making it full; true if it existed; owner only';
+COMMENT ON FUNCTION rate_limit.take(text, text, integer) IS
+    'Take cost tokens (0 only reports) from bucket key of a named policy; returns a rate_limit.decision';
+COMMENT ON FUNCTION rate_limit.allow(text, text, integer) IS
+    'Take cost tokens from bucket key of a named policy, as take does; true when allowed (a shadow policy''s would-be denial too)';
+COMMENT ON FUNCTION rate_limit.take_many(text[], text[], integer) IS
+    'Take cost tokens under every policy, all or nothing: keys holds one key for all, or one per policy';
+COMMENT ON FUNCTION rate_limit.take_batch(text, text[], integer[], boolean) IS
+    'Take costs[i] tokens (1 each by default) from bucket keys[i] of a policy for every key in order; one row per key';
+COMMENT ON FUNCTION rate_limit.take_ad_hoc(text, bigint, interval, bigint, integer) IS
+    'Take cost tokens from bucket key under an ad-hoc token bucket: rate per per, at most burst';
+COMMENT ON FUNCTION rate_limit.peek(text, text) IS
+    'The bucket of key under a policy, taking nothing';
+COMMENT ON FUNCTION rate_limit.wait(text, text, integer, interval) IS
+    'Sleep until cost tokens can be taken (or give up at timeout, taking nothing); returns the decision';
+COMMENT ON FUNCTION rate_limit.charge(text, text, bigint) IS
+    'Charge cost tokens to bucket key of a policy after the fact: always taken, down to its max_debt below zero';
+COMMENT ON FUNCTION rate_limit.acquire(text, text) IS
+    'Acquire a lease of key under a concurrency policy: the decision, with the lease id when allowed';
+COMMENT ON FUNCTION rate_limit.release(text, text, bigint) IS
+    'Release a lease acquired with rate_limit.acquire: true if it was held and is now free';
+REVOKE EXECUTE ON FUNCTION rate_limit.refund(text, text, bigint) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.refund(text, text, bigint) IS
+    'Put tokens back into bucket key of a policy, capped at its burst; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.reset(text, text) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.reset(text, text) IS
+    'Delete bucket key of a policy, making it full; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.reset_ad_hoc(text) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.reset_ad_hoc(text) IS
+    'Delete the ad-hoc bucket key, making it full; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.block(text, text, interval) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.block(text, text, interval) IS
+    'Block key under a policy for duration: its calls are denied without touching its bucket; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.unblock(text, text) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.unblock(text, text) IS
+    'Lift the block of key under a policy and forget its penalty box count; true if it was blocked; owner only';
+COMMENT ON FUNCTION rate_limit.headers(rate_limit.decision, text) IS
+    'RateLimit, RateLimit-Policy and Retry-After HTTP field values for a decision, as jsonb';
+REVOKE EXECUTE ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint, text, timestamp without time zone, bigint, interval, jsonb) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.create_policy(text, bigint, interval, bigint, text, text, boolean, bigint, text, timestamp without time zone, bigint, interval, jsonb) IS
+    'Create a named policy: rate tokens per per, at most burst; algorithm, store, shadow, max_debt, time_zone, anchor, block_after, block_for and options (jsonb, by name) optional; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint, text, timestamp without time zone, bigint, interval, jsonb) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.alter_policy(text, bigint, interval, bigint, text, boolean, bigint, text, timestamp without time zone, bigint, interval, jsonb) IS
+    'Change a policy (NULL keeps a value; in options, an option left out keeps its value and null clears it); buckets carry their tokens over, never gaining any; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.drop_policy(text) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.drop_policy(text) IS
+    'Drop a policy, its overrides and its table-store buckets; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.set_override(text, text, bigint, interval, bigint, text, timestamp with time zone, text) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.set_override(text, text, bigint, interval, bigint, text, timestamp with time zone, text) IS
+    'Give one key of a policy its own rate, per or burst (action limit), or deny or exempt it, until a time or for ever; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.clear_override(text, text) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.clear_override(text, text) IS
+    'Remove the override of a key: it follows its policy again; true if there was one; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.purge() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.purge() IS
+    'Delete every bucket of both stores that is full now (lossless); returns how many; owner only';
+COMMENT ON FUNCTION rate_limit.clock_shift() IS
+    'How far the table store''s clock is behind clock_timestamp() (non-zero after promoting a standby whose clock was off)';
+COMMENT ON FUNCTION rate_limit.memory_usage() IS
+    'Size and use of the memory store: buckets, slots, bytes per bucket, evictions, this database''s and this role''s shares';
+REVOKE EXECUTE ON FUNCTION rate_limit.memory_shares() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.memory_shares() IS
+    'Buckets each database holds in the memory store; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.reset_stats() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.reset_stats() IS
+    'Zero every statistic and top limited key of this database; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.reset_stats(text) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.reset_stats(text) IS
+    'Zero the statistics and top limited keys of a policy in this database; owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.distribute(integer) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.distribute(integer) IS
+    'On a Citus coordinator: policies as a reference table, state distributed by key, keyed calls delegated to the key''s node; idempotent; owner only';
+COMMENT ON FUNCTION rate_limit.nodes_of(text[]) IS
+    'Under Citus, the node (host, port) and shard that hold each key, in the order given: where to send its calls';
+REVOKE EXECUTE ON FUNCTION rate_limit.node_stats_rows() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.node_stats_rows() IS
+    'This node''s own rows of rate_limit.stats (on a Citus coordinator the view merges every node''s); owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.node_top_limited_rows() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.node_top_limited_rows() IS
+    'This node''s own rows of rate_limit.top_limited (on a Citus coordinator the view merges every node''s); owner only';
+REVOKE EXECUTE ON FUNCTION rate_limit.node_memory_buckets() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.node_memory_buckets() IS
+    'This node''s own memory-store buckets (on a Citus coordinator rate_limit.buckets lists every node''s); owner only';
+COMMENT ON FUNCTION rate_limit.limit_writes() IS
+    'Row trigger: limit_writes(policy, key_column [, cost]) takes cost tokens per written row from the bucket of the row''s key; a denied row raises 53400 with the RateLimit header values in DETAIL';
+REVOKE EXECUTE ON FUNCTION rate_limit.policies_changed() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.policies_changed() IS
+    'Trigger: a change of rate_limit.policies or rate_limit.key_overrides is seen by every backend''s next transaction; a direct call is refused';
+REVOKE EXECUTE ON FUNCTION rate_limit.policies_dropped() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.policies_dropped() IS
+    'Trigger: records dropped policies in rate_limit.dropped_policies, for the memory store';
+REVOKE EXECUTE ON FUNCTION rate_limit.memory_buckets() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.memory_buckets() IS
+    'Internal: buckets of the memory store, for rate_limit.buckets';
+REVOKE EXECUTE ON FUNCTION rate_limit.stats_rows() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.stats_rows() IS
+    'Internal: the rows of rate_limit.stats';
+REVOKE EXECUTE ON FUNCTION rate_limit.metrics_rows() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rate_limit.metrics_rows() TO pg_monitor;
+COMMENT ON FUNCTION rate_limit.metrics_rows() IS
+    'Internal: the rows of rate_limit.metrics';
+REVOKE EXECUTE ON FUNCTION rate_limit.node_metrics_rows() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rate_limit.node_metrics_rows() TO pg_monitor;
+COMMENT ON FUNCTION rate_limit.node_metrics_rows() IS
+    'Internal: this node''s own rows of rate_limit.metrics (on a Citus coordinator the view sums every node''s)';
+REVOKE EXECUTE ON FUNCTION rate_limit.leases_held_rows() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rate_limit.leases_held_rows() TO pg_monitor;
+COMMENT ON FUNCTION rate_limit.leases_held_rows() IS
+    'Internal: the leases held of each concurrency policy, for rate_limit.metrics_policies';
+REVOKE EXECUTE ON FUNCTION rate_limit.purge_rows() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rate_limit.purge_rows() TO pg_monitor;
+COMMENT ON FUNCTION rate_limit.purge_rows() IS
+    'Internal: the rows of rate_limit.metrics_purge';
+REVOKE EXECUTE ON FUNCTION rate_limit.metrics_top_keys_rows() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rate_limit.metrics_top_keys_rows() TO pg_monitor;
+COMMENT ON FUNCTION rate_limit.metrics_top_keys_rows() IS
+    'Internal: the rows of rate_limit.metrics_top_keys';
+REVOKE EXECUTE ON FUNCTION rate_limit.top_limited_rows() FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.top_limited_rows() IS
+    'Internal: the rows of rate_limit.top_limited';
+REVOKE EXECUTE ON FUNCTION rate_limit.state_after_take(bigint, timestamp with time zone, text, bigint, bigint, bigint, text, bigint, bigint, bigint, timestamp with time zone, timestamp with time zone, bigint, timestamp with time zone) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.state_after_take(bigint, timestamp with time zone, text, bigint, bigint, bigint, text, bigint, bigint, bigint, timestamp with time zone, timestamp with time zone, bigint, timestamp with time zone) IS
+    'Internal: the level of a stored row after a take, or -1 if short (the table store''s UPDATE)';
+REVOKE EXECUTE ON FUNCTION rate_limit.state_tokens(bigint, timestamp with time zone, text, bigint, bigint, bigint, timestamp with time zone) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.state_tokens(bigint, timestamp with time zone, text, bigint, bigint, bigint, timestamp with time zone) IS
+    'Internal: tokens of a stored row at a given time, exact to the millionth';
+REVOKE EXECUTE ON FUNCTION rate_limit.state_is_full(bigint, timestamp with time zone, text, bigint, bigint, bigint, timestamp with time zone) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.state_is_full(bigint, timestamp with time zone, text, bigint, bigint, bigint, timestamp with time zone) IS
+    'Internal: whether a stored row is full at a given time';
+-- END made from src/surface/

@@ -36,6 +36,10 @@ SELECT allowed, remaining, "limit", retry_after, reset_after, policy FROM rate_l
 SELECT allowed, remaining, ceil(extract(epoch FROM retry_after)) AS retry_s FROM rate_limit.take('api', 'alice', 5);
 SELECT allowed, remaining, retry_after FROM rate_limit.take('api', 'bob', 6);
 
+--@ block reference-allow
+SELECT rate_limit.allow('api', 'ivy', 4) AS first, rate_limit.allow('api', 'ivy') AS second,
+       rate_limit.allow('api', 'ivy') AS third;
+
 --@ block reference-take-many
 SELECT allowed, remaining, policy FROM rate_limit.take_many(ARRAY['api', 'per_org'], ARRAY['carol', 'acme']);
 SELECT allowed, remaining, policy FROM rate_limit.take_many(ARRAY['api', 'per_org'], ARRAY['carol'], 5);

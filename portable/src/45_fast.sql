@@ -236,3 +236,10 @@ BEGIN
     RETURN rate_limit._take_policy(policy, key, cost);
 END
 $$;
+
+-- take's answer as a boolean (docs/reference.md#rate_limitallow). Plain SQL and not SECURITY DEFINER, so
+-- that the planner inlines it into the caller's statement: take, which it calls once, runs as the owner.
+-- Every name in it is qualified, as the caller's search_path parses it.
+CREATE FUNCTION rate_limit.allow(policy pg_catalog.text, key pg_catalog.text, cost integer DEFAULT 1)
+RETURNS boolean LANGUAGE sql VOLATILE PARALLEL UNSAFE
+AS $$ SELECT (rate_limit.take(policy, key, cost)).allowed $$;

@@ -1,49 +1,5 @@
--- Monitoring for Prometheus (#30): the metrics views, their functions, and pg_monitor's grants.
-CREATE FUNCTION rate_limit."metrics_rows"() RETURNS TABLE (
-	"kind" TEXT,
-	"policy" TEXT,
-	"calls" bigint,
-	"granted" bigint,
-	"denied" bigint,
-	"shadow_denied" bigint,
-	"blocked" bigint,
-	"tokens_granted" bigint
-)
-STRICT VOLATILE PARALLEL UNSAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'metrics_rows_wrapper';
-CREATE FUNCTION rate_limit."node_metrics_rows"() RETURNS TABLE (
-	"kind" TEXT,
-	"policy" TEXT,
-	"calls" bigint,
-	"granted" bigint,
-	"denied" bigint,
-	"shadow_denied" bigint,
-	"blocked" bigint,
-	"tokens_granted" bigint
-)
-STRICT VOLATILE PARALLEL UNSAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'node_metrics_rows_wrapper';
-CREATE FUNCTION rate_limit."purge_rows"() RETURNS TABLE (
-	"store" TEXT,
-	"finished_at" timestamp with time zone,
-	"freed" bigint
-)
-STRICT VOLATILE PARALLEL UNSAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'purge_rows_wrapper';
-CREATE FUNCTION rate_limit."metrics_top_keys_rows"() RETURNS TABLE (
-	"kind" TEXT,
-	"policy" TEXT,
-	"rank" INT,
-	"key" TEXT,
-	"denials" bigint
-)
-STRICT VOLATILE PARALLEL UNSAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'metrics_top_keys_rows_wrapper';
-
+-- Monitoring for Prometheus (#30): the metrics views and pg_monitor's grants on them, and leases_held_rows
+-- (SQL); the library's functions are in 000-new-functions.sql, their privileges at the end of the script.
 -- Monitoring (docs/operations.md#monitoring, monitoring/ for Prometheus through postgres_exporter): read by
 -- the owner and by members of pg_monitor, the role a monitoring agent runs as. Counters (since the
 -- statistics' "since", kept across clean restarts) per policy of this database; denied counts the calls
@@ -125,13 +81,3 @@ REVOKE ALL ON TABLE rate_limit.metrics, rate_limit.metrics_policies, rate_limit.
     rate_limit.metrics_purge, rate_limit.metrics_top_keys FROM PUBLIC;
 GRANT SELECT ON TABLE rate_limit.metrics, rate_limit.metrics_policies, rate_limit.metrics_memory,
     rate_limit.metrics_purge, rate_limit.metrics_top_keys TO pg_monitor;
-REVOKE EXECUTE ON FUNCTION rate_limit.metrics_rows(), rate_limit.node_metrics_rows(),
-    rate_limit.leases_held_rows(), rate_limit.purge_rows(), rate_limit.metrics_top_keys_rows() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION rate_limit.metrics_rows(), rate_limit.node_metrics_rows(),
-    rate_limit.leases_held_rows(), rate_limit.purge_rows(), rate_limit.metrics_top_keys_rows() TO pg_monitor;
-COMMENT ON FUNCTION rate_limit.metrics_rows() IS 'Internal: the rows of rate_limit.metrics';
-COMMENT ON FUNCTION rate_limit.node_metrics_rows() IS
-    'Internal: this node''s own rows of rate_limit.metrics (on a Citus coordinator the view sums every node''s)';
-COMMENT ON FUNCTION rate_limit.leases_held_rows() IS 'Internal: the leases held of each concurrency policy, for rate_limit.metrics_policies';
-COMMENT ON FUNCTION rate_limit.purge_rows() IS 'Internal: the rows of rate_limit.metrics_purge';
-COMMENT ON FUNCTION rate_limit.metrics_top_keys_rows() IS 'Internal: the rows of rate_limit.metrics_top_keys';

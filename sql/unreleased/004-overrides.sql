@@ -1,5 +1,5 @@
--- Per-key overrides (#30, read per key since #40): the table, set_override and clear_override, the view,
--- and the trigger that tells every backend of a change.
+-- Per-key overrides (#30, read per key since #40): the table, the view (set_override and clear_override are
+-- in 000-new-functions.sql), and the trigger that tells every backend of a change.
 -- Per-key overrides of a policy (rate_limit.set_override, clear_override; listed by rate_limit.overrides):
 -- one key's own rate, period or burst (those missing are the policy's), or a fixed answer, until expires_at
 -- or for ever. Read per key by the calls of a key, by the primary key; its statement trigger
@@ -29,27 +29,6 @@ COMMENT ON TABLE rate_limit.key_overrides IS
     'rate_limit per-key overrides of a policy; change them with rate_limit.set_override and clear_override';
 SELECT pg_catalog.pg_extension_config_dump('rate_limit.key_overrides', '');
 
-CREATE FUNCTION rate_limit."set_override"(
-	"policy" TEXT,
-	"key" TEXT,
-	"rate" bigint DEFAULT NULL,
-	"per" interval DEFAULT NULL,
-	"burst" bigint DEFAULT NULL,
-	"action" TEXT DEFAULT 'limit',
-	"until" timestamp with time zone DEFAULT NULL,
-	"note" TEXT DEFAULT NULL
-) RETURNS VOID
-VOLATILE SECURITY DEFINER PARALLEL UNSAFE
-LANGUAGE c
-AS 'MODULE_PATHNAME', 'set_override_wrapper';
-CREATE FUNCTION rate_limit."clear_override"(
-	"policy" TEXT,
-	"key" TEXT
-) RETURNS bool
-VOLATILE SECURITY DEFINER PARALLEL UNSAFE
-LANGUAGE c
-AS 'MODULE_PATHNAME', 'clear_override_wrapper';
-
 -- A change of the overrides invalidates, in every backend, what it keeps of them: whether each policy it
 -- calls has any (overrides themselves are read per key, never kept).
 CREATE TRIGGER key_overrides_changed
@@ -74,10 +53,3 @@ COMMENT ON VIEW rate_limit.overrides IS
 
 REVOKE ALL ON TABLE rate_limit.key_overrides FROM PUBLIC;
 REVOKE ALL ON TABLE rate_limit.overrides FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.set_override FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION rate_limit.clear_override(text, text) FROM PUBLIC;
-COMMENT ON FUNCTION rate_limit.drop_policy(text) IS 'Drop a policy, its overrides and its table-store buckets; owner only';
-COMMENT ON FUNCTION rate_limit.set_override IS
-    'Give one key of a policy its own rate, per or burst (action limit), or deny or exempt it, until a time or for ever; owner only';
-COMMENT ON FUNCTION rate_limit.clear_override(text, text) IS
-    'Remove the override of a key: it follows its policy again; true if there was one; owner only';

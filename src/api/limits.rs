@@ -1,6 +1,7 @@
-//! The limiter API over named policies and ad-hoc limits: `take`, `take_many`, `take_ad_hoc`, `peek`,
-//! `wait`, `charge`, `refund`, `reset`, `reset_ad_hoc`, and `headers` for HTTP responses. Each name has one
-//! signature, so drivers that send parameters untyped can call every one of them.
+//! The limiter API over named policies and ad-hoc limits: `take` (and `allow`, its answer as a boolean),
+//! `take_many`, `take_ad_hoc`, `peek`, `wait`, `charge`, `refund`, `reset`, `reset_ad_hoc`, and `headers`
+//! for HTTP responses. Each name has one signature, so drivers that send parameters untyped can call every
+//! one of them.
 
 use pgrx::datum::{Interval, JsonB};
 use pgrx::heap_tuple::PgHeapTuple;
@@ -166,6 +167,19 @@ mod rate_limit {
     ) -> Result<pgrx::composite_type!('static, "rate_limit.decision"), ErrorReport> {
         const F: &str = "rate_limit.take";
         to_row(F, &take_policy(F, policy, key, cost)?)
+    }
+
+    /// Takes as [`take`] does and answers only whether the call is allowed: the scalar most callers need
+    /// (`WHERE rate_limit.allow('api', $1)`), without building a `rate_limit.decision` row. A shadow
+    /// policy's would-be denial is allowed, as in `take`; a bad argument raises what `take` raises, so no
+    /// NULL ever answers.
+    #[pg_extern(volatile, parallel_unsafe, security_definer)]
+    fn allow(
+        policy: Option<&str>,
+        key: Option<&str>,
+        cost: default!(Option<i32>, 1),
+    ) -> Result<bool, ErrorReport> {
+        Ok(take_policy("rate_limit.allow", policy, key, cost)?.allowed)
     }
 
     /// Takes `cost` tokens from the bucket of `key` under an ad-hoc limit: `rate` tokens per `per`, at most

@@ -1,7 +1,7 @@
 //! The SQL surface: thin functions that validate their arguments, call the store seam and shape the result.
 //!
 //! - `request`: `rate_limiting_request` and the functions over its buckets;
-//! - `limits`: the limiter API over named policies and ad-hoc limits (`take`, `take_many`,
+//! - `limits`: the limiter API over named policies and ad-hoc limits (`take`, `allow`, `take_many`,
 //!   `take_ad_hoc`, `peek`, `wait`, `refund`, `reset`, `headers`);
 //! - `batch`: `take_batch`, decisions for many keys of one policy in one statement;
 //! - `leases`: `acquire` and `release` of concurrency policies;

@@ -7,11 +7,13 @@ mod tests {
     use pgrx::prelude::*;
 
     use crate::pg_tests::helpers::{int, text};
-    use crate::surface::{Access, Schema, Use, FUNCTIONS};
+    use crate::surface::{functions, Access, Body, Schema, Use};
 
     /// Every function the extension owns is in the surface's table and nothing else is; each one's
-    /// schema, EXECUTE for PUBLIC (as sql/finalize.sql grants it), comment, and key parameter are what the
-    /// table says. A new function fails here until it has its entry (and a comment).
+    /// schema, EXECUTE for PUBLIC and pg_monitor, comment, key parameter, parameters, result, language,
+    /// symbol and attributes are what the table says: what pgrx's schema made is what the SQL generated from
+    /// the table (its privileges and comments, an upgrade's CREATE FUNCTION, the router's forwarding)
+    /// assumes. A new function fails here until it has its entry.
     #[pg_test]
     fn the_surface_is_the_catalog() {
         let query = "SELECT p.proname || '(' || pg_catalog.oidvectortypes(p.proargtypes) || ')', \
@@ -19,60 +21,101 @@ mod tests {
                         pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE'), \
                         pg_catalog.has_function_privilege('pg_monitor', p.oid, 'EXECUTE'), \
                         pg_catalog.obj_description(p.oid, 'pg_proc'), \
-                        coalesce(pg_catalog.array_to_string(p.proargnames, ','), '') \
+                        coalesce(pg_catalog.array_to_string(p.proargnames, ','), ''), \
+                        pg_catalog.pg_get_function_arguments(p.oid), \
+                        pg_catalog.pg_get_function_result(p.oid), \
+                        CASE WHEN l.lanname = 'c' THEN p.prosrc END, \
+                        CASE p.provolatile WHEN 'v' THEN 'VOLATILE' WHEN 's' THEN 'STABLE' \
+                          ELSE 'IMMUTABLE' END \
+                        || CASE WHEN p.proisstrict THEN ' STRICT' ELSE '' END \
+                        || CASE WHEN p.prosecdef THEN ' SECURITY DEFINER' ELSE '' END \
+                        || CASE p.proparallel WHEN 's' THEN ' PARALLEL SAFE' \
+                          WHEN 'r' THEN ' PARALLEL RESTRICTED' ELSE ' PARALLEL UNSAFE' END \
                      FROM pg_catalog.pg_proc p \
+                     JOIN pg_catalog.pg_language l ON l.oid = p.prolang \
                      JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace \
                      JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_proc'::regclass \
                        AND d.objid = p.oid AND d.deptype = 'e' \
                      JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid AND e.extname = 'rate_limit' \
                      WHERE n.nspname <> 'tests'";
-        type Row = (String, bool, bool, bool, Option<String>, String);
+        /// What the catalog says of one function.
+        struct Row {
+            signature: String,
+            in_rate_limit: bool,
+            public: bool,
+            monitor: bool,
+            comment: Option<String>,
+            names: String,
+            parameters: String,
+            result: String,
+            symbol: Option<String>,
+            attributes: String,
+        }
         let catalog: Vec<Row> = Spi::connect(|client| {
             client
                 .select(query, None, &[])?
                 .map(|r| {
-                    Ok((
-                        r.get(1)?.unwrap_or_default(),
-                        r.get(2)?.unwrap_or_default(),
-                        r.get(3)?.unwrap_or_default(),
-                        r.get(4)?.unwrap_or_default(),
-                        r.get(5)?,
-                        r.get(6)?.unwrap_or_default(),
-                    ))
+                    Ok(Row {
+                        signature: r.get(1)?.unwrap_or_default(),
+                        in_rate_limit: r.get(2)?.unwrap_or_default(),
+                        public: r.get(3)?.unwrap_or_default(),
+                        monitor: r.get(4)?.unwrap_or_default(),
+                        comment: r.get(5)?,
+                        names: r.get(6)?.unwrap_or_default(),
+                        parameters: r.get(7)?.unwrap_or_default(),
+                        result: r.get(8)?.unwrap_or_default(),
+                        symbol: r.get(9)?,
+                        attributes: r.get(10)?.unwrap_or_default(),
+                    })
                 })
                 .collect::<Result<Vec<Row>, pgrx::spi::SpiError>>()
         })
         .expect("the catalog");
-        let mut listed: Vec<String> = FUNCTIONS.iter().map(|f| f.signature()).collect();
+        let mut listed: Vec<String> = functions().map(|f| f.signature()).collect();
         listed.sort();
         // (the #[pg_test]s themselves are functions of this build, in schema tests)
-        let mut found: Vec<String> = catalog.iter().map(|r| r.0.clone()).collect();
+        let mut found: Vec<String> = catalog.iter().map(|r| r.signature.clone()).collect();
         found.sort();
         assert_eq!(
             found, listed,
             "the extension's functions are the surface's table"
         );
-        for (signature, in_rate_limit, public, monitor, comment, parameters) in catalog {
-            let f = FUNCTIONS
-                .iter()
+        for row in catalog {
+            let signature = row.signature;
+            let f = functions()
                 .find(|f| f.signature() == signature)
                 .expect("listed");
             assert_eq!(
-                in_rate_limit,
+                row.in_rate_limit,
                 f.schema == Schema::RateLimit,
                 "{signature}: schema"
             );
             assert_eq!(
-                public,
+                row.public,
                 f.access == Access::Public,
                 "{signature}: EXECUTE for PUBLIC"
             );
             assert_eq!(
-                monitor,
+                row.monitor,
                 matches!(f.access, Access::Public | Access::Monitor),
                 "{signature}: EXECUTE for pg_monitor"
             );
-            let comment = comment.unwrap_or_else(|| panic!("{signature} has no comment"));
+            let comment = row
+                .comment
+                .unwrap_or_else(|| panic!("{signature} has no comment"));
+            assert_eq!(comment, f.comment, "{signature}: comment");
+            assert_eq!(row.parameters, f.parameters, "{signature}: parameters");
+            assert_eq!(row.result, f.result, "{signature}: result");
+            let body = row.symbol.map(|symbol| (symbol, row.attributes));
+            match f.body {
+                Body::C { symbol, attributes } => assert_eq!(
+                    body,
+                    Some((symbol.to_string(), attributes.to_string())),
+                    "{signature}: C symbol and attributes"
+                ),
+                Body::Sql => assert_eq!(body, None, "{signature}: written in SQL"),
+            }
+            assert!(!f.since.is_empty(), "{signature}: since");
             if f.purpose == Use::Internal {
                 assert!(comment.starts_with("Internal:"), "{signature}: {comment}");
             }
@@ -81,7 +124,7 @@ mod tests {
             }
             if let Some(key) = f.key {
                 assert!(
-                    parameters.split(',').any(|p| p == key),
+                    row.names.split(',').any(|p| p == key),
                     "{signature}: no parameter {key}"
                 );
             }

@@ -1,5 +1,6 @@
 //! The named-policy limiter: peeks and denials that write nothing, the short-denial fast path,
-//! multi-limit denials, shadow mode in read-only transactions, and charges in both stores.
+//! multi-limit denials, shadow mode in read-only transactions, charges in both stores, and `allow`, take's
+//! answer as a boolean.
 
 #[pgrx::pg_schema]
 mod tests {
@@ -180,6 +181,63 @@ mod tests {
             .map(|q| text(q).unwrap_or_default())
             .collect();
             assert_eq!(figures, ["4", "0", "-1", "false", "0", "-4", "3"], "{p}");
+        }
+    }
+
+    /// `allow` takes exactly as `take` does, in both stores, and answers its `allowed`: the same bucket
+    /// drained by either, a shadow policy's would-be denial allowed; every bad argument raises take's
+    /// SQLSTATE (never a NULL that a caller's `IF NOT allow(...)` would read as allowed).
+    #[pg_test]
+    fn allow_answers_takes_allowed() {
+        for store in ["table", "memory"] {
+            let p = format!("pt_allow_{store}");
+            Spi::run(&format!(
+                "SELECT rate_limit.create_policy('{p}', 1, '1 day', burst => 3, store => '{store}')"
+            ))
+            .expect("policy");
+            let answers: Vec<String> = [
+                format!("SELECT rate_limit.allow('{p}', 'k', 2)::text"),
+                format!("SELECT remaining::text FROM rate_limit.peek('{p}', 'k')"),
+                format!("SELECT rate_limit.allow('{p}', 'k', 2)::text"),
+                format!("SELECT rate_limit.allow('{p}', 'k')::text"),
+                format!("SELECT allowed::text FROM rate_limit.take('{p}', 'k')"),
+                format!("SELECT rate_limit.allow('{p}', 'k', 0)::text"),
+            ]
+            .iter()
+            .map(|q| text(q).unwrap_or_default())
+            .collect();
+            assert_eq!(
+                answers,
+                ["true", "1", "false", "true", "false", "true"],
+                "{p}"
+            );
+        }
+        Spi::run("SELECT rate_limit.create_policy('pt_allow_shadow', 1, '1 day', burst => 1, shadow => true)")
+            .expect("policy");
+        assert_eq!(
+            text(
+                "SELECT concat_ws(',', rate_limit.allow('pt_allow_shadow', 'k'), \
+                 rate_limit.allow('pt_allow_shadow', 'k'))"
+            )
+            .as_deref(),
+            Some("t,t")
+        );
+        for (call, sqlstate) in [
+            ("rate_limit.allow(NULL, 'k')", "22004"),
+            ("rate_limit.allow('pt_allow_table', NULL)", "22004"),
+            ("rate_limit.allow('pt_allow_table', 'k', NULL)", "22004"),
+            ("rate_limit.allow('pt_allow_table', 'k', -1)", "22023"),
+            ("rate_limit.allow('pt_allow_none', 'k')", "42704"),
+            (
+                "rate_limit.allow('pt_allow_table', repeat('k', 2049))",
+                "22023",
+            ),
+        ] {
+            let e = error_of(&format!("SELECT {call}"));
+            assert!(
+                e.as_deref().is_some_and(|e| e.starts_with(sqlstate)),
+                "{call}: {e:?}"
+            );
         }
     }
 }

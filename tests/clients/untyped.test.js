@@ -50,6 +50,13 @@ test('every public function accepts untyped parameters', async () => {
     d = await one('SELECT * FROM rate_limit.peek($1, $2)', ['api', 'alice']);
     assert.deepEqual([d.allowed, d.remaining], [true, '2']);
 
+    // the boolean answer, as an application's WHERE uses it: 5 tokens, then one call in three rows
+    assert.equal((await one('SELECT rate_limit.allow($1, $2, $3) AS r', ['api', 'frank', 4])).r, true);
+    assert.equal((await one(
+      'SELECT count(*)::int AS n FROM (VALUES (1), (2), (3)) AS v(i) WHERE rate_limit.allow($1, $2)',
+      ['api', 'frank'])).n, 1);
+    assert.equal((await one('SELECT rate_limit.allow($1, $2) AS r', ['api', 'frank'])).r, false);
+
     // arrays as parameters: one key for every policy, or one key per policy
     d = await one('SELECT * FROM rate_limit.take_many($1, $2)', [['api', 'org'], ['alice']]);
     assert.deepEqual([d.allowed, d.remaining, d.policy], [true, '1', 'api']);

@@ -4,10 +4,12 @@
 
 use std::time::Duration;
 
-/// The SQL surface's table (`src/surface.rs`, this very file): what the router, the client test and the
+/// The SQL surface's table (`src/surface/`, these very files): what the router, the client test and the
 /// reference are checked against.
-#[path = "../../../src/surface.rs"]
+#[path = "../../../src/surface/mod.rs"]
 pub mod surface;
+
+pub mod generated;
 
 use postgres::error::SqlState;
 use postgres::{Client, IsolationLevel, NoTls};

@@ -19,7 +19,7 @@
 //!   the router chose, and is used again once it resumes;
 //! - a role with only LOGIN takes through the router (and through a `fail_open` one while a partition is
 //!   down), and is refused the owner's calls (42501), as on one server;
-//! - the router forwards exactly the SQL surface's forwarded functions (`src/surface.rs`), each with
+//! - the router forwards exactly the SQL surface's forwarded functions (`src/surface/`), each with
 //!   its signature, its route and its privilege;
 //! - no caller's search_path changes what a router function does or where it routes a key: look-alike
 //!   operators, functions, aggregates, types, tables and sequences in a schema before pg_catalog, in
@@ -39,7 +39,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use postgres::error::SqlState;
 use postgres::{Client, NoTls};
-use rate_limit_integration::surface::{Access, Route, FUNCTIONS};
+use rate_limit_integration::surface::{functions, Access, Route};
 use rate_limit_integration::{
     fresh_name, hammer_conserves_tokens, servers_or_skip, Caller, FrozenServer, StoppedServer,
 };
@@ -117,10 +117,13 @@ fn set_up(router: &mut Client, servers: &[String], mode: &str, timeout: &str) {
             &[&partitions(servers), &mode, &timeout],
         )
         .expect("create_router");
+    let forwarded = functions()
+        .filter(|f| f.route != Route::NotForwarded)
+        .count();
     assert_eq!(
         steps.len(),
-        26,
-        "the cluster, 24 calls and the merged views"
+        forwarded + 2,
+        "the cluster, every forwarded call and the merged views"
     );
 }
 
@@ -323,16 +326,19 @@ fn a_key_hammered_through_the_router_is_exact_and_lives_on_its_partition() {
     )
     .expect("policy on every partition");
     let key = fresh_name("k");
-    let caller = |_: usize| -> Caller {
+    // half the connections take, half ask the scalar rate_limit.allow: both forwarded to the key's partition
+    let caller = |i: usize| -> Caller {
         let mut c = connect(&servers[0], ROUTER);
         let (policy, key) = (policy.clone(), key.clone());
+        let sql = if i.is_multiple_of(2) {
+            "SELECT allowed FROM rate_limit.take($1, $2)"
+        } else {
+            "SELECT rate_limit.allow($1, $2)"
+        };
         Box::new(move || {
-            c.query_one(
-                "SELECT allowed FROM rate_limit.take($1, $2)",
-                &[&policy, &key],
-            )
-            .expect("take through the router")
-            .get(0)
+            c.query_one(sql, &[&policy, &key])
+                .expect("take through the router")
+                .get(0)
         })
     };
     hammer_conserves_tokens(&mut r, (&policy, &key), (20, 20), 3, 8, caller);
@@ -646,8 +652,7 @@ fn the_router_forwards_exactly_the_surfaces_forwarded_functions() {
         .map(|row| (row.get(0), row.get(1), row.get(2), row.get(3)))
         .collect();
     forwarded.sort();
-    let mut expected: Vec<(String, String, String, String)> = FUNCTIONS
-        .iter()
+    let mut expected: Vec<(String, String, String, String)> = functions()
         .filter(|f| f.route != Route::NotForwarded)
         .map(|f| {
             let route = match (f.route, f.key) {

@@ -13,6 +13,7 @@
 
 use postgres::error::SqlState;
 use postgres::{Client, NoTls};
+use rate_limit_integration::surface::{functions, Access, Function, Schema};
 use rate_limit_integration::{conninfo, env, memory_usage as usage, stores, TestDb};
 
 const ROLE: &str = "rl_login_only";
@@ -195,9 +196,9 @@ fn limits_that_refill_slower_than_max_refill_time_are_the_owners_alone() {
     }
 }
 
-/// The functions that any role may execute and that make buckets, each with a statement of the flood
-/// (`$1` a fresh key, `{store}` the pass's store). [`MAKE_NOTHING`] lists the others: a new PUBLIC
-/// function fails the test below until it is put in one list or the other.
+/// The functions that any role may execute and that take tokens (`takes_tokens` in the SQL surface's
+/// table), each with a statement of the flood (`$1` a fresh key, `{store}` the pass's store): a new one
+/// fails the test below until it has its statement here.
 const FLOOD_CALLS: &[(&str, &str)] = &[
     (
         "rate_limiting_request(text,integer,integer)",
@@ -210,6 +211,10 @@ const FLOOD_CALLS: &[(&str, &str)] = &[
     (
         "rate_limit.take(text,text,integer)",
         "SELECT bool_or(allowed) FROM generate_series(1, 3), LATERAL rate_limit.take('{store}_boxed', $1)",
+    ),
+    (
+        "rate_limit.allow(text,text,integer)",
+        "SELECT bool_or(a) FROM generate_series(1, 3), LATERAL rate_limit.allow('{store}_boxed', $1) AS a",
     ),
     (
         "rate_limit.take_many(text[],text[],integer)",
@@ -237,17 +242,23 @@ const FLOOD_CALLS: &[(&str, &str)] = &[
     ),
 ];
 
-/// The functions any role may execute that make no bucket (reads, a release, triggers of the owner's).
-const MAKE_NOTHING: &[&str] = &[
-    "rate_limit.clock_shift()",
-    "rate_limit.headers(rate_limit.decision,text)",
-    "rate_limit.memory_usage()",
-    "rate_limit.nodes_of(text[])",
-    "rate_limit.peek(text,text)",
-    "rate_limit.peek_request(text,integer,integer)",
-    "rate_limit.release(text,text,bigint)",
-    "rate_limit.tokens(text,integer,integer)",
-];
+/// The functions any role may execute that take no tokens, so make no bucket (reads, a release, the
+/// owner's triggers), as their entries in the SQL surface's table say (`takes_tokens`).
+fn make_nothing() -> Vec<String> {
+    functions()
+        .filter(|f| f.access == Access::Public && !f.takes_tokens)
+        .map(regprocedure)
+        .collect()
+}
+
+/// A function as `regprocedure` prints it for a role whose search_path has the extension's schema.
+fn regprocedure(f: &Function) -> String {
+    let name = match f.schema {
+        Schema::Extension => f.name.to_string(),
+        Schema::RateLimit => format!("rate_limit.{}", f.name),
+    };
+    format!("{name}({})", f.arguments.replace(", ", ","))
+}
 
 const FLOODER: &str = "rl_flooder";
 const VICTIM: &str = "rl_victim";
@@ -366,9 +377,20 @@ fn a_role_flooding_from_five_databases_leaves_a_victim_role_in_a_sixth_exact() {
     let mut known: Vec<String> = FLOOD_CALLS
         .iter()
         .map(|(f, _)| f.to_string())
-        .chain(MAKE_NOTHING.iter().map(|f| f.to_string()))
+        .chain(make_nothing())
         .collect();
     known.sort();
+    let mut taking: Vec<String> = functions()
+        .filter(|f| f.access == Access::Public && f.takes_tokens)
+        .map(regprocedure)
+        .collect();
+    taking.sort();
+    let mut flooded_calls: Vec<String> = FLOOD_CALLS.iter().map(|(f, _)| f.to_string()).collect();
+    flooded_calls.sort();
+    assert_eq!(
+        flooded_calls, taking,
+        "the flood has one statement for each PUBLIC function that takes tokens"
+    );
     assert_eq!(
         executable, known,
         "a PUBLIC function is neither flooded nor known to make nothing"

@@ -1,8 +1,9 @@
-//! The SQL surface's table (`src/surface.rs`) against what is written by hand elsewhere, without a
+//! The SQL surface's table (`src/surface/`) against what is written by hand elsewhere, without a
 //! server: the reference's index and sections, and the untyped-parameter client test. (The catalog is
 //! checked by a `#[pg_test]`, the router's list by `plproxy.rs`, Citus's by being made from the table.)
 
-use rate_limit_integration::surface::{Access, Use, FUNCTIONS};
+use rate_limit_integration::generated::{generated, splice};
+use rate_limit_integration::surface::{functions, Access, Use};
 
 fn read(path: &str) -> String {
     let file = format!("{}/../../{path}", env!("CARGO_MANIFEST_DIR"));
@@ -43,7 +44,7 @@ fn every_documented_function_has_its_section_and_a_row_in_the_index() {
         .take_while(|l| !l.starts_with("## "))
         .filter(|l| l.starts_with("| ["))
         .collect();
-    for f in FUNCTIONS {
+    for f in functions() {
         let Some(doc) = f.doc else { continue };
         assert!(
             anchors.iter().any(|a| a == doc),
@@ -85,13 +86,59 @@ fn every_documented_function_has_its_section_and_a_row_in_the_index() {
 #[test]
 fn the_client_test_calls_every_function_users_call() {
     let client_test = read("tests/clients/untyped.test.js");
-    let missing: Vec<&str> = FUNCTIONS
-        .iter()
+    let missing: Vec<&str> = functions()
         .filter(|f| f.purpose == Use::Call && !client_test.contains(&called_as(f.name)))
         .map(|f| f.name)
         .collect();
     assert!(
         missing.is_empty(),
         "tests/clients/untyped.test.js calls none of {missing:?}"
+    );
+}
+
+/// The SQL made from the table (`generated.rs`: every function's privileges and comment, the CREATE
+/// FUNCTION of the functions new in the unreleased version, the router's calls) is what the files hold.
+/// `scripts/generate-surface.sh` runs this test with `RATE_LIMIT_WRITE_GENERATED=1`, which writes them.
+#[test]
+fn the_sql_made_from_the_table_is_in_its_files() {
+    let cargo = read("Cargo.toml");
+    let version = cargo
+        .lines()
+        .find_map(|l| l.strip_prefix("version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .expect("Cargo.toml names the version");
+    let write = std::env::var("RATE_LIMIT_WRITE_GENERATED").is_ok_and(|v| v == "1");
+    let mut stale = Vec::new();
+    for made in generated(version) {
+        let file = format!("{}/../../{}", env!("CARGO_MANIFEST_DIR"), made.path);
+        let now = std::fs::read_to_string(&file).ok();
+        let wanted = match (made.markers, made.text) {
+            (Some((begin, end)), Some(text)) => {
+                let whole = now
+                    .as_deref()
+                    .unwrap_or_else(|| panic!("{file} is missing"));
+                Some(splice(whole, begin, end, &text).unwrap_or_else(|| {
+                    panic!("{}: no section from {begin:?} to {end:?}", made.path)
+                }))
+            }
+            (_, text) => text,
+        };
+        if now == wanted {
+            continue;
+        }
+        if write {
+            match wanted {
+                Some(text) => std::fs::write(&file, text),
+                None => std::fs::remove_file(&file),
+            }
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+            eprintln!("wrote {}", made.path);
+        } else {
+            stale.push(made.path);
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "{stale:?} differ from what src/surface/ makes: run scripts/generate-surface.sh"
     );
 }
