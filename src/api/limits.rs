@@ -8,15 +8,15 @@ use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
-use super::{decide, key_arg, policy_arg, policy_target, store_of, to_row, with_override};
+use super::{combine, decide, key_arg, policy_arg, policy_target, store_of, to_row, with_override};
 use crate::decision::Decision;
 use crate::error;
 use crate::gucs;
 use crate::policies;
 use crate::store;
 use crate::time::clock;
-use rate_limit_model::algorithm::Algorithm;
-use rate_limit_model::target::{Namespace, Target, MAX_TARGETS};
+use rate_limit_model::algorithm::{Algorithm, Outcome};
+use rate_limit_model::target::{granted, Namespace, Target, MAX_TARGETS};
 
 use super::policies::build_policy;
 
@@ -47,15 +47,24 @@ pub(super) fn take_policy(
     key: Option<&str>,
     cost: Option<i32>,
 ) -> Result<Decision, ErrorReport> {
+    take_policy_answer(function, policy, key, cost, combine)
+}
+
+/// `take(policy, key, cost)`, answered by `answer` from its one target and outcome: the decision
+/// ([`combine`]), or only whether it was granted ([`granted`], `allow`).
+fn take_policy_answer<R>(
+    function: &'static str,
+    policy: Option<&str>,
+    key: Option<&str>,
+    cost: Option<i32>,
+    answer: impl FnOnce(&[Target<'_>], &[Outcome]) -> R,
+) -> Result<R, ErrorReport> {
     let named = policy_arg(function, policy)?;
     let key = key_arg(function, "key", key)?;
     let cost = cost_arg(function, cost)?;
-    decide(
-        function,
-        store_of(Some(&named)),
-        &[policy_target(function, &named, key)?],
-        cost,
-    )
+    let targets = [policy_target(function, &named, key)?];
+    let outcomes = store::take(function, store_of(Some(&named)), &targets, cost)?;
+    Ok(answer(&targets, &outcomes))
 }
 
 /// 22023 when two targets name the same bucket.
@@ -170,7 +179,7 @@ mod rate_limit {
     }
 
     /// Takes as [`take`] does and answers only whether the call is allowed: the scalar most callers need
-    /// (`WHERE rate_limit.allow('api', $1)`), without building a `rate_limit.decision` row. A shadow
+    /// (`WHERE rate_limit.allow('api', $1)`), without combining a decision nor building its row. A shadow
     /// policy's would-be denial is allowed, as in `take`; a bad argument raises what `take` raises, so no
     /// NULL ever answers.
     #[pg_extern(volatile, parallel_unsafe, security_definer)]
@@ -179,7 +188,7 @@ mod rate_limit {
         key: Option<&str>,
         cost: default!(Option<i32>, 1),
     ) -> Result<bool, ErrorReport> {
-        Ok(take_policy("rate_limit.allow", policy, key, cost)?.allowed)
+        take_policy_answer("rate_limit.allow", policy, key, cost, granted)
     }
 
     /// Takes `cost` tokens from the bucket of `key` under an ad-hoc limit: `rate` tokens per `per`, at most

@@ -1,7 +1,10 @@
-//! The one primitive each store implements, [`Buckets`], that the seam's flows (charge, acquire, release,
-//! block, unblock, refund, reset) are written over once, and that the seam's view of a store for the
-//! model's take pipeline (`Seam` in the seam's `mod.rs`) wraps: [`TableBuckets`] over `table`'s
-//! statements, [`MemoryBuckets`] over `memory`'s partitions. [`with_store!`] is the seam's `match` on the
+//! The one primitive each store implements, [`Buckets`], that the seam's view of a store for the model's
+//! pipeline (`Seam` in the seam's `mod.rs`) wraps, so that the model's flows (take, charge, refund,
+//! acquire, release: `rate_limit_model::pipeline`) and the seam's own (blocks by hand, reset) are written
+//! over it once: [`TableBuckets`] over `table`'s statements, [`MemoryBuckets`] over `memory`'s partitions.
+//! Besides the model's store, it has what stays with the adapters: the Citus guard
+//! ([`Buckets::ensure_here`]), the note of a block by hand, the read-only rule of counting a denial
+//! ([`Buckets::prepare_count`]), and reset. [`with_store!`] is the seam's `match` on the
 //! store for every flow: a flow is a generic function called through it (only `take_batch`'s bulk
 //! paths, in `batch.rs`, pick their store's own bulk statement by hand).
 //!

@@ -8,8 +8,9 @@
 //!
 //! How a take combines what can decide it (the backend's memory of short buckets, overrides, blocks and
 //! the penalty box, shadow mode, all or nothing) is the model's pipeline,
-//! [`rate_limit_model::pipeline::take`], over this seam's view of a store ([`Seam`]); the seam applies
-//! its effects (the memory of short buckets, [`short`]; the statistics). Each store implements one
+//! [`rate_limit_model::pipeline::take`], and so are a charge, a refund and a lease acquired or released
+//! ([`rate_limit_model::pipeline::single`]), over this seam's view of a store ([`Seam`]); the seam applies
+//! their effects (the memory of short buckets, [`short`]; the statistics). Each store implements one
 //! primitive, [`buckets::Buckets`], and every flow here is written once over it; `with_store!` is the
 //! one `match` on the store. Under Citus, a memory bucket lives only on the node of its key's shard: the
 //! memory store's primitive checks that itself. Blocks by hand are [`blocks`]'.
@@ -56,10 +57,9 @@ use buckets::{with_store, Buckets};
 
 use crate::gucs::Store;
 use crate::stats;
-use crate::time::clock;
-use rate_limit_model::algorithm::Outcome;
+use rate_limit_model::algorithm::{Outcome, State};
 use rate_limit_model::pipeline::{self, Answer, Memo};
-use rate_limit_model::target::{Ask, Kind, Namespace, Target};
+use rate_limit_model::target::{Ask, Kind, Namespace, Stored, Target};
 
 /// Asks every target for `cost` tokens, all or nothing (cost 0 only reports); returns one outcome per
 /// target. When a call is denied ([`rate_limit_model::target::granted`] is false), at least one outcome of a bucket not in
@@ -136,6 +136,26 @@ impl<S: Buckets> pipeline::Store for Seam<'_, S> {
         self.s.take(self.function, targets, cost)
     }
 
+    fn write(&self, target: &Target<'_>, ask: Ask) -> Result<Outcome, ErrorReport> {
+        self.s.write(self.function, target, ask)
+    }
+
+    fn update<R>(
+        &self,
+        target: &Target<'_>,
+        step: impl FnOnce(Option<Stored>, i64) -> (Option<State>, R),
+    ) -> Result<R, ErrorReport> {
+        self.s.update(self.function, target, step)
+    }
+
+    fn acquire(
+        &self,
+        slots: &[Target<'_>],
+        random: u64,
+    ) -> Result<(Vec<State>, Option<State>, i64), ErrorReport> {
+        self.s.acquire(self.function, slots, random)
+    }
+
     fn count_denial(
         &self,
         owner: &Target<'_>,
@@ -156,9 +176,9 @@ impl<S: Buckets> pipeline::Store for Seam<'_, S> {
 }
 
 /// Charges `cost` tokens to the bucket of `target`, whatever it holds, down to `max_debt` tokens below
-/// zero ([`rate_limit_model::algorithm::Policy::charge`]); creates the bucket if it is missing. Always allowed;
-/// returns the bucket afterwards. The table store locks, reads and writes or inserts the row; the memory
-/// store answers the charge on its take paths (lock-free for an existing bucket).
+/// zero ([`pipeline::single::charge`]); creates the bucket if it is missing. Always allowed; returns the
+/// bucket afterwards. The table store locks, reads and writes or inserts the row; the memory store answers
+/// the charge on its take paths (lock-free for an existing bucket).
 pub fn charge(
     function: &'static str,
     store: Store,
@@ -166,122 +186,53 @@ pub fn charge(
     cost: i64,
     max_debt: i64,
 ) -> Result<Outcome, ErrorReport> {
-    let ask = Ask::Charge { cost, max_debt };
-    let outcome = match target.verdict {
-        // an exempt key is charged nothing, a denied one has nothing to charge
-        Some(v) => v.outcome(&target.policy, clock::now_us()),
-        None => with_store!(store, s => s.write(function, target, ask))?,
-    };
+    let answer = with_store!(store, s => pipeline::single::charge(&Seam { s, function }, target, cost, max_debt))?;
+    remember(target, &answer);
     if cost > 0 {
-        short::forget_taken(&target.namespace, target.key);
-        stats::record(std::slice::from_ref(target), &[outcome], cost);
+        stats::record(std::slice::from_ref(target), &[answer.outcome], cost);
     }
-    Ok(outcome)
-}
-
-/// The slot targets of a concurrency policy's key: `target` with the namespace of each slot (named in
-/// `names`, made by [`slot_names`]).
-fn slot_targets<'a>(target: &Target<'a>, names: &'a [String]) -> Vec<Target<'a>> {
-    let created_at = match target.namespace {
-        Namespace::Policy { created_at, .. } => created_at,
-        Namespace::AdHoc | Namespace::Request => 0,
-    };
-    names
-        .iter()
-        .map(|name| Target {
-            namespace: Namespace::Policy { name, created_at },
-            shadow: false,
-            blocking: None,
-            verdict: None,
-            ..*target
-        })
-        .collect()
-}
-
-/// The namespaces of a concurrency policy's slots.
-fn slot_names(target: &Target<'_>) -> Vec<String> {
-    let name = target.namespace.stored_name();
-    (0..target.policy.rate())
-        .map(|slot| rate_limit_model::algorithm::slot_namespace(name, slot))
-        .collect()
+    Ok(answer.outcome)
 }
 
 /// Acquires a lease of the key of `target` (a concurrency policy's bucket, see
-/// [`rate_limit_model::algorithm::lease`]): the first free slot takes lease id `lease_id(random, slot)`. Returns the
-/// decision's outcome over every slot and the lease when granted. The table store writes the slot in the
-/// caller's transaction (a ROLLBACK releases it) and never waits for another transaction's slot; the memory
-/// store swaps one slot at a time. Counted in the statistics like a take of one token.
+/// [`rate_limit_model::algorithm::lease`] and [`pipeline::single::acquire`]): the first free slot takes
+/// lease id `lease_id(random, slot)`. Returns the decision's outcome over every slot and the lease when
+/// granted. The table store writes the slot in the caller's transaction (a ROLLBACK releases it) and never
+/// waits for another transaction's slot; the memory store swaps one slot at a time. Counted in the
+/// statistics like a take of one token.
 pub fn acquire(
     function: &'static str,
     store: Store,
     target: &Target<'_>,
     random: u64,
 ) -> Result<(Outcome, Option<i64>), ErrorReport> {
-    with_store!(store, s => acquire_in(s, function, target, random))
+    let (answer, lease) =
+        with_store!(store, s => pipeline::single::acquire(&Seam { s, function }, target, random))?;
+    remember(target, &answer);
+    stats::record(std::slice::from_ref(target), &[answer.outcome], 1);
+    Ok((answer.outcome, lease))
 }
 
-/// [`acquire`] in the store `s`.
-fn acquire_in<S: Buckets>(
-    s: &S,
-    function: &'static str,
-    target: &Target<'_>,
-    random: u64,
-) -> Result<(Outcome, Option<i64>), ErrorReport> {
-    let one = std::slice::from_ref(target);
-    let seam = Seam { s, function };
-    // a blocked key gets no lease (under shadow mode, acquires ignore blocks: they never deny)
-    if !target.shadow {
-        if let Some(o) = pipeline::blocks::blocked(&seam, one)?
-            .into_iter()
-            .flatten()
-            .next()
-        {
-            stats::record(one, &[o], 1);
-            return Ok((o, None));
-        }
-    }
-    let names = slot_names(target);
-    let slots = slot_targets(target, &names);
-    let (states, granted, now) = s.acquire(function, &slots, random)?;
-    let outcome = rate_limit_model::algorithm::leases_outcome(
-        &target.policy,
-        &states,
-        now,
-        granted.is_some(),
-        granted,
-    );
-    let mut answers = [Answer::of(outcome)];
-    pipeline::blocks::count_denials(&seam, one, &mut answers)?;
-    let [answer] = answers;
-    if answer.memo == Memo::Forget {
-        short::forget(&target.namespace, target.key);
-    }
-    stats::record(one, &[answer.outcome], 1);
-    Ok((answer.outcome, granted.map(|s| s.level)))
-}
-
-/// Releases lease `lease` of the key of `target` (a concurrency policy's bucket): true if it was held and
-/// is now free; false if it had expired, was released already, or is not this key's. The table store
-/// writes in the caller's transaction; the slot is locked, read, and written only when released.
+/// Releases lease `lease` of the key of `target` (a concurrency policy's bucket,
+/// [`pipeline::single::release`]): true if it was held and is now free; false if it had expired, was
+/// released already, or is not this key's. The table store writes in the caller's transaction; the slot is
+/// locked, read, and written only when released.
 pub fn release(
     function: &'static str,
     store: Store,
     target: &Target<'_>,
     lease: i64,
 ) -> Result<bool, ErrorReport> {
-    let slot = rate_limit_model::algorithm::slot_of(lease);
-    if lease <= 0 || slot >= target.policy.rate() {
-        return Ok(false);
+    with_store!(store, s => pipeline::single::release(&Seam { s, function }, target, lease))
+}
+
+/// What this backend remembers of the bucket of `target` after a call of one key answered `answer`.
+fn remember(target: &Target<'_>, answer: &Answer) {
+    match answer.memo {
+        Memo::Keep => {}
+        Memo::Forget => short::forget_taken(&target.namespace, target.key),
+        Memo::Remember(_) => {} // only takes remember a bucket short (through `apply`)
     }
-    let name = rate_limit_model::algorithm::slot_namespace(target.namespace.stored_name(), slot);
-    let names = [name];
-    let t = &slot_targets(target, &names)[0];
-    let ask = Ask::Release { lease };
-    let step = |stored, now| {
-        let o = t.answer(stored, now, ask);
-        (o.allowed.then_some(o.state), o.allowed)
-    };
-    with_store!(store, s => s.update(function, t, step))
 }
 
 /// Blocks the key of `target` (a named policy's bucket) for `duration` µs from now, replacing any block it
@@ -310,21 +261,19 @@ pub fn unblock(
     with_store!(store, s => blocks::unblock(s, function, target))
 }
 
-/// Puts up to `tokens` back into the bucket of `target` (never above its capacity); returns the bucket. One
-/// flow for both stores: their lock-read-write step around the model's refund arithmetic.
+/// Puts up to `tokens` back into the bucket of `target` (never above its capacity,
+/// [`pipeline::single::refund`]); returns the bucket. Both stores lock, read and write it around the
+/// model's refund arithmetic.
 pub fn refund(
     function: &'static str,
     store: Store,
     target: &Target<'_>,
     tokens: i64,
 ) -> Result<Outcome, ErrorReport> {
-    if let Some(v) = target.verdict {
-        // an exempt or denied key's bucket is not in use: nothing to give back
-        return Ok(v.outcome(&target.policy, clock::now_us()));
-    }
-    short::forget(&target.namespace, target.key);
-    let step = |stored, now| target.refund(stored, now, tokens);
-    with_store!(store, s => s.update(function, target, step))
+    let answer =
+        with_store!(store, s => pipeline::single::refund(&Seam { s, function }, target, tokens))?;
+    remember(target, &answer);
+    Ok(answer.outcome)
 }
 
 /// Deletes the bucket (it is full again); true if it existed.

@@ -1,5 +1,7 @@
 //! The call pipeline: how one take combines everything that can decide it, written once over a narrow
-//! [`Store`] that both of the extension's stores (and the tests' in-memory one) implement. Per-key
+//! [`Store`] that both of the extension's stores (and the tests' in-memory one) implement; the calls of
+//! one key that are not takes (a charge, a refund, a lease acquired or released) are [`single`]'s, over
+//! the same store. Per-key
 //! overrides and policies are resolved by the caller (they are in each [`Target`]); what is decided here:
 //!
 //! 1. a bucket this backend remembers short denies a call of one bucket from that memory (the memory is
@@ -22,6 +24,10 @@
 //! - then, through [`Store::count_denial`], each denied key's bucket (if not held already) and after it
 //!   that key's block bucket, the denied keys in (namespace, key) order.
 //!
+//! A charge, a refund or a release locks the one bucket it writes (waiting for it); an acquire tries its
+//! key's slots without waiting for any (a slot another transaction holds is skipped), then counts a
+//! denial as a take does.
+//!
 //! So every bucket a call locks after its first is above the ones it holds, in (namespace, key) order,
 //! and a block bucket is locked only by a call that holds its key's bucket, so a call waiting for a block
 //! bucket never waits for a call that waits for it. Block buckets are only read ([`Store::read`]), never
@@ -29,10 +35,13 @@
 
 pub mod blocks;
 #[cfg(test)]
+mod lease_tests;
+pub mod single;
+#[cfg(test)]
 mod tests;
 
 use crate::algorithm::{Outcome, State};
-use crate::target::Target;
+use crate::target::{Ask, Stored, Target};
 
 /// What the pipeline needs of a store. Every method answers from the store itself.
 pub trait Store {
@@ -51,6 +60,28 @@ pub trait Store {
     /// concurrency: one outcome per target. Denied: nothing written. Granted: every allowed outcome's state
     /// written (a denied one is of a bucket in shadow mode, and keeps its state).
     fn take(&self, targets: &[Target<'_>], cost: i64) -> Result<Vec<Outcome>, Self::Error>;
+
+    /// Answers `ask` (a charge) in the bucket of `target` under the store's concurrency (locked, read,
+    /// answered, written), creating it when missing: the bucket afterwards.
+    fn write(&self, target: &Target<'_>, ask: Ask) -> Result<Outcome, Self::Error>;
+
+    /// Locks and reads the bucket of `target`, asks `step` what to write given it and the clock, and
+    /// writes that state if the bucket exists (a missing bucket is full: nothing is inserted): a refund, a
+    /// release. `step` is pure arithmetic (the memory store runs it under a lock).
+    fn update<R>(
+        &self,
+        target: &Target<'_>,
+        step: impl FnOnce(Option<Stored>, i64) -> (Option<State>, R),
+    ) -> Result<R, Self::Error>;
+
+    /// Acquires a lease in the first free slot of `slots` (one key's, in slot order) with id
+    /// `lease_id(random, slot)`, never waiting for a slot another call holds: every slot's state as seen,
+    /// the granted slot's state, and the instant.
+    fn acquire(
+        &self,
+        slots: &[Target<'_>],
+        random: u64,
+    ) -> Result<(Vec<State>, Option<State>, i64), Self::Error>;
 
     /// Counts one denial of `owner`'s key in `bucket` (its block bucket, created when missing), after
     /// locking `owner`'s bucket (the lock order above): the block bucket afterwards, `None` when the store

@@ -1,6 +1,7 @@
 //! The pipeline against an in-memory store, with plain `cargo test`: generated sequences of calls over a
 //! few policies and keys (every kind that reaches a take: overrides, blocks by hand and the penalty box,
-//! shadow mode, debt charged between takes, all-or-nothing over several targets, a read-only store),
+//! shadow mode, debt charged and tokens refunded between takes ([`single`]), all-or-nothing over several
+//! targets, a read-only store),
 //! checked call by call against a slow reference decision, for the lock order, all-or-nothing, exact
 //! states and conservation; and the backend's memory of short buckets shown never to change a decision.
 
@@ -16,11 +17,11 @@ use crate::target::{granted, Ask, Blocking, Namespace, Stored, Verdict};
 const S: i64 = 1_000_000;
 
 /// A bucket's place in the test store: (namespace, key).
-type Place = (String, String);
+pub(super) type Place = (String, String);
 
 /// A lock taken by a call, in the order taken.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Lock {
+pub(super) enum Lock {
     /// A key's bucket.
     Bucket(Place),
     /// A key's block bucket; `owner` the key's bucket.
@@ -30,24 +31,27 @@ enum Lock {
 /// An in-memory store that takes as the stores promise (all or nothing, the targets' buckets locked in
 /// (namespace, key) order) and logs the locks each call takes.
 #[derive(Default)]
-struct TestStore {
-    now: Cell<i64>,
-    buckets: RefCell<BTreeMap<Place, Stored>>,
-    locks: RefCell<Vec<Lock>>,
-    read_only: bool,
-    hand_blocks_anyway: bool,
+pub(super) struct TestStore {
+    pub(super) now: Cell<i64>,
+    pub(super) buckets: RefCell<BTreeMap<Place, Stored>>,
+    pub(super) locks: RefCell<Vec<Lock>>,
+    pub(super) read_only: bool,
+    pub(super) hand_blocks_anyway: bool,
 }
 
-fn place(t: &Target<'_>) -> Place {
+/// Where `t`'s bucket is in the test store.
+pub(super) fn place(t: &Target<'_>) -> Place {
     (t.namespace.stored_name().to_string(), t.key.to_string())
 }
 
 impl TestStore {
-    fn stored(&self, t: &Target<'_>) -> Option<Stored> {
+    /// The bucket of `t` as stored.
+    pub(super) fn stored(&self, t: &Target<'_>) -> Option<Stored> {
         self.buckets.borrow().get(&place(t)).copied()
     }
 
-    fn write(&self, t: &Target<'_>, state: State) {
+    /// Stores `state` as `t`'s bucket.
+    fn write_state(&self, t: &Target<'_>, state: State) {
         let stored = Stored {
             state,
             policy: t.policy,
@@ -55,10 +59,10 @@ impl TestStore {
         self.buckets.borrow_mut().insert(place(t), stored);
     }
 
-    /// Answers `ask` in `t`'s bucket outside the pipeline (a charge, a block by hand).
-    fn answer(&self, t: &Target<'_>, ask: Ask) -> Outcome {
+    /// Answers `ask` in `t`'s bucket outside the pipeline (a block by hand), or for [`Store::write`].
+    pub(super) fn answer(&self, t: &Target<'_>, ask: Ask) -> Outcome {
         let o = t.answer(self.stored(t), self.now.get(), ask);
-        self.write(t, o.state);
+        self.write_state(t, o.state);
         o
     }
 }
@@ -92,10 +96,55 @@ impl Store for TestStore {
                 .borrow_mut()
                 .extend(order.into_iter().map(Lock::Bucket));
             for (t, o) in targets.iter().zip(&outcomes).filter(|(_, o)| o.allowed) {
-                self.write(t, o.state);
+                self.write_state(t, o.state);
             }
         }
         Ok(outcomes)
+    }
+
+    fn write(&self, target: &Target<'_>, ask: Ask) -> Result<Outcome, ()> {
+        self.locks.borrow_mut().push(Lock::Bucket(place(target)));
+        Ok(self.answer(target, ask))
+    }
+
+    fn update<R>(
+        &self,
+        target: &Target<'_>,
+        step: impl FnOnce(Option<Stored>, i64) -> (Option<State>, R),
+    ) -> Result<R, ()> {
+        self.locks.borrow_mut().push(Lock::Bucket(place(target)));
+        let stored = self.stored(target);
+        let (state, answer) = step(stored, self.now.get());
+        if let (Some(state), Some(_)) = (state, stored) {
+            self.write_state(target, state);
+        }
+        Ok(answer)
+    }
+
+    fn acquire(
+        &self,
+        slots: &[Target<'_>],
+        random: u64,
+    ) -> Result<(Vec<State>, Option<State>, i64), ()> {
+        // every slot tried in order, none waited for (so none logged as a lock a call waits on)
+        let now = self.now.get();
+        let mut states = Vec::new();
+        let mut granted = None;
+        for (slot, t) in (0_i64..).zip(slots) {
+            let ask = match granted {
+                None => Ask::Acquire {
+                    lease: crate::algorithm::lease_id(random, slot),
+                },
+                Some(_) => Ask::Take(0),
+            };
+            let o = t.answer(self.stored(t), now, ask);
+            if granted.is_none() && o.allowed {
+                self.write_state(t, o.state);
+                granted = Some(o.state);
+            }
+            states.push(o.state);
+        }
+        Ok((states, granted, now))
     }
 
     fn count_denial(
@@ -234,12 +283,20 @@ enum Step {
     Wait(i64),
     /// A take of `cost` over distinct targets.
     Take { targets: Vec<TargetSpec>, cost: i64 },
-    /// A charge of `cost` tokens with up to `max_debt` of debt (outside the pipeline, as the seam does).
+    /// A charge of `cost` tokens with up to `max_debt` of debt ([`single::charge`]), the key perhaps with
+    /// an override's answer.
     Charge {
         policy: usize,
         key: usize,
         cost: i64,
         max_debt: i64,
+        verdict: Option<Verdict>,
+    },
+    /// A refund of up to `tokens` ([`single::refund`]).
+    Refund {
+        policy: usize,
+        key: usize,
+        tokens: i64,
     },
     /// A block by hand of the key for `duration` µs (the policy notes that blocks by hand exist).
     Block {
@@ -275,8 +332,12 @@ fn step() -> impl Strategy<Value = Step> {
             });
             Step::Take { targets, cost }
         }),
-        1 => (0..NAMES.len(), 0..KEYS.len(), 1..5i64, 0..4i64)
-            .prop_map(|(policy, key, cost, max_debt)| Step::Charge { policy, key, cost, max_debt }),
+        1 => (0..NAMES.len(), 0..KEYS.len(), 1..5i64, 0..4i64, verdict())
+            .prop_map(|(policy, key, cost, max_debt, verdict)| {
+                Step::Charge { policy, key, cost, max_debt, verdict }
+            }),
+        1 => (0..NAMES.len(), 0..KEYS.len(), 1..4i64)
+            .prop_map(|(policy, key, tokens)| Step::Refund { policy, key, tokens }),
         1 => (0..NAMES.len(), 0..KEYS.len(), 1..2 * S)
             .prop_map(|(policy, key, duration)| Step::Block { policy, key, duration }),
     ]
@@ -350,7 +411,7 @@ fn reference(store: &TestStore, targets: &[Target<'_>], cost: i64) -> (bool, Vec
 /// order, and a block bucket only while its key's bucket is held. A call that waits for a block bucket
 /// then holds that key's bucket, so the holder of the block bucket cannot be waiting for it: only bucket
 /// locks can form a cycle, and ascending order rules that out.
-fn check_lock_order(locks: &[Lock]) -> Result<(), TestCaseError> {
+pub(super) fn check_lock_order(locks: &[Lock]) -> Result<(), TestCaseError> {
     let mut held: Vec<Place> = Vec::new();
     for lock in locks {
         match lock {
@@ -402,19 +463,45 @@ fn run(
                 key,
                 cost,
                 max_debt,
+                verdict,
+            } => {
+                let t = world[*policy].target(KEYS[*key], false, *verdict);
+                let (before, now) = (store.stored(&t), store.now.get());
+                let level = t.current(before, now).level;
+                let a = single::charge(&store, &t, *cost, *max_debt)
+                    .map_err(|_| TestCaseError::fail("store error"))?;
+                memory.apply(std::slice::from_ref(&t), &[a]);
+                prop_assert!(a.outcome.allowed || verdict.is_some());
+                if let Some(v) = verdict {
+                    // an override's key is charged nothing
+                    prop_assert_eq!(a.outcome, v.outcome(&t.policy, now));
+                    prop_assert_eq!(store.stored(&t), before);
+                } else {
+                    prop_assert_eq!(store.stored(&t).map(|s| s.state), Some(a.outcome.state));
+                    // what the charge removed (down to its debt limit), in millionths
+                    *granted_tokens.entry(place(&t)).or_default() += level - a.outcome.state.level;
+                }
+            }
+            Step::Refund {
+                policy,
+                key,
+                tokens,
             } => {
                 let t = world[*policy].target(KEYS[*key], false, None);
-                let level = t.current(store.stored(&t), store.now.get()).level;
-                let charged = store.answer(
-                    &t,
-                    Ask::Charge {
-                        cost: *cost,
-                        max_debt: *max_debt,
-                    },
+                let (before, now) = (store.stored(&t), store.now.get());
+                let a = single::refund(&store, &t, *tokens)
+                    .map_err(|_| TestCaseError::fail("store error"))?;
+                memory.apply(std::slice::from_ref(&t), &[a]);
+                let (expected, _) = t.refund(before, now, *tokens);
+                prop_assert_eq!(
+                    store.stored(&t).map(|s| s.state),
+                    expected.or(before.map(|s| s.state))
                 );
-                // what the charge removed (down to its debt limit), in millionths
-                *granted_tokens.entry(place(&t)).or_default() += level - charged.state.level;
-                memory.forget(&t);
+                if let (Some(b), Some(after)) = (before, expected) {
+                    // what it gave back, in millionths: granted again by later calls
+                    *granted_tokens.entry(place(&t)).or_default() -=
+                        after.level - t.current(Some(b), now).level;
+                }
             }
             Step::Block {
                 policy,
