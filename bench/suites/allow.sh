@@ -10,7 +10,8 @@
 #
 # Every figure is a ratio within one round (to that round's SELECT 1, or to that round's bare lookup):
 # rounds are interleaved, so drift of this noisy machine cancels out. Goals (issue 42): allow at least
-# 0.95 of rate_limiting_request; allow costing at most 10% of the lookup's throughput.
+# 0.95 of rate_limiting_request; allow costing at most 10% of the lookup's throughput. Then, without round
+# trips, the server's CPU per lookup with and without the limit (an additive bound of that cost).
 SECONDS_PER_ROUND=${BENCH_SECONDS:-10}
 ROUNDS=${BENCH_ROUNDS:-5}
 CLIENTS=${BENCH_CLIENTS:-8}
@@ -59,10 +60,45 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 
-python3 - "$RAW" "$ROUNDS" "$SECONDS_PER_ROUND" "$CLIENTS" "$(git rev-parse --short HEAD)" \
+# The server's CPU for one lookup with and without the limit, without round trips: 100 000 lookups of one
+# backend in a PL/pgSQL loop (each statement its own executor run, as a client's is), the kinds
+# alternating, BENCH_ROUNDS times. The difference is what the limit adds to a lookup's CPU, whatever the
+# client and the network cost; the report gives it as a share of one lookup transaction's CPU in the run
+# (the machine's cores over the lookup's TPS), an additive bound of the throughput it costs.
+psql_at bench "$PORT" -d bench -q <<'SQL'
+CREATE OR REPLACE FUNCTION bench_lookup_us(kind text, n int) RETURNS float8 LANGUAGE plpgsql AS $$
+DECLARE
+  t0 timestamptz := clock_timestamp();
+  b text;
+  k int;
+BEGIN
+  FOR i IN 1..n LOOP
+    k := (i * 7919) % 100000 + 1;
+    IF kind = 'lookup' THEN
+      SELECT d.body INTO b FROM bench_docs AS d WHERE d.id = k;
+    ELSIF kind = 'lookup_allow' THEN
+      SELECT d.body INTO b FROM bench_docs AS d WHERE d.id = k AND rate_limit.allow('bench', 'key' || k);
+    ELSE
+      SELECT d.body INTO b FROM bench_docs AS d, rate_limit.take('bench', 'key' || k) AS t
+      WHERE d.id = k AND t.allowed;
+    END IF;
+  END LOOP;
+  RETURN extract(epoch FROM clock_timestamp() - t0) * 1e6 / n;
+END $$;
+SQL
+CPU="$OUT/allow-cpu.tsv"
+: >"$CPU"
+for round in $(seq 1 "$ROUNDS"); do
+  for kind in lookup lookup_allow lookup_take_from; do
+    us=$(PGOPTIONS="-c rate_limit.store=memory" psql_at bench "$PORT" -d bench -Atc "SELECT bench_lookup_us('$kind', 100000)")
+    printf '%s\t%s\t%s\n' "$round" "$kind" "$us" >>"$CPU"
+  done
+done
+
+python3 - "$RAW" "$ROUNDS" "$SECONDS_PER_ROUND" "$CLIENTS" "$(git rev-parse --short HEAD)" "$CPU" \
   >bench/results/allow.md <<'PY'
 import statistics, sys, platform, os
-raw, rounds, seconds, clients, head = sys.argv[1:6]
+raw, rounds, seconds, clients, head, cpu = sys.argv[1:7]
 tps = {}
 for line in open(raw):
     r, s, v = line.rstrip("\n").split("\t")
@@ -100,5 +136,22 @@ for s, label in [("lookup_allow", "allow in the lookup's WHERE"),
     c = statistics.median(cost)
     goal = f"{'met' if c <= 0.10 else 'NOT met'} (goal ≤ 10%)" if s == "lookup_allow" else "for comparison"
     print(f"| {label}: throughput lost | {100 * c:.1f}% ({100 * min(cost):.1f}–{100 * max(cost):.1f}%) | {goal} |")
+us = {}
+for line in open(cpu):
+    r, kind, v = line.rstrip("\n").split("\t")
+    us.setdefault(kind, []).append(float(v))
+lookup_tps = statistics.median(tps[(r, "lookup")] for r in R)
+budget = (os.cpu_count() or 2) * 1e6 / lookup_tps
+print("\nThe server's CPU per lookup without round trips (100 000 lookups in a PL/pgSQL loop of one backend, "
+      "the kinds alternating, median of the rounds), and what the limit adds as a share of one lookup "
+      f"transaction's CPU in this run ({budget:.1f} µs: {os.cpu_count()} cores at {lookup_tps:,.0f} TPS):\n")
+print("| statement | µs per lookup | added by the limit | share of a lookup transaction |")
+print("| --- | --- | --- | --- |")
+base = statistics.median(us["lookup"])
+print(f"| the lookup | {base:.2f} | | |")
+for kind, label in [("lookup_allow", "with `rate_limit.allow` in its WHERE"),
+                    ("lookup_take_from", "with `rate_limit.take` in its FROM")]:
+    m = statistics.median(us[kind])
+    print(f"| {label} | {m:.2f} | {m - base:+.2f} | {100 * (m - base) / budget:.1f}% |")
 PY
 cat bench/results/allow.md

@@ -1,6 +1,8 @@
 //! The SQL surface's table (`src/surface/`) against what is written by hand elsewhere, without a
-//! server: the reference's index and sections, and the untyped-parameter client test. (The catalog is
-//! checked by a `#[pg_test]`, the router's list by `plproxy.rs`, Citus's by being made from the table.)
+//! server: the reference's index and sections, the security reference's table of who may call what, and
+//! the untyped-parameter client test; and the SQL made from the table (`generated.rs`) against the files
+//! that hold it. (The catalog is checked by a `#[pg_test]`, the router by `plproxy.rs`, Citus's list by
+//! being made from the table.)
 
 use rate_limit_integration::generated::{generated, splice};
 use rate_limit_integration::surface::{functions, Access, Use};
@@ -141,4 +143,35 @@ fn the_sql_made_from_the_table_is_in_its_files() {
         stale.is_empty(),
         "{stale:?} differ from what src/surface/ makes: run scripts/generate-surface.sh"
     );
+}
+
+/// The security reference's table of who may call what (docs/security.md) names every function any role
+/// may call in its "any role" row, and every function of the owner's in the owner's row.
+#[test]
+fn the_security_reference_names_who_may_call_each_function() {
+    let security = read("docs/security.md");
+    let row = |who: &str| -> String {
+        security
+            .lines()
+            .find(|l| l.starts_with(&format!("| {who} |")))
+            .unwrap_or_else(|| panic!("docs/security.md has no row for {who}"))
+            .to_string()
+    };
+    let (public, owner) = (
+        row("any role"),
+        row("the extension owner, and roles it grants"),
+    );
+    for f in functions().filter(|f| f.purpose == Use::Call) {
+        let named = |row: &str| {
+            row.contains(&format!("`rate_limit.{}`", f.name))
+                || row.contains(&format!("`rate_limit.{}(", f.name))
+                || row.contains(&format!("`{}`", f.name))
+                || row.contains(&format!("`{}(", f.name))
+        };
+        match f.access {
+            Access::Public => assert!(named(&public), "{}: not in the any-role row", f.name),
+            Access::Owner => assert!(named(&owner), "{}: not in the owner's row", f.name),
+            Access::Monitor => {}
+        }
+    }
 }
