@@ -8,7 +8,10 @@ use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
-use super::{combine, decide, key_arg, policy_arg, policy_target, store_of, to_row, with_override};
+use super::{
+    combine, decide, key_arg, policy_arg, policy_target, store_of, take_answered, to_row,
+    with_override,
+};
 use crate::decision::Decision;
 use crate::error;
 use crate::gucs;
@@ -63,8 +66,7 @@ fn take_policy_answer<R>(
     let key = key_arg(function, "key", key)?;
     let cost = cost_arg(function, cost)?;
     let targets = [policy_target(function, &named, key)?];
-    let outcomes = store::take(function, store_of(Some(&named)), &targets, cost)?;
-    Ok(answer(&targets, &outcomes))
+    take_answered(function, store_of(Some(&named)), &targets, cost, answer)
 }
 
 /// 22023 when two targets name the same bucket.

@@ -166,8 +166,20 @@ pub fn decide(
     targets: &[Target<'_>],
     cost: i64,
 ) -> Result<Decision, ErrorReport> {
+    take_answered(function, store, targets, cost, combine)
+}
+
+/// Runs `targets` (all in `store`) for `cost` tokens, all or nothing, answered by `answer` from the
+/// targets and their outcomes: the decision ([`combine`], see [`decide`]), or less.
+pub fn take_answered<R>(
+    function: &'static str,
+    store: Store,
+    targets: &[Target<'_>],
+    cost: i64,
+    answer: impl FnOnce(&[Target<'_>], &[Outcome]) -> R,
+) -> Result<R, ErrorReport> {
     let outcomes = store::take(function, store, targets, cost)?;
-    Ok(combine(targets, &outcomes))
+    Ok(answer(targets, &outcomes))
 }
 
 /// The decision of `outcomes` (`outcomes[i]` is `targets[i]`'s).

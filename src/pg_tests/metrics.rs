@@ -64,6 +64,21 @@ mod tests {
         );
     }
 
+    /// A lease refused by its key's block is counted as blocked, as a take's refusal is (it was counted as
+    /// denied only before 0.5.0's pipeline moved acquire into the model).
+    #[pg_test]
+    fn a_lease_refused_by_a_block_is_counted_as_blocked() {
+        Spi::run(
+            "SELECT rate_limit.create_policy('pt_met_lease_block', 2, '1 hour', algorithm => 'concurrency');
+             SELECT rate_limit.block('pt_met_lease_block', 'b', '1 hour');
+             SELECT rate_limit.acquire('pt_met_lease_block', 'b');
+             SELECT rate_limit.acquire('pt_met_lease_block', 'b');
+             SELECT rate_limit.acquire('pt_met_lease_block', 'k')",
+        )
+        .expect("a blocked key's acquires");
+        assert_eq!(metrics("pt_met_lease_block"), (3, 1, 2, 0, 2, 1));
+    }
+
     /// (No release here: a released slot is a full bucket, which another test's purge would count;
     /// tests/integration/tests/monitoring.rs releases one.)
     #[pg_test]

@@ -5,8 +5,8 @@
 //! Besides the model's store, it has what stays with the adapters: the Citus guard
 //! ([`Buckets::ensure_here`]), the note of a block by hand, the read-only rule of counting a denial
 //! ([`Buckets::prepare_count`]), and reset. [`with_store!`] is the seam's `match` on the
-//! store for every flow: a flow is a generic function called through it (only `take_batch`'s bulk
-//! paths, in `batch.rs`, pick their store's own bulk statement by hand).
+//! store for every flow: a flow is a generic function called through it (a batch too: each store's way
+//! through one, [`Buckets::take_each`], is in its own module).
 //!
 //! Under Citus a memory bucket lives only on the node of its key's shard: every primitive of
 //! [`MemoryBuckets`] checks that first ([`Buckets::ensure_here`]), once per key and flow.
@@ -20,6 +20,7 @@ use crate::cluster;
 use crate::gucs::Store;
 use crate::time::clock;
 use rate_limit_model::algorithm::{Outcome, State};
+use rate_limit_model::pipeline::batch::Each;
 use rate_limit_model::target::{Ask, Namespace, Stored, Target};
 
 /// What a store does to buckets. Every method answers from the store itself; what a backend remembers
@@ -47,6 +48,18 @@ pub(super) trait Buckets {
         targets: &[Target<'_>],
         cost: i64,
     ) -> Result<Vec<Outcome>, ErrorReport>;
+
+    /// Visits every key of a batch in this store's order ([`rate_limit_model::pipeline::Store::take_each`]),
+    /// deciding in bulk what `bulk` allows and this store can, leaving every other key to `each`.
+    fn take_each(
+        &self,
+        function: &'static str,
+        template: &Target<'_>,
+        keys: &[&str],
+        costs: &[i64],
+        bulk: bool,
+        each: &mut dyn FnMut(usize, Each) -> Result<(), ErrorReport>,
+    ) -> Result<(), ErrorReport>;
 
     /// Reports every target as it is now, writing nothing; in the table store in a fresh snapshot, so that a
     /// change committed since the caller's transaction began is seen.
@@ -157,6 +170,18 @@ impl Buckets for TableBuckets {
         cost: i64,
     ) -> Result<Vec<Outcome>, ErrorReport> {
         table::take(function, targets, cost)
+    }
+
+    fn take_each(
+        &self,
+        function: &'static str,
+        template: &Target<'_>,
+        keys: &[&str],
+        costs: &[i64],
+        bulk: bool,
+        each: &mut dyn FnMut(usize, Each) -> Result<(), ErrorReport>,
+    ) -> Result<(), ErrorReport> {
+        table::each_of_batch(function, template, keys, costs, bulk, each)
     }
 
     fn peek_fresh(
@@ -294,6 +319,23 @@ impl Buckets for MemoryBuckets {
     ) -> Result<Vec<Outcome>, ErrorReport> {
         self.ensure_here(function, targets)?;
         memory::take(function, targets, Ask::Take(cost))
+    }
+
+    fn take_each(
+        &self,
+        function: &'static str,
+        template: &Target<'_>,
+        keys: &[&str],
+        costs: &[i64],
+        bulk: bool,
+        each: &mut dyn FnMut(usize, Each) -> Result<(), ErrorReport>,
+    ) -> Result<(), ErrorReport> {
+        // the memo of keys found here is for a flow of a few keys: each key of a batch is a flow of its own
+        let ensure_here = |key: &str| {
+            self.here.borrow_mut().clear();
+            self.ensure_key_here(function, key)
+        };
+        memory::each_of_batch(function, template, keys, costs, bulk, ensure_here, each)
     }
 
     fn peek_fresh(

@@ -35,6 +35,7 @@ mod batch;
 mod blocks;
 mod buckets;
 mod dropped;
+mod interrupts;
 mod memory;
 pub mod short;
 mod table;
@@ -58,7 +59,7 @@ use buckets::{with_store, Buckets};
 use crate::gucs::Store;
 use crate::stats;
 use rate_limit_model::algorithm::{Outcome, State};
-use rate_limit_model::pipeline::{self, Answer, Memo};
+use rate_limit_model::pipeline::{self, batch::Each, Answer, Memo};
 use rate_limit_model::target::{Ask, Kind, Namespace, Stored, Target};
 
 /// Asks every target for `cost` tokens, all or nothing (cost 0 only reports); returns one outcome per
@@ -90,7 +91,7 @@ fn take_in<S: Buckets>(
 ) -> Result<Vec<Outcome>, ErrorReport> {
     // before this backend's memory answers for a bucket that may not be this node's
     s.ensure_here(function, targets)?;
-    let remembered = |t: &Target<'_>, now, cost| short::denial(S::STORE, t, now, cost);
+    let remembered = |t: &Target<'_>, now, cost| Ok(short::denial(S::STORE, t, now, cost));
     let answers = pipeline::take(&Seam { s, function }, remembered, targets, cost)?;
     Ok(apply(S::STORE, targets, &answers, cost))
 }
@@ -98,6 +99,14 @@ fn take_in<S: Buckets>(
 /// Applies the effects of a call's `answers` (`answers[i]` is `targets[i]`'s) on this backend's memory of
 /// short buckets and counts them in the statistics; returns their outcomes.
 fn apply(store: Store, targets: &[Target<'_>], answers: &[Answer], cost: i64) -> Vec<Outcome> {
+    remember(store, targets, answers);
+    let outcomes = pipeline::outcomes(answers);
+    count(targets, &outcomes, answers, cost);
+    outcomes
+}
+
+/// Does what `answers` say this backend should remember of their targets' buckets ([`short`]).
+fn remember(store: Store, targets: &[Target<'_>], answers: &[Answer]) {
     for (t, a) in targets.iter().zip(answers) {
         match a.memo {
             Memo::Keep => {}
@@ -105,12 +114,15 @@ fn apply(store: Store, targets: &[Target<'_>], answers: &[Answer], cost: i64) ->
             Memo::Remember(state) => short::remember(store, t, state),
         }
     }
-    let outcomes = pipeline::outcomes(answers);
+}
+
+/// Counts a call of `cost` tokens that answered `answers` (their `outcomes`) in the statistics (nothing
+/// for a call that only reports).
+fn count(targets: &[Target<'_>], outcomes: &[Outcome], answers: &[Answer], cost: i64) {
     if cost > 0 {
-        stats::record(targets, &outcomes, cost);
+        stats::record(targets, outcomes, cost);
         stats::record_blocks(targets, answers);
     }
-    outcomes
 }
 
 /// The model's pipeline's view of a store ([`pipeline::Store`]), for one call of SQL function `function`.
@@ -134,6 +146,18 @@ impl<S: Buckets> pipeline::Store for Seam<'_, S> {
 
     fn take(&self, targets: &[Target<'_>], cost: i64) -> Result<Vec<Outcome>, ErrorReport> {
         self.s.take(self.function, targets, cost)
+    }
+
+    fn take_each(
+        &self,
+        template: &Target<'_>,
+        keys: &[&str],
+        costs: &[i64],
+        bulk: bool,
+        each: &mut dyn FnMut(usize, Each) -> Result<(), ErrorReport>,
+    ) -> Result<(), ErrorReport> {
+        self.s
+            .take_each(self.function, template, keys, costs, bulk, each)
     }
 
     fn write(&self, target: &Target<'_>, ask: Ask) -> Result<Outcome, ErrorReport> {
@@ -187,10 +211,7 @@ pub fn charge(
     max_debt: i64,
 ) -> Result<Outcome, ErrorReport> {
     let answer = with_store!(store, s => pipeline::single::charge(&Seam { s, function }, target, cost, max_debt))?;
-    remember(target, &answer);
-    if cost > 0 {
-        stats::record(std::slice::from_ref(target), &[answer.outcome], cost);
-    }
+    apply(store, std::slice::from_ref(target), &[answer], cost);
     Ok(answer.outcome)
 }
 
@@ -208,8 +229,8 @@ pub fn acquire(
 ) -> Result<(Outcome, Option<i64>), ErrorReport> {
     let (answer, lease) =
         with_store!(store, s => pipeline::single::acquire(&Seam { s, function }, target, random))?;
-    remember(target, &answer);
-    stats::record(std::slice::from_ref(target), &[answer.outcome], 1);
+    // counted like a take of one token, a block's refusal in `blocked` too
+    apply(store, std::slice::from_ref(target), &[answer], 1);
     Ok((answer.outcome, lease))
 }
 
@@ -224,15 +245,6 @@ pub fn release(
     lease: i64,
 ) -> Result<bool, ErrorReport> {
     with_store!(store, s => pipeline::single::release(&Seam { s, function }, target, lease))
-}
-
-/// What this backend remembers of the bucket of `target` after a call of one key answered `answer`.
-fn remember(target: &Target<'_>, answer: &Answer) {
-    match answer.memo {
-        Memo::Keep => {}
-        Memo::Forget => short::forget_taken(&target.namespace, target.key),
-        Memo::Remember(_) => {} // only takes remember a bucket short (through `apply`)
-    }
 }
 
 /// Blocks the key of `target` (a named policy's bucket) for `duration` µs from now, replacing any block it
@@ -272,7 +284,11 @@ pub fn refund(
 ) -> Result<Outcome, ErrorReport> {
     let answer =
         with_store!(store, s => pipeline::single::refund(&Seam { s, function }, target, tokens))?;
-    remember(target, &answer);
+    remember(
+        store,
+        std::slice::from_ref(target),
+        std::slice::from_ref(&answer),
+    );
     Ok(answer.outcome)
 }
 

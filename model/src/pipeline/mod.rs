@@ -1,8 +1,8 @@
 //! The call pipeline: how one take combines everything that can decide it, written once over a narrow
 //! [`Store`] that both of the extension's stores (and the tests' in-memory one) implement; the calls of
-//! one key that are not takes (a charge, a refund, a lease acquired or released) are [`single`]'s, over
-//! the same store. Per-key
-//! overrides and policies are resolved by the caller (they are in each [`Target`]); what is decided here:
+//! one key that are not takes (a charge, a refund, a lease acquired or released) are [`single`]'s, and
+//! many keys each decided alone (a batch) [`batch`]'s, over the same store. Per-key overrides and
+//! policies are resolved by the caller (they are in each [`Target`]); what is decided here:
 //!
 //! 1. a bucket this backend remembers short denies a call of one bucket from that memory (the memory is
 //!    the caller's: it is asked through a function, and told what to remember through [`Memo`]);
@@ -33,6 +33,7 @@
 //! bucket never waits for a call that waits for it. Block buckets are only read ([`Store::read`]), never
 //! locked, before the take. The tests check the locks of every generated call.
 
+pub mod batch;
 pub mod blocks;
 #[cfg(test)]
 mod lease_tests;
@@ -60,6 +61,22 @@ pub trait Store {
     /// concurrency: one outcome per target. Denied: nothing written. Granted: every allowed outcome's state
     /// written (a denied one is of a bucket in shadow mode, and keeps its state).
     fn take(&self, targets: &[Target<'_>], cost: i64) -> Result<Vec<Outcome>, Self::Error>;
+
+    /// Visits every key of a batch once (`template` with `keys[i]`, `costs[i]` tokens each), in the
+    /// order this store takes keys in (its lock order; a key named twice in the order given), telling
+    /// `each(i, …)` what it did with key `i`: when `bulk` (nothing but a key's bucket can decide it, see
+    /// [`batch::take_each`]) it may decide a key by its bucket alone ([`batch::Each::Decided`]: taken as
+    /// [`Store::take`] of that key would); any key it does not decide so it leaves to the pipeline
+    /// ([`batch::Each::Alone`]), which decides it inside `each` through this store's other methods. Stops
+    /// at the first error, `each`'s or its own.
+    fn take_each(
+        &self,
+        template: &Target<'_>,
+        keys: &[&str],
+        costs: &[i64],
+        bulk: bool,
+        each: &mut dyn FnMut(usize, batch::Each) -> Result<(), Self::Error>,
+    ) -> Result<(), Self::Error>;
 
     /// Answers `ask` (a charge) in the bucket of `target` under the store's concurrency (locked, read,
     /// answered, written), creating it when missing: the bucket afterwards.
@@ -151,7 +168,8 @@ pub fn outcomes(answers: &[Answer]) -> Vec<Outcome> {
 
 /// Asks every target for `cost` tokens, all or nothing (cost 0 only reports); one answer per target.
 /// `remembered_short(target, now, cost)` is the backend's memory of short buckets: the denial it
-/// remembers for that bucket, if any.
+/// remembers for that bucket, if any, or an error when the bucket may not be answered here at all (the
+/// memory store under Citus, off the key's node): it is asked before the store is.
 ///
 /// Denied ([`crate::target::granted`] false over the outcomes): at least one outcome of a target not in
 /// shadow mode is denied and nothing was taken. Granted: every allowed outcome's tokens were taken, and a
@@ -159,7 +177,7 @@ pub fn outcomes(answers: &[Answer]) -> Vec<Outcome> {
 /// of its bucket; an exempt key is granted with nothing taken.
 pub fn take<S: Store>(
     s: &S,
-    remembered_short: impl FnMut(&Target<'_>, i64, i64) -> Option<Outcome>,
+    remembered_short: impl FnMut(&Target<'_>, i64, i64) -> Result<Option<Outcome>, S::Error>,
     targets: &[Target<'_>],
     cost: i64,
 ) -> Result<Vec<Answer>, S::Error> {
@@ -179,7 +197,7 @@ pub fn take<S: Store>(
 /// bucket in shadow mode (which never denies) nor one with an override's answer (not asked of its bucket).
 fn known_short<S: Store>(
     s: &S,
-    mut remembered_short: impl FnMut(&Target<'_>, i64, i64) -> Option<Outcome>,
+    mut remembered_short: impl FnMut(&Target<'_>, i64, i64) -> Result<Option<Outcome>, S::Error>,
     targets: &[Target<'_>],
     cost: i64,
 ) -> Result<Option<(usize, Outcome)>, S::Error> {
@@ -190,7 +208,7 @@ fn known_short<S: Store>(
         return Ok(None);
     }
     let now = s.now()?;
-    Ok(remembered_short(t, now, cost).map(|denied| (0, denied)))
+    Ok(remembered_short(t, now, cost)?.map(|denied| (0, denied)))
 }
 
 /// Decides a call no memory answered: overrides and blocks first, then the store for the targets they

@@ -1,7 +1,8 @@
 //! The pipeline against an in-memory store, with plain `cargo test`: generated sequences of calls over a
 //! few policies and keys (every kind that reaches a take: overrides, blocks by hand and the penalty box,
 //! shadow mode, debt charged and tokens refunded between takes ([`single`]), all-or-nothing over several
-//! targets, a read-only store),
+//! targets, batches of keys each decided alone ([`batch`], with or without a bulk path that denies), a
+//! read-only store),
 //! checked call by call against a slow reference decision, for the lock order, all-or-nothing, exact
 //! states and conservation; and the backend's memory of short buckets shown never to change a decision.
 
@@ -37,6 +38,9 @@ pub(super) struct TestStore {
     pub(super) locks: RefCell<Vec<Lock>>,
     pub(super) read_only: bool,
     pub(super) hand_blocks_anyway: bool,
+    /// Whether a batch's bulk path decides denials too (as the table store's does), or leaves every key
+    /// it cannot grant to the pipeline (as the memory store's does).
+    pub(super) bulk_denies: bool,
 }
 
 /// Where `t`'s bucket is in the test store.
@@ -100,6 +104,36 @@ impl Store for TestStore {
             }
         }
         Ok(outcomes)
+    }
+
+    fn take_each(
+        &self,
+        template: &Target<'_>,
+        keys: &[&str],
+        costs: &[i64],
+        bulk: bool,
+        each: &mut dyn FnMut(usize, batch::Each) -> Result<(), ()>,
+    ) -> Result<(), ()> {
+        for i in batch_order(keys) {
+            let t = Target {
+                key: keys[i],
+                ..*template
+            };
+            if bulk {
+                let o = t.evaluate(self.stored(&t), self.now.get(), costs[i]);
+                if o.allowed || self.bulk_denies {
+                    // a bulk path locks every row it decides, granted or not
+                    self.locks.borrow_mut().push(Lock::Bucket(place(&t)));
+                    if o.allowed && costs[i] > 0 {
+                        self.write_state(&t, o.state);
+                    }
+                    each(i, batch::Each::Decided(o))?;
+                    continue;
+                }
+            }
+            each(i, batch::Each::Alone)?;
+        }
+        Ok(())
     }
 
     fn write(&self, target: &Target<'_>, ask: Ask) -> Result<Outcome, ()> {
@@ -169,6 +203,14 @@ impl Store for TestStore {
     fn reads_block_anyway(&self, _: &Target<'_>) -> Result<bool, ()> {
         Ok(self.hand_blocks_anyway)
     }
+}
+
+/// The order the test store takes a batch's keys in: by key (the table store's lock order), a key named
+/// twice in the order given.
+fn batch_order(keys: &[&str]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_by_key(|&i| keys[i]);
+    order
 }
 
 /// A backend's memory of short buckets, as the extension keeps it.
@@ -298,6 +340,13 @@ enum Step {
         key: usize,
         tokens: i64,
     },
+    /// A batch of one policy's keys (a key may be named twice), each decided alone, perhaps in shadow
+    /// mode ([`batch::take_each`]); `(key, cost)` each.
+    Batch {
+        policy: usize,
+        keys: Vec<(usize, i64)>,
+        shadow: bool,
+    },
     /// A block by hand of the key for `duration` µs (the policy notes that blocks by hand exist).
     Block {
         policy: usize,
@@ -340,6 +389,8 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(|(policy, key, tokens)| Step::Refund { policy, key, tokens }),
         1 => (0..NAMES.len(), 0..KEYS.len(), 1..2 * S)
             .prop_map(|(policy, key, duration)| Step::Block { policy, key, duration }),
+        2 => (0..NAMES.len(), prop::collection::vec((0..KEYS.len(), 0..4i64), 1..7), prop::bool::weighted(0.2))
+            .prop_map(|(policy, keys, shadow)| Step::Batch { policy, keys, shadow }),
     ]
 }
 
@@ -444,11 +495,13 @@ fn run(
     with_memory: bool,
     read_only: bool,
     hand_blocks_anyway: bool,
+    bulk_denies: bool,
 ) -> Result<Run, TestCaseError> {
     let store = TestStore {
         now: Cell::new(10 * S),
         read_only,
         hand_blocks_anyway,
+        bulk_denies,
         ..TestStore::default()
     };
     let memory = Memory::default();
@@ -519,6 +572,58 @@ fn run(
                 );
                 memory.forget(&t);
             }
+            Step::Batch {
+                policy,
+                keys,
+                shadow,
+            } => {
+                let spec = &world[*policy];
+                let names: Vec<&str> = keys.iter().map(|&(k, _)| KEYS[k]).collect();
+                let costs: Vec<i64> = keys.iter().map(|&(_, c)| c).collect();
+                let template = spec.target("", *shadow, None);
+                // what the batch must answer: each key taken alone, in the store's order, on a copy
+                let copy = TestStore {
+                    now: Cell::new(store.now.get()),
+                    buckets: RefCell::new(store.buckets.borrow().clone()),
+                    read_only,
+                    hand_blocks_anyway,
+                    ..TestStore::default()
+                };
+                let mut expected = vec![None; names.len()];
+                for i in batch_order(&names) {
+                    let t = spec.target(names[i], *shadow, None);
+                    let a = take(&copy, |_, _, _| Ok(None), &[t], costs[i])
+                        .map_err(|_| TestCaseError::fail("store error"))?;
+                    expected[i] = Some(a[0].outcome);
+                }
+                store.locks.borrow_mut().clear();
+                let mut answers = vec![None; names.len()];
+                let remembered = |t: &Target<'_>, now, cost| {
+                    Ok(if with_memory {
+                        memory.denial(t, now, cost)
+                    } else {
+                        None
+                    })
+                };
+                batch::take_each(&store, remembered, &template, &names, &costs, |i, a| {
+                    let t = spec.target(names[i], *shadow, None);
+                    memory.apply(&[t], &[a]);
+                    answers[i] = Some(a);
+                })
+                .map_err(|_| TestCaseError::fail("store error"))?;
+                check_lock_order(&store.locks.borrow())?;
+                let answers: Vec<Answer> = answers.into_iter().flatten().collect();
+                prop_assert_eq!(answers.len(), names.len(), "a key left undecided");
+                for (i, a) in answers.iter().enumerate() {
+                    prop_assert_eq!(Some(a.outcome), expected[i], "key {} of {:?}", i, keys);
+                    if a.outcome.allowed && costs[i] > 0 {
+                        let t = spec.target(names[i], *shadow, None);
+                        *granted_tokens.entry(place(&t)).or_default() += costs[i] * S;
+                    }
+                }
+                prop_assert_eq!(&*store.buckets.borrow(), &*copy.buckets.borrow());
+                answers_of_calls.push(answers);
+            }
             Step::Take { targets, cost } => {
                 let targets: Vec<Target<'_>> = targets
                     .iter()
@@ -529,11 +634,11 @@ fn run(
                 let (expect_granted, expected) = reference(&store, &targets, *cost);
                 store.locks.borrow_mut().clear();
                 let remembered = |t: &Target<'_>, now, cost| {
-                    if with_memory {
+                    Ok(if with_memory {
                         memory.denial(t, now, cost)
                     } else {
                         None
-                    }
+                    })
                 };
                 let answers = take(&store, remembered, &targets, *cost)
                     .map_err(|_| TestCaseError::fail("store error"))?;
@@ -602,9 +707,10 @@ proptest! {
         steps in prop::collection::vec(step(), 1..40),
         read_only in prop::bool::weighted(0.1),
         hand_blocks_anyway in prop::bool::weighted(0.2),
+        bulk_denies in any::<bool>(),
     ) {
-        let (with, _, _) = run(&world, &steps, true, read_only, hand_blocks_anyway)?;
-        let (without, _, _) = run(&world, &steps, false, read_only, hand_blocks_anyway)?;
+        let (with, _, _) = run(&world, &steps, true, read_only, hand_blocks_anyway, bulk_denies)?;
+        let (without, _, _) = run(&world, &steps, false, read_only, hand_blocks_anyway, bulk_denies)?;
         prop_assert_eq!(with.len(), without.len());
         for (w, wo) in with.iter().zip(&without) {
             let (w, wo) = (outcomes(w), outcomes(wo));
@@ -618,8 +724,9 @@ proptest! {
     fn token_buckets_conserve_tokens(
         world in world(),
         steps in prop::collection::vec(step(), 1..60),
+        bulk_denies in any::<bool>(),
     ) {
-        let (_, granted_tokens, elapsed) = run(&world, &steps, true, false, false)?;
+        let (_, granted_tokens, elapsed) = run(&world, &steps, true, false, false, bulk_denies)?;
         for spec in world.iter().filter(|s| s.policy.algorithm() == Algorithm::TokenBucket) {
             for key in KEYS {
                 let granted = granted_tokens.get(&(spec.name.to_string(), key.to_string())).copied().unwrap_or(0);

@@ -72,7 +72,7 @@ use slots::{
     KIND_POLICY,
 };
 
-pub use run::{Run, Stop};
+pub use run::each_of_batch;
 pub use segment::{attach_or_create, request_shmem};
 pub use slots::{policy_tag, SLOT_BYTES};
 pub use snapshot::{load as load_saved, save};

@@ -13,12 +13,14 @@ use pgrx::pg_sys::panic::ErrorReport;
 
 use std::cell::Cell;
 
+use super::super::interrupts;
 use super::atomic_state::AtomicState;
 use super::cas::take_under;
 use super::hand_blocks::Bit;
 use super::segment::{key_hash, Table};
 use crate::backend::current_database;
 use rate_limit_model::algorithm::Outcome;
+use rate_limit_model::pipeline::batch::Each;
 use rate_limit_model::target::{Ask, Namespace, Target};
 
 /// How many keys ahead of its take a key's bucket is loaded: enough for a miss (a few hundred nanoseconds)
@@ -177,6 +179,65 @@ impl<'k> Run<'k> {
     pub fn blocks_by_hand(&self, bit: Bit) -> bool {
         self.table.header.hand_blocks.is_set(bit)
     }
+}
+
+/// The most keys the memory store puts in one order ([`Run`]): enough for a run's neighbouring
+/// keys to share pages of the store, few enough to keep a run's memory small (its keys' places, about 50
+/// bytes each).
+const RUN_KEYS: usize = 65_536;
+
+/// The memory store's way through a batch (the seam's `Buckets::take_each`): runs of at most
+/// [`RUN_KEYS`] keys;
+/// within one, a group of keys of one partition under one lock at a time, each granted by the lock-free
+/// swap when `bulk` allows it and no block by hand may exist (read per group: one may be made meanwhile),
+/// every other key left to the model after `ensure_here(key)` (the Citus guard).
+pub fn each_of_batch(
+    function: &'static str,
+    template: &Target<'_>,
+    keys: &[&str],
+    costs: &[i64],
+    bulk: bool,
+    ensure_here: impl Fn(&str) -> Result<(), ErrorReport>,
+    each: &mut dyn FnMut(usize, Each) -> Result<(), ErrorReport>,
+) -> Result<(), ErrorReport> {
+    let swaps = bulk && !crate::cluster::citus::citus_installed();
+    let mut granted: Vec<(usize, Outcome)> = Vec::new();
+    for start in (0..keys.len()).step_by(RUN_KEYS) {
+        let end = keys.len().min(start + RUN_KEYS);
+        let run = Run::plan(
+            function,
+            &template.namespace,
+            &keys[start..end],
+            &costs[start..end],
+        )?;
+        let hand_block_bit = run.hand_block_bit(&template.namespace);
+        let mut n = 0;
+        while n < run.len() {
+            interrupts::check_every(n);
+            // interrupts are checked between groups (a group holds a partition's lock)
+            let group_end = run.len().min(interrupts::next_check_after(n));
+            let stop = if swaps && !run.blocks_by_hand(hand_block_bit) {
+                run.take_group(n, group_end, template, |m, o| {
+                    granted.push((run.key(m).0, o));
+                })
+            } else {
+                Stop::NotGranted(n)
+            };
+            for (i, o) in granted.drain(..) {
+                each(start + i, Each::Decided(o))?;
+            }
+            n = match stop {
+                Stop::Ended(next) => next,
+                Stop::NotGranted(m) => {
+                    let (i, key, _) = run.key(m);
+                    ensure_here(key)?;
+                    each(start + i, Each::Alone)?;
+                    m + 1
+                }
+            };
+        }
+    }
+    Ok(())
 }
 
 /// `places` in the order of the regions of the segment where their buckets' probe chains start, as many

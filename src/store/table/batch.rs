@@ -20,10 +20,12 @@ use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::spi::{Spi, SpiClient};
 
+use super::super::interrupts;
 use super::sql::stored_row;
 use super::{read_only, spi, timestamptz};
 use crate::time::clock;
 use rate_limit_model::algorithm::Outcome;
+use rate_limit_model::pipeline::batch::Each;
 use rate_limit_model::target::{Ask, Stored, Target};
 
 /// Creates the missing rows of `$2` (sorted, distinct) full, and locks every existing one, key by key in
@@ -49,13 +51,12 @@ const WRITE_GRANTED: &str = "UPDATE rate_limit.bucket_state AS b \
                      pg_catalog.unnest($4::pg_catalog.timestamptz[])) AS u(key, level, at) \
      WHERE b.namespace OPERATOR(pg_catalog.=) $1 AND b.key OPERATOR(pg_catalog.=) u.key";
 
-/// Whether a batch of `template`'s policy with these costs may be taken by [`take_each`] (see the module
-/// comment); the per-key path takes it otherwise.
+/// Whether a batch with these costs may be taken by [`take_each`] here and now (see the module comment;
+/// the model has ruled out blocks and shadow mode before asking for a bulk path); the per-key path takes
+/// it otherwise.
 pub fn applies(template: &Target<'_>, costs: &[i64]) -> bool {
     let capacity = template.policy.burst();
-    !template.shadow
-        && template.blocking.is_none_or(|b| !b.may_be_blocked())
-        && !crate::cluster::citus::citus_installed()
+    !crate::cluster::citus::citus_installed()
         && !read_only()
         && costs.iter().all(|&c| (1..=capacity).contains(&c))
 }
@@ -194,5 +195,32 @@ fn write_granted(
         p.burst().into(),
     ];
     spi(function, client.update(WRITE_GRANTED, None, &args))?;
+    Ok(())
+}
+
+/// The table store's way through a batch (the seam's `Buckets::take_each`): in three statements
+/// ([`take_each`]) when `bulk` and [`applies`], else each key left to the model, in key order.
+pub fn each_of_batch(
+    function: &'static str,
+    template: &Target<'_>,
+    keys: &[&str],
+    costs: &[i64],
+    bulk: bool,
+    each: &mut dyn FnMut(usize, Each) -> Result<(), ErrorReport>,
+) -> Result<(), ErrorReport> {
+    if bulk && applies(template, costs) {
+        if let Some(decided) = take_each(function, template, keys, costs)? {
+            for (i, o) in decided.into_iter().enumerate() {
+                each(i, Each::Decided(o))?;
+            }
+            return Ok(());
+        }
+    }
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_by_key(|&i| keys[i]);
+    for (n, &i) in order.iter().enumerate() {
+        interrupts::check_every(n);
+        each(i, Each::Alone)?;
+    }
     Ok(())
 }

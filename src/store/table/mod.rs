@@ -38,7 +38,7 @@ mod sql;
 
 use plans::{one_key, plans_for, Plans};
 
-pub use batch::{applies as batch_applies, take_each};
+pub use batch::each_of_batch;
 pub use leases::acquire;
 
 #[cfg(any(test, feature = "pg_test"))]

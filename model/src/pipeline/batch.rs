@@ -1,0 +1,68 @@
+//! Many keys of one policy, each decided alone (`take_batch`), written once over the [`Store`]: the store
+//! picks the order (its lock order) and may decide in bulk the keys nothing but their buckets can
+//! decide; every other key is decided by [`super::take`] of that key alone, when the store reaches it.
+
+use super::{take, Answer, Memo, Store};
+use crate::algorithm::Outcome;
+use crate::target::Target;
+
+/// What the store did with one key of a batch, in [`Store::take_each`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Each {
+    /// Decided in bulk by its bucket alone (granted: its tokens taken; denied: nothing written).
+    Decided(Outcome),
+    /// Left to the pipeline, which decides it now, as a take of that key alone.
+    Alone,
+}
+
+/// Takes `costs[i]` tokens from the bucket of `keys[i]` (`template` with that key), each key alone, in
+/// the order the store takes them in ([`Store::take_each`]); `answered(i, answer)` is told each key's
+/// answer as soon as it is decided, so that a caller whose store keeps what it took when a later key
+/// fails (the memory store) can count it. `remembered_short` is [`super::take`]'s.
+///
+/// A key is decided in bulk only when nothing but its bucket could decide it: no override's answer, no
+/// shadow mode, no block possible under its policy. Either way its answer is what [`super::take`] of that
+/// key alone would answer at that point of the order.
+pub fn take_each<S: Store>(
+    s: &S,
+    mut remembered_short: impl FnMut(&Target<'_>, i64, i64) -> Result<Option<Outcome>, S::Error>,
+    template: &Target<'_>,
+    keys: &[&str],
+    costs: &[i64],
+    mut answered: impl FnMut(usize, Answer),
+) -> Result<(), S::Error> {
+    let bulk = bulk_applies(s, template)?;
+    s.take_each(template, keys, costs, bulk, &mut |i, each| {
+        let answer = match each {
+            Each::Decided(outcome) => Answer {
+                memo: match (costs[i] > 0, outcome.allowed) {
+                    (false, _) => Memo::Keep,
+                    (true, true) => Memo::Forget,
+                    (true, false) => Memo::Remember(outcome.state),
+                },
+                ..Answer::of(outcome)
+            },
+            Each::Alone => {
+                let t = Target {
+                    key: keys[i],
+                    ..*template
+                };
+                let answers = take(s, &mut remembered_short, std::slice::from_ref(&t), costs[i])?;
+                // one target, one answer
+                answers[0]
+            }
+        };
+        answered(i, answer);
+        Ok(())
+    })
+}
+
+/// Whether the keys of `template`'s policy may be decided by their buckets alone: nothing else could
+/// decide one (see [`take_each`]).
+fn bulk_applies<S: Store>(s: &S, template: &Target<'_>) -> Result<bool, S::Error> {
+    let may_be_blocked = template.blocking.is_some_and(|b| b.may_be_blocked());
+    Ok(!template.shadow
+        && template.verdict.is_none()
+        && !may_be_blocked
+        && (template.blocking.is_none() || !s.reads_block_anyway(template)?))
+}
