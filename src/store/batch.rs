@@ -11,7 +11,7 @@ use super::{count, remember, short, Seam};
 use crate::gucs::Store;
 use crate::stats;
 use rate_limit_model::algorithm::Outcome;
-use rate_limit_model::pipeline;
+use rate_limit_model::pipeline::{self, Memo};
 use rate_limit_model::target::Target;
 
 /// Decides each of `keys` alone under the policy of `template` (`template` with each key), `costs[i]`
@@ -60,20 +60,26 @@ fn take_each_in<S: Buckets>(
         template,
         keys,
         costs,
-        |i, answer| {
+        |k, answer| {
+            taken[k.index] = Some(answer.outcome);
+            if answer.outcome.allowed && k.cost > 0 {
+                // the common key, kept short: its grant counted with the others at the end
+                grants += 1;
+                tokens += k.cost as u64;
+                if answer.memo == Memo::Forget {
+                    short::forget_taken(&template.namespace, k.key);
+                    return;
+                }
+            }
             let t = Target {
-                key: keys[i],
+                key: k.key,
                 ..*template
             };
             let (t, a) = (std::slice::from_ref(&t), std::slice::from_ref(&answer));
             remember(S::STORE, t, a);
-            if answer.outcome.allowed && costs[i] > 0 {
-                grants += 1;
-                tokens += costs[i] as u64;
-            } else {
-                count(t, &[answer.outcome], a, costs[i]);
+            if !(answer.outcome.allowed && k.cost > 0) {
+                count(t, &[answer.outcome], a, k.cost);
             }
-            taken[i] = Some(answer.outcome);
         },
     );
     stats::record_grants(template, grants, tokens);

@@ -20,7 +20,7 @@ use crate::cluster;
 use crate::gucs::Store;
 use crate::time::clock;
 use rate_limit_model::algorithm::{Outcome, State};
-use rate_limit_model::pipeline::batch::Each;
+use rate_limit_model::pipeline::batch::Visit;
 use rate_limit_model::target::{Ask, Namespace, Stored, Target};
 
 /// What a store does to buckets. Every method answers from the store itself; what a backend remembers
@@ -58,7 +58,7 @@ pub(super) trait Buckets {
         keys: &[&str],
         costs: &[i64],
         bulk: bool,
-        each: &mut dyn FnMut(usize, Each) -> Result<(), ErrorReport>,
+        each: &mut Visit<'_, ErrorReport>,
     ) -> Result<(), ErrorReport>;
 
     /// Reports every target as it is now, writing nothing; in the table store in a fresh snapshot, so that a
@@ -179,7 +179,7 @@ impl Buckets for TableBuckets {
         keys: &[&str],
         costs: &[i64],
         bulk: bool,
-        each: &mut dyn FnMut(usize, Each) -> Result<(), ErrorReport>,
+        each: &mut Visit<'_, ErrorReport>,
     ) -> Result<(), ErrorReport> {
         table::each_of_batch(function, template, keys, costs, bulk, each)
     }
@@ -328,7 +328,7 @@ impl Buckets for MemoryBuckets {
         keys: &[&str],
         costs: &[i64],
         bulk: bool,
-        each: &mut dyn FnMut(usize, Each) -> Result<(), ErrorReport>,
+        each: &mut Visit<'_, ErrorReport>,
     ) -> Result<(), ErrorReport> {
         // the memo of keys found here is for a flow of a few keys: each key of a batch is a flow of its own
         let ensure_here = |key: &str| {

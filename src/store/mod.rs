@@ -59,7 +59,8 @@ use buckets::{with_store, Buckets};
 use crate::gucs::Store;
 use crate::stats;
 use rate_limit_model::algorithm::{Outcome, State};
-use rate_limit_model::pipeline::{self, batch::Each, Answer, Memo};
+use rate_limit_model::pipeline::batch::Visit;
+use rate_limit_model::pipeline::{self, Answer, Memo};
 use rate_limit_model::target::{Ask, Kind, Namespace, Stored, Target};
 
 /// Asks every target for `cost` tokens, all or nothing (cost 0 only reports); returns one outcome per
@@ -154,7 +155,7 @@ impl<S: Buckets> pipeline::Store for Seam<'_, S> {
         keys: &[&str],
         costs: &[i64],
         bulk: bool,
-        each: &mut dyn FnMut(usize, Each) -> Result<(), ErrorReport>,
+        each: &mut Visit<'_, ErrorReport>,
     ) -> Result<(), ErrorReport> {
         self.s
             .take_each(self.function, template, keys, costs, bulk, each)

@@ -6,6 +6,21 @@ use super::{take, Answer, Memo, Store};
 use crate::algorithm::Outcome;
 use crate::target::Target;
 
+/// One key of a batch as the store reaches it, handed back by the store that has it at hand (in a batch
+/// of many keys a read of the batch's arrays at random costs a cache miss).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Key<'k> {
+    /// Its number in the batch (`keys[index]`).
+    pub index: usize,
+    /// The key.
+    pub key: &'k str,
+    /// Its cost (`costs[index]`).
+    pub cost: i64,
+}
+
+/// What a store's [`Store::take_each`] tells of each key it reaches: the key, and what it did with it.
+pub type Visit<'a, E> = dyn FnMut(Key<'_>, Each) -> Result<(), E> + 'a;
+
 /// What the store did with one key of a batch, in [`Store::take_each`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Each {
@@ -16,9 +31,10 @@ pub enum Each {
 }
 
 /// Takes `costs[i]` tokens from the bucket of `keys[i]` (`template` with that key), each key alone, in
-/// the order the store takes them in ([`Store::take_each`]); `answered(i, answer)` is told each key's
+/// the order the store takes them in ([`Store::take_each`]); `answered(key, answer)` is told each key's
 /// answer as soon as it is decided, so that a caller whose store keeps what it took when a later key
-/// fails (the memory store) can count it. `remembered_short` is [`super::take`]'s.
+/// fails (the memory store) can count it; for a key decided in bulk a store may call it under its own
+/// locks, so it must be bookkeeping that cannot fail. `remembered_short` is [`super::take`]'s.
 ///
 /// A key is decided in bulk only when nothing but its bucket could decide it: no override's answer, no
 /// shadow mode, no block possible under its policy. Either way its answer is what [`super::take`] of that
@@ -29,13 +45,13 @@ pub fn take_each<S: Store>(
     template: &Target<'_>,
     keys: &[&str],
     costs: &[i64],
-    mut answered: impl FnMut(usize, Answer),
+    mut answered: impl FnMut(Key<'_>, Answer),
 ) -> Result<(), S::Error> {
     let bulk = bulk_applies(s, template)?;
-    s.take_each(template, keys, costs, bulk, &mut |i, each| {
+    s.take_each(template, keys, costs, bulk, &mut |k, each| {
         let answer = match each {
             Each::Decided(outcome) => Answer {
-                memo: match (costs[i] > 0, outcome.allowed) {
+                memo: match (k.cost > 0, outcome.allowed) {
                     (false, _) => Memo::Keep,
                     (true, true) => Memo::Forget,
                     (true, false) => Memo::Remember(outcome.state),
@@ -44,15 +60,15 @@ pub fn take_each<S: Store>(
             },
             Each::Alone => {
                 let t = Target {
-                    key: keys[i],
+                    key: k.key,
                     ..*template
                 };
-                let answers = take(s, &mut remembered_short, std::slice::from_ref(&t), costs[i])?;
+                let answers = take(s, &mut remembered_short, std::slice::from_ref(&t), k.cost)?;
                 // one target, one answer
                 answers[0]
             }
         };
-        answered(i, answer);
+        answered(k, answer);
         Ok(())
     })
 }

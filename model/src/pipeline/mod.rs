@@ -64,18 +64,19 @@ pub trait Store {
 
     /// Visits every key of a batch once (`template` with `keys[i]`, `costs[i]` tokens each), in the
     /// order this store takes keys in (its lock order; a key named twice in the order given), telling
-    /// `each(i, …)` what it did with key `i`: when `bulk` (nothing but a key's bucket can decide it, see
+    /// `each(key, …)` what it did with each ([`batch::Key`]: its number, the key and its cost): when `bulk` (nothing but a key's bucket can decide it, see
     /// [`batch::take_each`]) it may decide a key by its bucket alone ([`batch::Each::Decided`]: taken as
     /// [`Store::take`] of that key would); any key it does not decide so it leaves to the pipeline
     /// ([`batch::Each::Alone`]), which decides it inside `each` through this store's other methods. Stops
-    /// at the first error, `each`'s or its own.
+    /// at the first error, `each`'s or its own. `each` of a key decided in bulk calls no method of the
+    /// store (only the caller's `answered`), so a store may call it under its own locks.
     fn take_each(
         &self,
         template: &Target<'_>,
         keys: &[&str],
         costs: &[i64],
         bulk: bool,
-        each: &mut dyn FnMut(usize, batch::Each) -> Result<(), Self::Error>,
+        each: &mut batch::Visit<'_, Self::Error>,
     ) -> Result<(), Self::Error>;
 
     /// Answers `ask` (a charge) in the bucket of `target` under the store's concurrency (locked, read,

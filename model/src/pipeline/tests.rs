@@ -112,9 +112,14 @@ impl Store for TestStore {
         keys: &[&str],
         costs: &[i64],
         bulk: bool,
-        each: &mut dyn FnMut(usize, batch::Each) -> Result<(), ()>,
+        each: &mut batch::Visit<'_, ()>,
     ) -> Result<(), ()> {
         for i in batch_order(keys) {
+            let k = batch::Key {
+                index: i,
+                key: keys[i],
+                cost: costs[i],
+            };
             let t = Target {
                 key: keys[i],
                 ..*template
@@ -127,11 +132,11 @@ impl Store for TestStore {
                     if o.allowed && costs[i] > 0 {
                         self.write_state(&t, o.state);
                     }
-                    each(i, batch::Each::Decided(o))?;
+                    each(k, batch::Each::Decided(o))?;
                     continue;
                 }
             }
-            each(i, batch::Each::Alone)?;
+            each(k, batch::Each::Alone)?;
         }
         Ok(())
     }
@@ -605,10 +610,11 @@ fn run(
                         None
                     })
                 };
-                batch::take_each(&store, remembered, &template, &names, &costs, |i, a| {
-                    let t = spec.target(names[i], *shadow, None);
+                batch::take_each(&store, remembered, &template, &names, &costs, |k, a| {
+                    assert_eq!((k.key, k.cost), (names[k.index], costs[k.index]));
+                    let t = spec.target(k.key, *shadow, None);
                     memory.apply(&[t], &[a]);
-                    answers[i] = Some(a);
+                    answers[k.index] = Some(a);
                 })
                 .map_err(|_| TestCaseError::fail("store error"))?;
                 check_lock_order(&store.locks.borrow())?;

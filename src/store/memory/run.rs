@@ -20,7 +20,7 @@ use super::hand_blocks::Bit;
 use super::segment::{key_hash, Table};
 use crate::backend::current_database;
 use rate_limit_model::algorithm::Outcome;
-use rate_limit_model::pipeline::batch::Each;
+use rate_limit_model::pipeline::batch::{Each, Key, Visit};
 use rate_limit_model::target::{Ask, Namespace, Target};
 
 /// How many keys ahead of its take a key's bucket is loaded: enough for a miss (a few hundred nanoseconds)
@@ -124,16 +124,20 @@ impl<'k> Run<'k> {
     /// other numbers, or is short; its cost is 0; swaps are not lock-free on this CPU: nothing was written
     /// for it, and it goes through the store's full take), before the first key of another partition, and
     /// after [`GROUP`] keys, so that the lock is held for a few microseconds at most (interrupts wait
-    /// while it is held). Returns where it stopped and why.
-    pub fn take_group(
+    /// while it is held). Returns where it stopped and why, or the first error of `granted`.
+    ///
+    /// `granted` runs under the lock, each key as soon as it is taken (work done between the swaps, not
+    /// after the group: a group's writes at random places of a large batch, made in a row, would stall
+    /// the CPU on its full store buffer); it must not raise a PostgreSQL error.
+    pub fn take_group<E>(
         &self,
         from: usize,
         end: usize,
         template: &Target<'_>,
-        mut granted: impl FnMut(usize, Outcome),
-    ) -> Stop {
+        mut granted: impl FnMut(usize, Outcome) -> Result<(), E>,
+    ) -> Result<Stop, E> {
         if !self.lock_free || from >= end {
-            return Stop::NotGranted(from);
+            return Ok(Stop::NotGranted(from));
         }
         let partition = self.table.partition_of(&self.order[from].hash);
         let part = self.table.lock_shared(partition);
@@ -141,13 +145,13 @@ impl<'k> Run<'k> {
         for n in from..end {
             let place = &self.order[n];
             if n > from && self.table.partition_of(&place.hash) != partition {
-                return Stop::Ended(n);
+                return Ok(Stop::Ended(n));
             }
             if n + AHEAD < self.order.len() {
                 self.load(n + AHEAD);
             }
             if place.cost <= 0 {
-                return Stop::NotGranted(n);
+                return Ok(Stop::NotGranted(n));
             }
             if n.is_multiple_of(CLOCK_EVERY) || self.now.get() == 0 {
                 self.now.set(self.table.now());
@@ -161,11 +165,11 @@ impl<'k> Run<'k> {
             })
             .filter(|o| o.allowed)
             {
-                Some(o) => granted(n, o),
-                None => return Stop::NotGranted(n),
+                Some(o) => granted(n, o)?,
+                None => return Ok(Stop::NotGranted(n)),
             }
         }
-        Stop::Ended(end)
+        Ok(Stop::Ended(end))
     }
 
     /// The bit that says whether a key of `namespace` may have been blocked by hand in this store
@@ -198,10 +202,18 @@ pub fn each_of_batch(
     costs: &[i64],
     bulk: bool,
     ensure_here: impl Fn(&str) -> Result<(), ErrorReport>,
-    each: &mut dyn FnMut(usize, Each) -> Result<(), ErrorReport>,
+    each: &mut Visit<'_, ErrorReport>,
 ) -> Result<(), ErrorReport> {
     let swaps = bulk && !crate::cluster::citus::citus_installed();
-    let mut granted: Vec<(usize, Outcome)> = Vec::new();
+    /// The key decided `n`th in `run`, a run of the batch's keys from `start` on.
+    fn key_of<'k>(run: &Run<'k>, start: usize, n: usize) -> Key<'k> {
+        let (i, key, cost) = run.key(n);
+        Key {
+            index: start + i,
+            key,
+            cost,
+        }
+    }
     for start in (0..keys.len()).step_by(RUN_KEYS) {
         let end = keys.len().min(start + RUN_KEYS);
         let run = Run::plan(
@@ -217,21 +229,20 @@ pub fn each_of_batch(
             // interrupts are checked between groups (a group holds a partition's lock)
             let group_end = run.len().min(interrupts::next_check_after(n));
             let stop = if swaps && !run.blocks_by_hand(hand_block_bit) {
+                // what `each` does with a key decided in bulk raises no PostgreSQL error (the seam's
+                // memo, statistics and outcome)
                 run.take_group(n, group_end, template, |m, o| {
-                    granted.push((run.key(m).0, o));
-                })
+                    each(key_of(&run, start, m), Each::Decided(o))
+                })?
             } else {
                 Stop::NotGranted(n)
             };
-            for (i, o) in granted.drain(..) {
-                each(start + i, Each::Decided(o))?;
-            }
             n = match stop {
                 Stop::Ended(next) => next,
                 Stop::NotGranted(m) => {
-                    let (i, key, _) = run.key(m);
-                    ensure_here(key)?;
-                    each(start + i, Each::Alone)?;
+                    let k = key_of(&run, start, m);
+                    ensure_here(k.key)?;
+                    each(k, Each::Alone)?;
                     m + 1
                 }
             };

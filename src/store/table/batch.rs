@@ -25,7 +25,7 @@ use super::sql::stored_row;
 use super::{read_only, spi, timestamptz};
 use crate::time::clock;
 use rate_limit_model::algorithm::Outcome;
-use rate_limit_model::pipeline::batch::Each;
+use rate_limit_model::pipeline::batch::{Each, Key, Visit};
 use rate_limit_model::target::{Ask, Stored, Target};
 
 /// Creates the missing rows of `$2` (sorted, distinct) full, and locks every existing one, key by key in
@@ -206,21 +206,23 @@ pub fn each_of_batch(
     keys: &[&str],
     costs: &[i64],
     bulk: bool,
-    each: &mut dyn FnMut(usize, Each) -> Result<(), ErrorReport>,
+    each: &mut Visit<'_, ErrorReport>,
 ) -> Result<(), ErrorReport> {
     if bulk && applies(template, costs) {
         if let Some(decided) = take_each(function, template, keys, costs)? {
-            for (i, o) in decided.into_iter().enumerate() {
-                each(i, Each::Decided(o))?;
+            for (index, o) in decided.into_iter().enumerate() {
+                let (key, cost) = (keys[index], costs[index]);
+                each(Key { index, key, cost }, Each::Decided(o))?;
             }
             return Ok(());
         }
     }
     let mut order: Vec<usize> = (0..keys.len()).collect();
     order.sort_by_key(|&i| keys[i]);
-    for (n, &i) in order.iter().enumerate() {
+    for (n, &index) in order.iter().enumerate() {
         interrupts::check_every(n);
-        each(i, Each::Alone)?;
+        let (key, cost) = (keys[index], costs[index]);
+        each(Key { index, key, cost }, Each::Alone)?;
     }
     Ok(())
 }
