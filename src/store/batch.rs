@@ -53,7 +53,7 @@ fn take_each_in<S: Buckets>(
     let mut taken = vec![None; keys.len()];
     // grants are counted together (one batch, one write to the statistics), denials one by one
     let (mut grants, mut tokens) = (0u64, 0u64);
-    let remembered = |t: &Target<'_>, now, cost| Ok(short::denial(S::STORE, t, now, cost));
+    let remembered = short::remembered(S::STORE);
     let decided = pipeline::batch::take_each(
         &Seam { s, function },
         remembered,

@@ -92,7 +92,7 @@ fn take_in<S: Buckets>(
 ) -> Result<Vec<Outcome>, ErrorReport> {
     // before this backend's memory answers for a bucket that may not be this node's
     s.ensure_here(function, targets)?;
-    let remembered = |t: &Target<'_>, now, cost| Ok(short::denial(S::STORE, t, now, cost));
+    let remembered = short::remembered(S::STORE);
     let answers = pipeline::take(&Seam { s, function }, remembered, targets, cost)?;
     Ok(apply(S::STORE, targets, &answers, cost))
 }

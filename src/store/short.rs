@@ -63,6 +63,12 @@ fn with_key<R>(
     })
 }
 
+/// [`denial`] as the model's pipeline asks for it (its `remembered_short`): the denial this backend
+/// remembers for a target, never an error.
+pub fn remembered<E>(store: Store) -> impl Fn(&Target<'_>, i64, i64) -> Result<Option<Outcome>, E> {
+    move |target, now, cost| Ok(denial(store, target, now, cost))
+}
+
 /// The denial of `cost` tokens at `now`, if this backend remembers the bucket as too short for it.
 pub fn denial(store: Store, target: &Target<'_>, now: i64, cost: i64) -> Option<Outcome> {
     if cost < 1 {

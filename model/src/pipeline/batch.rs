@@ -2,7 +2,7 @@
 //! picks the order (its lock order) and may decide in bulk the keys nothing but their buckets can
 //! decide; every other key is decided by [`super::take`] of that key alone, when the store reaches it.
 
-use super::{take, Answer, Memo, Store};
+use super::{blocks, take, Answer, Memo, Store};
 use crate::algorithm::Outcome;
 use crate::target::Target;
 
@@ -76,9 +76,5 @@ pub fn take_each<S: Store>(
 /// Whether the keys of `template`'s policy may be decided by their buckets alone: nothing else could
 /// decide one (see [`take_each`]).
 fn bulk_applies<S: Store>(s: &S, template: &Target<'_>) -> Result<bool, S::Error> {
-    let may_be_blocked = template.blocking.is_some_and(|b| b.may_be_blocked());
-    Ok(!template.shadow
-        && template.verdict.is_none()
-        && !may_be_blocked
-        && (template.blocking.is_none() || !s.reads_block_anyway(template)?))
+    Ok(!template.shadow && template.verdict.is_none() && blocks::holds_no_block(s, template)?)
 }

@@ -57,16 +57,23 @@ pub fn block_target<'a>(target: &Target<'a>, name: &'a str, blocking: &Blocking)
     }
 }
 
+/// Whether `target`'s key certainly holds no block, so that its block bucket need not be read: its
+/// policy has no blocks, or has no penalty box and the store knows of no block made by hand under it.
+pub fn holds_no_block<S: Store>(s: &S, target: &Target<'_>) -> Result<bool, S::Error> {
+    match target.blocking {
+        None => Ok(true),
+        Some(b) => Ok(!b.may_be_blocked() && !s.reads_block_anyway(target)?),
+    }
+}
+
 /// Reads the block buckets of `targets` (nothing is written): for each target, the outcome of its block
 /// when its key is blocked (denied, `retry_after` the block's end), `None` otherwise.
 pub fn blocked<S: Store>(s: &S, targets: &[Target<'_>]) -> Result<Vec<Option<Outcome>>, S::Error> {
-    // a key of a policy without a penalty box holds no block unless one was made by hand
-    let unblockable = |t: &Target<'_>| t.blocking.is_some_and(|b| !b.may_be_blocked());
     // (target, block bucket name and numbers): a shadowed call reads the block its shadowed penalty box
     // would have made too
     let mut blocks: Vec<(usize, (String, Blocking))> = Vec::new();
     for (i, t) in targets.iter().enumerate() {
-        if unblockable(t) && !s.reads_block_anyway(t)? {
+        if holds_no_block(s, t)? {
             continue;
         }
         let shadow = if t.shadow { block_in(t, true) } else { None };

@@ -191,10 +191,9 @@ impl<'k> Run<'k> {
 const RUN_KEYS: usize = 65_536;
 
 /// The memory store's way through a batch (the seam's `Buckets::take_each`): runs of at most
-/// [`RUN_KEYS`] keys;
-/// within one, a group of keys of one partition under one lock at a time, each granted by the lock-free
-/// swap when `bulk` allows it and no block by hand may exist (read per group: one may be made meanwhile),
-/// every other key left to the model after `ensure_here(key)` (the Citus guard).
+/// [`RUN_KEYS`] keys; within one, a group of keys of one partition under one lock at a time, each granted
+/// by the lock-free swap when `bulk` allows it and no block by hand may exist (read per group: one may be
+/// made meanwhile), every other key left to the model after `ensure_here(key)` (the Citus guard).
 pub fn each_of_batch(
     function: &'static str,
     template: &Target<'_>,
