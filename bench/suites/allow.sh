@@ -27,11 +27,8 @@ source scripts/cluster.sh
 pg_bindir() { case $1 in bench) echo "$DIR/pg/bin" ;; *) echo "$PG_CACHE/$1/bin" ;; esac; }
 trap 'cluster_stop bench "$DIR/data"' EXIT
 
-# the application's table: a primary-key lookup is the query the limit is joined into
-psql_at bench "$PORT" -d bench -q \
-  -c "CREATE TABLE bench_docs (id integer PRIMARY KEY, owner text NOT NULL, body text NOT NULL)" \
-  -c "INSERT INTO bench_docs SELECT g, 'key' || g, repeat('x', 200) FROM generate_series(1, 100000) AS g" \
-  -c "VACUUM ANALYZE bench_docs"
+# the application's table (a primary-key lookup is the query the limit is joined into) and the CPU loop below
+psql_at bench "$PORT" -d bench -q -f bench/setup/allow_lookup.sql
 
 # scenario  pgbench script
 SCENARIOS=(
@@ -61,31 +58,11 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 
 # The server's CPU for one lookup with and without the limit, without round trips: 100 000 lookups of one
-# backend in a PL/pgSQL loop (each statement its own executor run, as a client's is), the kinds
-# alternating, BENCH_ROUNDS times. The difference is what the limit adds to a lookup's CPU, whatever the
-# client and the network cost; the report gives it as a share of one lookup transaction's CPU in the run
-# (the machine's cores over the lookup's TPS), an additive bound of the throughput it costs.
-psql_at bench "$PORT" -d bench -q <<'SQL'
-CREATE OR REPLACE FUNCTION bench_lookup_us(kind text, n int) RETURNS float8 LANGUAGE plpgsql AS $$
-DECLARE
-  t0 timestamptz := clock_timestamp();
-  b text;
-  k int;
-BEGIN
-  FOR i IN 1..n LOOP
-    k := (i * 7919) % 100000 + 1;
-    IF kind = 'lookup' THEN
-      SELECT d.body INTO b FROM bench_docs AS d WHERE d.id = k;
-    ELSIF kind = 'lookup_allow' THEN
-      SELECT d.body INTO b FROM bench_docs AS d WHERE d.id = k AND rate_limit.allow('bench', 'key' || k);
-    ELSE
-      SELECT d.body INTO b FROM bench_docs AS d, rate_limit.take('bench', 'key' || k) AS t
-      WHERE d.id = k AND t.allowed;
-    END IF;
-  END LOOP;
-  RETURN extract(epoch FROM clock_timestamp() - t0) * 1e6 / n;
-END $$;
-SQL
+# backend in a PL/pgSQL loop (bench_lookup_us of bench/setup/allow_lookup.sql, which builds every kind's key
+# outside its statement), the kinds alternating, BENCH_ROUNDS times. The difference is what the limit adds
+# to a lookup's CPU, whatever the client and the network cost; the report gives it as a share of one lookup
+# transaction's CPU in the run (the machine's cores over the lookup's TPS), an additive bound of the
+# throughput it costs. bench/suites/allow_instructions.sh counts the same loop's instructions instead.
 CPU="$OUT/allow-cpu.tsv"
 : >"$CPU"
 for round in $(seq 1 "$ROUNDS"); do

@@ -1,7 +1,7 @@
 -- The functions new in 0.5.0, made from src/surface/ by scripts/generate-surface.sh (do not
 -- edit): each as pgrx's schema creates it. Their privileges and comments end the upgrade script.
 CREATE FUNCTION rate_limit.allow(policy text, key text, cost integer DEFAULT 1) RETURNS boolean
-    VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'allow_wrapper';
+    VOLATILE PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'allow_wrapper';
 CREATE FUNCTION rate_limit.take_batch(policy text, keys text[], costs integer[] DEFAULT NULL::integer[], all_or_nothing boolean DEFAULT false) RETURNS TABLE(ordinality integer, key text, allowed boolean, remaining bigint, retry_after interval)
     VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'take_batch_wrapper';
 CREATE FUNCTION rate_limit.set_override(policy text, key text, rate bigint DEFAULT NULL::bigint, per interval DEFAULT NULL::interval, burst bigint DEFAULT NULL::bigint, action text DEFAULT 'limit'::text, until timestamp with time zone DEFAULT NULL::timestamp with time zone, note text DEFAULT NULL::text) RETURNS void

@@ -1,5 +1,5 @@
-//! The limiter API over named policies and ad-hoc limits: `take` (and `allow`, its answer as a boolean),
-//! `take_many`, `take_ad_hoc`, `peek`, `wait`, `charge`, `refund`, `reset`, `reset_ad_hoc`, and `headers`
+//! The limiter API over named policies and ad-hoc limits: `take` (and, for [`super::allow`], its answer as
+//! a boolean), `take_many`, `take_ad_hoc`, `peek`, `wait`, `charge`, `refund`, `reset`, `reset_ad_hoc`, and `headers`
 //! for HTTP responses. Each name has one signature, so drivers that send parameters untyped can call every
 //! one of them.
 
@@ -19,7 +19,7 @@ use crate::policies;
 use crate::store;
 use crate::time::clock;
 use rate_limit_model::algorithm::{Algorithm, Outcome};
-use rate_limit_model::target::{granted, Namespace, Target, MAX_TARGETS};
+use rate_limit_model::target::{Namespace, Target, MAX_TARGETS};
 
 use super::policies::build_policy;
 
@@ -54,8 +54,8 @@ pub(super) fn take_policy(
 }
 
 /// `take(policy, key, cost)`, answered by `answer` from its one target and outcome: the decision
-/// ([`combine`]), or only whether it was granted ([`granted`], `allow`).
-fn take_policy_answer<R>(
+/// ([`combine`]), or only whether it was granted (`granted`, [`super::allow`]).
+pub(super) fn take_policy_answer<R>(
     function: &'static str,
     policy: Option<&str>,
     key: Option<&str>,
@@ -178,19 +178,6 @@ mod rate_limit {
     ) -> Result<pgrx::composite_type!('static, "rate_limit.decision"), ErrorReport> {
         const F: &str = "rate_limit.take";
         to_row(F, &take_policy(F, policy, key, cost)?)
-    }
-
-    /// Takes as [`take`] does and answers only whether the call is allowed: the scalar most callers need
-    /// (`WHERE rate_limit.allow('api', $1)`), without combining a decision nor building its row. A shadow
-    /// policy's would-be denial is allowed, as in `take`; a bad argument raises what `take` raises, so no
-    /// NULL ever answers.
-    #[pg_extern(volatile, parallel_unsafe, security_definer)]
-    fn allow(
-        policy: Option<&str>,
-        key: Option<&str>,
-        cost: default!(Option<i32>, 1),
-    ) -> Result<bool, ErrorReport> {
-        take_policy_answer("rate_limit.allow", policy, key, cost, granted)
     }
 
     /// Takes `cost` tokens from the bucket of `key` under an ad-hoc limit: `rate` tokens per `per`, at most

@@ -1,8 +1,9 @@
 //! The SQL surface: thin functions that validate their arguments, call the store seam and shape the result.
 //!
 //! - `request`: `rate_limiting_request` and the functions over its buckets;
-//! - `limits`: the limiter API over named policies and ad-hoc limits (`take`, `allow`, `take_many`,
+//! - `limits`: the limiter API over named policies and ad-hoc limits (`take`, `take_many`,
 //!   `take_ad_hoc`, `peek`, `wait`, `refund`, `reset`, `headers`);
+//! - `allow`: `allow`, take's answer as a boolean, run as its owner without being SECURITY DEFINER;
 //! - `batch`: `take_batch`, decisions for many keys of one policy in one statement;
 //! - `leases`: `acquire` and `release` of concurrency policies;
 //! - `blocks`: `block` and `unblock`, blocks by hand (owner only);
@@ -22,6 +23,7 @@
 //! schema. No two public functions of one name accept the same number of arguments, so drivers that send
 //! parameters untyped (node-postgres, asyncpg) can call each of them.
 
+pub mod allow;
 pub mod batch;
 pub mod blocks;
 pub mod internal;

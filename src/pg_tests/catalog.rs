@@ -181,7 +181,9 @@ mod tests {
         // the functions that are not SECURITY DEFINER: pure arithmetic, formatting, the policy triggers
         // (they run as the role that changes rate_limit.policies, which only the owner may), and those
         // that read shared memory only (memory usage, statistics, metrics: closed to PUBLIC instead), and
-        // distribute (closed to PUBLIC; Citus checks the caller's own rights on what it distributes)
+        // distribute (closed to PUBLIC; Citus checks the caller's own rights on what it distributes);
+        // and allow, which runs as its owner by switching itself (api/allow.rs; tested by
+        // allow_runs_as_its_owner_for_a_role_without_rights)
         assert_eq!(
             text(
                 "SELECT string_agg(DISTINCT p.proname, ' ' ORDER BY p.proname) FROM pg_proc p \
@@ -189,7 +191,7 @@ mod tests {
             )
             .as_deref(),
             Some(
-                "clock_shift distribute headers memory_shares memory_usage metrics_rows metrics_top_keys_rows \
+                "allow clock_shift distribute headers memory_shares memory_usage metrics_rows metrics_top_keys_rows \
                  node_metrics_rows node_stats_rows node_top_limited_rows policies_changed policies_dropped \
                  purge_rows reset_stats state_after_take state_is_full state_tokens stats_rows top_limited_rows"
             )

@@ -240,4 +240,61 @@ mod tests {
             );
         }
     }
+
+    /// `allow` is not SECURITY DEFINER: it switches to its owner itself (api/allow.rs). A role with no
+    /// right on any table of the extension is the first to read a policy into the cache and takes from
+    /// both stores (the table store writes `rate_limit.bucket_state`, which only the owner may), and is itself
+    /// again after the call and after a call that raised; its rights inside stay the owner's, never the
+    /// caller's, and the switch cannot be undone from inside (no SET ROLE).
+    #[pg_test]
+    fn allow_runs_as_its_owner_for_a_role_without_rights() {
+        Spi::run(
+            "SELECT rate_limit.create_policy('pt_allow_role_table', 1, '1 day', burst => 2, store => 'table');
+             SELECT rate_limit.create_policy('pt_allow_role_memory', 1, '1 day', burst => 2, store => 'memory');
+             CREATE ROLE pt_allow_nobody",
+        )
+        .expect("setup");
+        assert_eq!(error_of("SELECT 1"), None); // the helper exists before SET ROLE
+        Spi::run("SET ROLE pt_allow_nobody").expect("set role");
+        for store in ["table", "memory"] {
+            let p = format!("pt_allow_role_{store}");
+            assert_eq!(
+                text(&format!(
+                    "SELECT concat_ws(',', rate_limit.allow('{p}', 'k'), rate_limit.allow('{p}', 'k'), \
+                     rate_limit.allow('{p}', 'k'))"
+                ))
+                .as_deref(),
+                Some("t,t,f"),
+                "{store}"
+            );
+            assert_eq!(
+                text("SELECT current_user::text").as_deref(),
+                Some("pt_allow_nobody")
+            );
+        }
+        // the role itself still may not touch the state
+        assert_eq!(
+            text(
+                "SELECT left(pg_temp.error_of('SELECT count(*) FROM rate_limit.bucket_state'), 5)"
+            )
+            .as_deref(),
+            Some("42501")
+        );
+        // an error inside the call (an unknown policy) leaves the caller's role in place
+        assert_eq!(
+            text("SELECT left(pg_temp.error_of('SELECT rate_limit.allow(''pt_allow_role_none'', ''k'')'), 5)")
+                .as_deref(),
+            Some("42704")
+        );
+        assert_eq!(
+            text("SELECT current_user::text").as_deref(),
+            Some("pt_allow_nobody")
+        );
+        Spi::run("RESET ROLE").expect("reset role");
+        assert_eq!(
+            int("SELECT count(*) FROM rate_limit.buckets WHERE policy = 'pt_allow_role_table' AND key = 'k'"),
+            1,
+            "the role's takes were written"
+        );
+    }
 }

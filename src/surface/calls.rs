@@ -88,7 +88,7 @@ pub const CALLS: &[Function] = &[
         "#rate_limitallow",
     )
     .declared("policy text, key text, cost integer DEFAULT 1", "boolean")
-    .in_c("allow_wrapper", "VOLATILE SECURITY DEFINER PARALLEL UNSAFE")
+    .in_c("allow_wrapper", "VOLATILE PARALLEL UNSAFE")
     .since("0.5.0")
     .takes_tokens()
     .commented(

@@ -139,33 +139,9 @@ fn as_owner_of<T>(
     oid: pg_sys::Oid,
     read: impl FnOnce() -> Result<T, ErrorReport>,
 ) -> Result<T, ErrorReport> {
-    // SAFETY: a catalog-cache lookup of the function by oid; its owner is read while the tuple is held.
-    let owner = unsafe {
-        let tuple = pg_sys::SearchSysCache1(
-            pg_sys::SysCacheIdentifier::PROCOID as i32,
-            pg_sys::Datum::from(oid),
-        );
-        if tuple.is_null() {
-            return Err(error::bug(F, "the forwarding function vanished"));
-        }
-        let owner = (*pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_proc>(tuple)).proowner;
-        pg_sys::ReleaseSysCache(tuple);
-        owner
-    };
-    let (mut user, mut context) = (pg_sys::InvalidOid, 0);
-    // SAFETY: as ri_triggers.c does around its queries; an error inside `read` aborts the transaction,
-    // which restores both, and on return they are restored here.
-    unsafe {
-        pg_sys::GetUserIdAndSecContext(&mut user, &mut context);
-        pg_sys::SetUserIdAndSecContext(
-            owner,
-            context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32,
-        );
-    }
-    let result = read();
-    // SAFETY: restores what was read above.
-    unsafe { pg_sys::SetUserIdAndSecContext(user, context) };
-    result
+    let owner = crate::backend::function_owner(oid)
+        .ok_or_else(|| error::bug(F, "the forwarding function vanished"))?;
+    crate::backend::as_user(owner, read)
 }
 
 /// The V1 calling-convention record of [`router_forward`].

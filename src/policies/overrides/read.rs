@@ -344,39 +344,21 @@ fn timestamptz(function: &'static str, us: i64) -> Result<TimestampWithTimeZone,
 
 /// Runs `read` as the owner of `rate_limit.key_overrides` (the extension's owner), as PostgreSQL's
 /// referential-integrity triggers run their queries as the table's owner: the calls that read overrides
-/// are SECURITY DEFINER and run as the owner already (nothing to switch, the common case); any other
-/// caller reads them as the owner too, never with its own rights, so what a call decides does not depend
-/// on who calls it.
+/// run as the owner already (SECURITY DEFINER, or `allow`'s own switch: nothing to switch, the common
+/// case); any other caller reads them as the owner too, never with its own rights, so what a call decides
+/// does not depend on who calls it.
 pub(super) fn as_table_owner<T>(
     function: &'static str,
     read: impl FnOnce() -> Result<T, ErrorReport>,
 ) -> Result<T, ErrorReport> {
     let owner = table_owner();
-    let (mut user, mut context) = (pg_sys::InvalidOid, 0);
-    // SAFETY: reads the current user id and security context, as ri_triggers.c does.
-    unsafe { pg_sys::GetUserIdAndSecContext(&mut user, &mut context) };
-    if owner == user {
-        return read();
-    }
     if owner == pg_sys::InvalidOid {
         return Err(error::bug(
             function,
             "rate_limit.key_overrides has no owner",
         ));
     }
-    // SAFETY: setting the current user id and security context is what PostgreSQL's own ri_triggers.c
-    // does around its queries; an error inside `read` aborts the (sub)transaction, which restores both
-    // (AbortTransaction / AbortSubTransaction), and on return they are restored here.
-    unsafe {
-        pg_sys::SetUserIdAndSecContext(
-            owner,
-            context | pg_sys::SECURITY_LOCAL_USERID_CHANGE as i32,
-        );
-    }
-    let result = read();
-    // SAFETY: restores what was read above.
-    unsafe { pg_sys::SetUserIdAndSecContext(user, context) };
-    result
+    crate::backend::as_user(owner, read)
 }
 
 /// The owner of `rate_limit.key_overrides` (`InvalidOid` if there is no such table), from the catalog
