@@ -1,7 +1,7 @@
 //! The limiter API over named policies and ad-hoc limits: `take` (and, for [`super::allow`], its answer as
-//! a boolean), `take_many`, `take_ad_hoc`, `peek`, `wait`, `charge`, `refund`, `reset`, `reset_ad_hoc`, and `headers`
-//! for HTTP responses. Each name has one signature, so drivers that send parameters untyped can call every
-//! one of them.
+//! a boolean), `take_many`, `take_ad_hoc`, `peek`, `wait`, `charge`, `refund`, `reset`, `reset_ad_hoc`,
+//! and `headers` for HTTP responses. Each name has one signature, so drivers that send parameters untyped
+//! can call every one of them.
 
 use pgrx::datum::{Interval, JsonB};
 use pgrx::heap_tuple::PgHeapTuple;

@@ -242,10 +242,9 @@ mod tests {
     }
 
     /// `allow` is not SECURITY DEFINER: it switches to its owner itself (api/allow.rs). A role with no
-    /// right on any table of the extension is the first to read a policy into the cache and takes from
-    /// both stores (the table store writes `rate_limit.bucket_state`, which only the owner may), and is itself
-    /// again after the call and after a call that raised; its rights inside stay the owner's, never the
-    /// caller's, and the switch cannot be undone from inside (no SET ROLE).
+    /// right on any table of the extension takes through it from both stores (the table store writes
+    /// `rate_limit.bucket_state`, which only the owner may), is itself again after the call and after a
+    /// call that raised, and still may not read the state table itself.
     #[pg_test]
     fn allow_runs_as_its_owner_for_a_role_without_rights() {
         Spi::run(
