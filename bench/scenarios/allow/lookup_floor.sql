@@ -1,0 +1,2 @@
+\set k random(1, 100000)
+SELECT body FROM bench_docs WHERE id = :k AND textne('bench', :k);
