@@ -28,11 +28,14 @@ cluster_stop bench "$DIR/data"
 single_user() { # single_user [VALGRIND ARGS...] < SQL: a single-user server of the bench's data directory
   su postgres -c "$* $DIR/pg/bin/postgres --single -D $DIR/data bench" >>"$OUT/single.log" 2>&1
 }
+program_total() { # program_total FILE: the instructions a callgrind file counts
+  callgrind_annotate "$1" 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,
+}
 instructions() { # instructions KIND N: the instructions of the warm-up and N lookups of KIND
   local file="$OUT/$1-$2.callgrind"
   printf "SET rate_limit.store = memory\nSET ROLE bench_app\nSELECT bench_lookup_us('lookup_allow', 4000)\nSELECT bench_lookup_us('%s', %s)\n" "$1" "$2" |
     single_user valgrind --tool=callgrind --callgrind-out-file="$file"
-  callgrind_annotate "$file" | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,
+  program_total "$file"
 }
 per_lookup() { # per_lookup KIND: instructions of one lookup of KIND
   echo $((($(instructions "$1" 4000) - $(instructions "$1" 2000)) / 2000))
@@ -69,7 +72,7 @@ backend_instructions() { # backend_instructions SCRIPT N: the instructions of th
   sleep 3 # the backend writes its counts as it exits
   for file in $(comm -13 <(echo "$before") <(cd "$CG" && ls backend.* | sort)); do
     grep -q PostgresMain "$CG/$file" || continue # a client's backend, not a background process
-    total=$(callgrind_annotate "$CG/$file" 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,)
+    total=$(program_total "$CG/$file")
     [ "${total:-0}" -le "$best" ] || best=$total
   done
   echo "$best"
