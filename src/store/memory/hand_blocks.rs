@@ -6,6 +6,7 @@
 //! other policy's calls, in every database, read a block too. Two policies may share a bit: both then
 //! read their keys' blocks, which costs a read and decides the same.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rate_limit_model::target::Namespace;
@@ -57,8 +58,10 @@ impl HandBlocks {
 
     /// Whether a key of `namespace` (in `database`) may have been blocked by hand: true for any namespace
     /// but a policy's.
+    /// The bit of the last policy asked about is remembered ([`Bit::of_last`]): every call of a policy
+    /// without a penalty box asks.
     pub fn may_hold(&self, database: u32, namespace: &Namespace<'_>) -> bool {
-        self.is_set(Bit::of(database, namespace))
+        self.is_set(Bit::of_last(database, namespace))
     }
 
     /// Whether `bit` is set now (always for the bit of a namespace that is not a policy's).
@@ -75,7 +78,52 @@ pub struct Bit {
     mask: u64,
 }
 
+/// A policy [`Bit::of_last`] was asked about, and its bit.
+struct Asked {
+    database: u32,
+    created_at: i64,
+    name: Box<str>,
+    bit: Bit,
+}
+
+thread_local! {
+    /// The last policy [`Bit::of_last`] was asked about in this backend.
+    static LAST: RefCell<Option<Asked>> = const { RefCell::new(None) };
+}
+
 impl Bit {
+    /// [`Bit::of`], remembered for the last policy asked about: a bit depends on nothing but the
+    /// database, the policy's creation time and its name, which are compared (a few instructions, where
+    /// hashing them byte by byte costs about three hundred). Not a cache that can go stale: a policy
+    /// dropped and created again has another creation time, so another entry.
+    pub fn of_last(database: u32, namespace: &Namespace<'_>) -> Bit {
+        let Namespace::Policy { name, created_at } = namespace else {
+            return Bit::of(database, namespace);
+        };
+        LAST.with(|last| {
+            let mut last = last.borrow_mut();
+            match &*last {
+                Some(a)
+                    if a.database == database
+                        && a.created_at == *created_at
+                        && *a.name == **name =>
+                {
+                    a.bit
+                }
+                _ => {
+                    let bit = Bit::of(database, namespace);
+                    *last = Some(Asked {
+                        database,
+                        created_at: *created_at,
+                        name: (*name).into(),
+                        bit,
+                    });
+                    bit
+                }
+            }
+        })
+    }
+
     /// The bit of `namespace` in `database`: for a policy, an FNV-1a hash of the database, its creation
     /// time and its name (cheap, and a collision only makes a policy read blocks; blocks by hand are made
     /// by the extension's owner only).
@@ -146,6 +194,31 @@ mod tests {
         let names: Vec<String> = (0..200).map(|i| format!("p{i}")).collect();
         let noted = names.iter().filter(|n| restored.may_hold(5, &policy(n)));
         assert!(noted.count() < 5, "at most a collision or two");
+    }
+
+    #[test]
+    fn the_remembered_bit_is_the_bit_of_the_policy_asked_about() {
+        let names = ["login", "search", "login", "logi", "loginx", "login"];
+        for (i, name) in names.iter().enumerate() {
+            for database in [5, 6] {
+                for created_at in [42, 43] {
+                    let namespace = Namespace::Policy { name, created_at };
+                    let (of, last) = (
+                        Bit::of(database, &namespace),
+                        Bit::of_last(database, &namespace),
+                    );
+                    assert_eq!(
+                        (last.word, last.mask),
+                        (of.word, of.mask),
+                        "{i}: {name} {database} {created_at}"
+                    );
+                }
+            }
+        }
+        let notes = HandBlocks::new();
+        notes.note(5, &policy("login"));
+        assert!(notes.may_hold(5, &policy("login")));
+        assert!(!notes.may_hold(5, &policy("search")) && notes.may_hold(5, &Namespace::AdHoc));
     }
 
     #[test]
