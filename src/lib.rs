@@ -9,7 +9,8 @@
 //! SQL function. For operators: `stats` counts
 //! calls per policy in shared memory, `worker` purges full buckets in the background, `hooks` wires the
 //! shared memory of both into PostgreSQL's hooks (`shmem` is the leaf of facts and helpers they share, and
-//! imports nothing of the crate) and `persist` keeps it across clean restarts. The hand-written SQL
+//! imports nothing of the crate) and `persist` keeps it across clean restarts. `backend` and `name_map` are leaves
+//! too: facts about this backend, and the map its caches of policies keep by name. The hand-written SQL
 //! (schema, table, views, grants, upgrade scripts) is in `sql/`.
 
 use pgrx::prelude::*;
@@ -22,6 +23,7 @@ pub mod decision;
 pub mod error;
 pub mod gucs;
 pub mod hooks;
+pub mod name_map;
 pub mod persist;
 pub mod policies;
 pub mod shmem;
@@ -59,6 +61,7 @@ pub extern "C-unwind" fn _PG_init() {
         pg_sys::RegisterSubXactCallback(Some(on_subxact_event), std::ptr::null_mut());
     }
     policies::register_invalidation();
+    backend::register_owner_invalidation();
 }
 
 /// A rolled-back transaction may refund tokens: forget the buckets remembered as short. Forget what the

@@ -60,9 +60,10 @@ pub unsafe extern "C-unwind" fn allow_wrapper(fcinfo: pg_sys::FunctionCallInfo) 
     }
 }
 
-/// The owner of the function being called: looked up in the catalog cache at the first call of a
-/// statement's call site, then kept in its `fn_extra` (allocated in `fn_mcxt`, which lives as long as the
-/// call site; nothing else uses this function's `fn_extra`).
+/// The owner of the function being called: asked of [`backend::function_owner`] (which remembers it
+/// until the catalog's row of a function changes) at the first call of a statement's call site, then
+/// kept in its `fn_extra` (allocated in `fn_mcxt`, which lives as long as the call site; nothing else uses
+/// this function's `fn_extra`).
 ///
 /// # Safety
 /// `fcinfo` is a valid call's, with its `flinfo`.

@@ -296,4 +296,33 @@ mod tests {
             "the role's takes were written"
         );
     }
+
+    /// The owner `allow` runs as is remembered by the backend (backend.rs), and forgotten when a
+    /// function's catalog row changes: after `ALTER FUNCTION ... OWNER TO` a role without rights on the
+    /// extension's tables, the next statement's call runs as that role (and is refused reading the
+    /// policies, 42501); given back, it takes again.
+    #[pg_test]
+    fn allow_runs_as_its_new_owner_after_an_owner_change() {
+        Spi::run(
+            "SELECT rate_limit.create_policy('pt_allow_owner', 1, '1 day', burst => 5, store => 'table');
+             CREATE ROLE pt_allow_weak_owner",
+        )
+        .expect("setup");
+        let owner = text("SELECT proowner::regrole::text FROM pg_proc WHERE oid = 'rate_limit.allow(text, text, integer)'::regprocedure")
+            .expect("allow's owner");
+        let call = || {
+            error_of("SELECT rate_limit.allow('pt_allow_owner', 'k')").map(|e| e[..5].to_string())
+        };
+        assert_eq!(call(), None, "as {owner}");
+        Spi::run(
+            "ALTER FUNCTION rate_limit.allow(text, text, integer) OWNER TO pt_allow_weak_owner",
+        )
+        .expect("owner changed");
+        assert_eq!(call().as_deref(), Some("42501"), "as the new owner");
+        Spi::run(&format!(
+            "ALTER FUNCTION rate_limit.allow(text, text, integer) OWNER TO {owner}"
+        ))
+        .expect("owner given back");
+        assert_eq!(call(), None, "as {owner} again");
+    }
 }

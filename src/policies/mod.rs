@@ -19,7 +19,6 @@
 //! The lookup names its table and operator with their schema, so no caller's `search_path` can redirect it.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::rc::Rc;
 
 use pgrx::pg_sys::panic::ErrorReport;
@@ -27,6 +26,7 @@ use pgrx::pg_sys::{self};
 use pgrx::PgSqlErrorCode;
 
 use crate::gucs::Store;
+use crate::name_map::{self, NameMap};
 use crate::time::calendar;
 use rate_limit_model::algorithm::Policy;
 use rate_limit_model::target::Blocking;
@@ -70,14 +70,16 @@ pub struct Named {
 
 struct Cache {
     table: pg_sys::Oid,
-    policies: HashMap<String, Rc<Named>>,
+    policies: NameMap<String, Rc<Named>>,
 }
 
 thread_local! {
-    static CACHE: RefCell<Cache> = RefCell::new(Cache {
-        table: pg_sys::InvalidOid,
-        policies: HashMap::new(),
-    });
+    static CACHE: RefCell<Cache> = const {
+        RefCell::new(Cache {
+            table: pg_sys::InvalidOid,
+            policies: name_map::new(),
+        })
+    };
     /// Counts relcache invalidations that may concern `rate_limit.policies` (all of them while its oid is
     /// unknown): a read during which it moves is not cached.
     static GENERATION: Cell<u64> = const { Cell::new(0) };

@@ -33,7 +33,6 @@ pub use rate_limit_model::denials::{FLUSH_AFTER_DENIALS, FLUSH_AFTER_US};
 pub use rate_limit_model::summary;
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use pgrx::pg_sys;
@@ -42,6 +41,7 @@ use pgrx::PgSqlErrorCode;
 
 use crate::backend::current_database;
 use crate::gucs;
+use crate::name_map::{self, NameMap};
 use crate::time::clock;
 use pending::{flush_pending, note_denial};
 use rate_limit_model::algorithm::Outcome;
@@ -62,7 +62,7 @@ pub use snapshot::{load_saved, save};
 
 thread_local! {
     /// This backend's entry of each namespace (a backend stays in one database; entries are never reused).
-    static ENTRIES: RefCell<HashMap<Box<str>, u32>> = RefCell::new(HashMap::new());
+    static ENTRIES: RefCell<NameMap<Box<str>, u32>> = const { RefCell::new(name_map::new()) };
 }
 
 fn entry_for(stats: &Stats, name: &str) -> Option<u32> {

@@ -32,6 +32,7 @@ use super::{build, Named};
 pub mod filter;
 mod read;
 use crate::error;
+use crate::name_map::{self, NameMap};
 use rate_limit_model::algorithm::{Algorithm, Policy};
 use rate_limit_model::target::Verdict;
 
@@ -124,7 +125,7 @@ pub fn resolve(
 thread_local! {
     /// Whether each policy this backend called has overrides, by name: (its `created_at`, the answer),
     /// valid until an invalidation of `rate_limit.key_overrides` (see [`on_relcache`]).
-    static HAS_ANY: RefCell<HashMap<String, (i64, bool)>> = RefCell::new(HashMap::new());
+    static HAS_ANY: RefCell<NameMap<String, (i64, bool)>> = const { RefCell::new(name_map::new()) };
     /// Counts the invalidations that emptied [`HAS_ANY`]: an answer read while it moved is not kept.
     static GENERATION: Cell<u64> = const { Cell::new(0) };
     /// Whether this transaction has queued the invalidation of the table for the other backends.
