@@ -227,7 +227,7 @@ fn take_all_or_nothing(
         ));
     }
     let store = store_of(Some(named));
-    let mut outcomes = store::take(function, store, &targets, cost)?;
+    let mut outcomes = store::take(function, store, &targets, cost)?.into_vec();
     if granted(&targets, &outcomes) {
         return Ok(outcomes);
     }

@@ -21,6 +21,7 @@ use crate::gucs::Store;
 use crate::time::clock;
 use rate_limit_model::algorithm::{Outcome, State};
 use rate_limit_model::pipeline::batch::Visit;
+use rate_limit_model::pipeline::PerTarget;
 use rate_limit_model::target::{Ask, Namespace, Stored, Target};
 
 /// What a store does to buckets. Every method answers from the store itself; what a backend remembers
@@ -47,7 +48,7 @@ pub(super) trait Buckets {
         function: &'static str,
         targets: &[Target<'_>],
         cost: i64,
-    ) -> Result<Vec<Outcome>, ErrorReport>;
+    ) -> Result<PerTarget<Outcome>, ErrorReport>;
 
     /// Visits every key of a batch in this store's order ([`rate_limit_model::pipeline::Store::take_each`]),
     /// deciding in bulk what `bulk` allows and this store can, leaving every other key to `each`.
@@ -168,8 +169,8 @@ impl Buckets for TableBuckets {
         function: &'static str,
         targets: &[Target<'_>],
         cost: i64,
-    ) -> Result<Vec<Outcome>, ErrorReport> {
-        table::take(function, targets, cost)
+    ) -> Result<PerTarget<Outcome>, ErrorReport> {
+        table::take(function, targets, cost).map(PerTarget::from_vec)
     }
 
     fn take_each(
@@ -316,7 +317,7 @@ impl Buckets for MemoryBuckets {
         function: &'static str,
         targets: &[Target<'_>],
         cost: i64,
-    ) -> Result<Vec<Outcome>, ErrorReport> {
+    ) -> Result<PerTarget<Outcome>, ErrorReport> {
         self.ensure_here(function, targets)?;
         memory::take(function, targets, Ask::Take(cost))
     }
@@ -343,7 +344,7 @@ impl Buckets for MemoryBuckets {
         function: &'static str,
         targets: &[Target<'_>],
     ) -> Result<Vec<Outcome>, ErrorReport> {
-        self.take(function, targets, 0)
+        self.take(function, targets, 0).map(PerTarget::into_vec)
     }
 
     fn write(

@@ -60,7 +60,7 @@ use crate::gucs::Store;
 use crate::stats;
 use rate_limit_model::algorithm::{Outcome, State};
 use rate_limit_model::pipeline::batch::Visit;
-use rate_limit_model::pipeline::{self, Answer, Memo};
+use rate_limit_model::pipeline::{self, Answer, Memo, PerTarget};
 use rate_limit_model::target::{Ask, Kind, Namespace, Stored, Target};
 
 /// Asks every target for `cost` tokens, all or nothing (cost 0 only reports); returns one outcome per
@@ -78,7 +78,7 @@ pub fn take(
     store: Store,
     targets: &[Target<'_>],
     cost: i64,
-) -> Result<Vec<Outcome>, ErrorReport> {
+) -> Result<PerTarget<Outcome>, ErrorReport> {
     with_store!(store, s => take_in(s, function, targets, cost))
 }
 
@@ -89,7 +89,7 @@ fn take_in<S: Buckets>(
     function: &'static str,
     targets: &[Target<'_>],
     cost: i64,
-) -> Result<Vec<Outcome>, ErrorReport> {
+) -> Result<PerTarget<Outcome>, ErrorReport> {
     // before this backend's memory answers for a bucket that may not be this node's
     s.ensure_here(function, targets)?;
     let remembered = short::remembered(S::STORE);
@@ -99,7 +99,12 @@ fn take_in<S: Buckets>(
 
 /// Applies the effects of a call's `answers` (`answers[i]` is `targets[i]`'s) on this backend's memory of
 /// short buckets and counts them in the statistics; returns their outcomes.
-fn apply(store: Store, targets: &[Target<'_>], answers: &[Answer], cost: i64) -> Vec<Outcome> {
+fn apply(
+    store: Store,
+    targets: &[Target<'_>],
+    answers: &[Answer],
+    cost: i64,
+) -> PerTarget<Outcome> {
     remember(store, targets, answers);
     let outcomes = pipeline::outcomes(answers);
     count(targets, &outcomes, answers, cost);
@@ -145,7 +150,7 @@ impl<S: Buckets> pipeline::Store for Seam<'_, S> {
         self.s.peek_fresh(self.function, buckets)
     }
 
-    fn take(&self, targets: &[Target<'_>], cost: i64) -> Result<Vec<Outcome>, ErrorReport> {
+    fn take(&self, targets: &[Target<'_>], cost: i64) -> Result<PerTarget<Outcome>, ErrorReport> {
         self.s.take(self.function, targets, cost)
     }
 

@@ -15,7 +15,7 @@
 //! Blocks by hand (and lifting them) write the block bucket directly; the extension's seam does that with
 //! [`block_target`], beside its note that the policy now may hold such blocks.
 
-use super::{Answer, Memo, Store};
+use super::{Answer, Memo, PerTarget, Store};
 use crate::algorithm::{block_namespace, shadow_block_namespace, Outcome};
 use crate::target::{Blocking, Namespace, Target};
 
@@ -68,7 +68,10 @@ pub fn holds_no_block<S: Store>(s: &S, target: &Target<'_>) -> Result<bool, S::E
 
 /// Reads the block buckets of `targets` (nothing is written): for each target, the outcome of its block
 /// when its key is blocked (denied, `retry_after` the block's end), `None` otherwise.
-pub fn blocked<S: Store>(s: &S, targets: &[Target<'_>]) -> Result<Vec<Option<Outcome>>, S::Error> {
+pub fn blocked<S: Store>(
+    s: &S,
+    targets: &[Target<'_>],
+) -> Result<PerTarget<Option<Outcome>>, S::Error> {
     // (target, block bucket name and numbers): a shadowed call reads the block its shadowed penalty box
     // would have made too
     let mut blocks: Vec<(usize, (String, Blocking))> = Vec::new();
@@ -79,7 +82,7 @@ pub fn blocked<S: Store>(s: &S, targets: &[Target<'_>]) -> Result<Vec<Option<Out
         let shadow = if t.shadow { block_in(t, true) } else { None };
         blocks.extend([block_of(t), shadow].into_iter().flatten().map(|b| (i, b)));
     }
-    let mut found = vec![None; targets.len()];
+    let mut found: PerTarget<Option<Outcome>> = smallvec::smallvec![None; targets.len()];
     if blocks.is_empty() {
         return Ok(found);
     }

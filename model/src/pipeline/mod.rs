@@ -41,8 +41,14 @@ pub mod single;
 #[cfg(test)]
 mod tests;
 
+use smallvec::SmallVec;
+
 use crate::algorithm::{Outcome, State};
 use crate::target::{Ask, Stored, Target};
+
+/// A call's values, one per target, inline for a call of up to two targets (most calls have one), so
+/// that the pipeline allocates nothing for them.
+pub type PerTarget<T> = SmallVec<[T; 2]>;
 
 /// What the pipeline needs of a store. Every method answers from the store itself.
 pub trait Store {
@@ -60,7 +66,7 @@ pub trait Store {
     /// Takes `cost` tokens from every target, all or nothing (cost 0 only reports), under the store's
     /// concurrency: one outcome per target. Denied: nothing written. Granted: every allowed outcome's state
     /// written (a denied one is of a bucket in shadow mode, and keeps its state).
-    fn take(&self, targets: &[Target<'_>], cost: i64) -> Result<Vec<Outcome>, Self::Error>;
+    fn take(&self, targets: &[Target<'_>], cost: i64) -> Result<PerTarget<Outcome>, Self::Error>;
 
     /// Visits every key of a batch once (`template` with `keys[i]`, `costs[i]` tokens each), in the
     /// order this store takes keys in (its lock order; a key named twice in the order given), telling
@@ -163,7 +169,7 @@ impl Answer {
 }
 
 /// The outcomes of `answers`, in order.
-pub fn outcomes(answers: &[Answer]) -> Vec<Outcome> {
+pub fn outcomes(answers: &[Answer]) -> PerTarget<Outcome> {
     answers.iter().map(|a| a.outcome).collect()
 }
 
@@ -181,8 +187,9 @@ pub fn take<S: Store>(
     remembered_short: impl FnMut(&Target<'_>, i64, i64) -> Result<Option<Outcome>, S::Error>,
     targets: &[Target<'_>],
     cost: i64,
-) -> Result<Vec<Answer>, S::Error> {
-    let mut answers = vec![Answer::not_looked_at(); targets.len()];
+) -> Result<PerTarget<Answer>, S::Error> {
+    let mut answers: PerTarget<Answer> =
+        smallvec::smallvec![Answer::not_looked_at(); targets.len()];
     match known_short(s, remembered_short, targets, cost)? {
         Some((i, denied)) => answers[i].outcome = denied,
         None => decide(s, targets, cost, &mut answers)?,

@@ -86,9 +86,9 @@ impl Store for TestStore {
             .collect())
     }
 
-    fn take(&self, targets: &[Target<'_>], cost: i64) -> Result<Vec<Outcome>, ()> {
+    fn take(&self, targets: &[Target<'_>], cost: i64) -> Result<PerTarget<Outcome>, ()> {
         let now = self.now.get();
-        let outcomes: Vec<Outcome> = targets
+        let outcomes: PerTarget<Outcome> = targets
             .iter()
             .map(|t| t.evaluate(self.stored(t), now, cost))
             .collect();
@@ -695,7 +695,7 @@ fn run(
                         prop_assert!(a.outcome.allowed);
                     }
                 }
-                answers_of_calls.push(answers);
+                answers_of_calls.push(answers.to_vec());
             }
         }
     }

@@ -64,6 +64,7 @@ use crate::gucs;
 use atomic_state::AtomicState;
 use cas::take_shared_at;
 use rate_limit_model::algorithm::{Outcome, Policy, State};
+use rate_limit_model::pipeline::PerTarget;
 use rate_limit_model::shares;
 use rate_limit_model::target::{evaluate_all, Ask, Kind, Namespace, Stored, Target, MAX_TARGETS};
 use segment::{role_is_superuser, Table};
@@ -136,7 +137,7 @@ pub fn take(
     function: &'static str,
     targets: &[Target<'_>],
     ask: Ask,
-) -> Result<Vec<Outcome>, ErrorReport> {
+) -> Result<PerTarget<Outcome>, ErrorReport> {
     let table = Table::attach(function)?;
     let n = targets.len();
     if n > MAX_TARGETS {
@@ -159,16 +160,22 @@ pub fn take(
                 *s = stored_of(&part.slots[idx]);
             }
         }
-        return Ok(evaluate_all(targets, &stored[..n], now, 0));
+        return Ok(PerTarget::from_vec(evaluate_all(
+            targets,
+            &stored[..n],
+            now,
+            0,
+        )));
     }
     if let ([target], true) = (targets, AtomicState::swaps_are_lock_free()) {
         if let Some(outcome) =
             take_shared_at(&table, target, &hashes[0], parts[0], ask, || table.now())
         {
-            return Ok(vec![outcome]);
+            return Ok(PerTarget::from_slice(&[outcome]));
         }
     }
     multi::take_exclusive(function, &table, targets, &hashes[..n], &parts[..n], ask)
+        .map(PerTarget::from_vec)
 }
 
 /// The memory store's lock-read-write step on one bucket: under its partition's exclusive lock, reads the
