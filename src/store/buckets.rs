@@ -59,7 +59,7 @@ pub(super) trait Buckets {
         keys: &[&str],
         costs: &[i64],
         bulk: bool,
-        each: &mut Visit<'_, ErrorReport>,
+        each: &mut impl Visit<ErrorReport>,
     ) -> Result<(), ErrorReport>;
 
     /// Reports every target as it is now, writing nothing; in the table store in a fresh snapshot, so that a
@@ -180,7 +180,7 @@ impl Buckets for TableBuckets {
         keys: &[&str],
         costs: &[i64],
         bulk: bool,
-        each: &mut Visit<'_, ErrorReport>,
+        each: &mut impl Visit<ErrorReport>,
     ) -> Result<(), ErrorReport> {
         table::each_of_batch(function, template, keys, costs, bulk, each)
     }
@@ -329,7 +329,7 @@ impl Buckets for MemoryBuckets {
         keys: &[&str],
         costs: &[i64],
         bulk: bool,
-        each: &mut Visit<'_, ErrorReport>,
+        each: &mut impl Visit<ErrorReport>,
     ) -> Result<(), ErrorReport> {
         // the memo of keys found here is for a flow of a few keys: each key of a batch is a flow of its own
         let ensure_here = |key: &str| {

@@ -160,7 +160,7 @@ impl<S: Buckets> pipeline::Store for Seam<'_, S> {
         keys: &[&str],
         costs: &[i64],
         bulk: bool,
-        each: &mut Visit<'_, ErrorReport>,
+        each: &mut impl Visit<ErrorReport>,
     ) -> Result<(), ErrorReport> {
         self.s
             .take_each(self.function, template, keys, costs, bulk, each)

@@ -19,7 +19,11 @@ pub struct Key<'k> {
 }
 
 /// What a store's [`Store::take_each`] tells of each key it reaches: the key, and what it did with it.
-pub type Visit<'a, E> = dyn FnMut(Key<'_>, Each) -> Result<(), E> + 'a;
+/// Any such closure; the stores take it as a generic argument, not a `dyn` one, so that the pipeline's
+/// handling of a key decided in bulk is compiled into the store's loop over the keys.
+pub trait Visit<E>: FnMut(Key<'_>, Each) -> Result<(), E> {}
+
+impl<E, F: FnMut(Key<'_>, Each) -> Result<(), E>> Visit<E> for F {}
 
 /// What the store did with one key of a batch, in [`Store::take_each`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -82,7 +82,7 @@ pub trait Store {
         keys: &[&str],
         costs: &[i64],
         bulk: bool,
-        each: &mut batch::Visit<'_, Self::Error>,
+        each: &mut impl batch::Visit<Self::Error>,
     ) -> Result<(), Self::Error>;
 
     /// Answers `ask` (a charge) in the bucket of `target` under the store's concurrency (locked, read,

@@ -112,7 +112,7 @@ impl Store for TestStore {
         keys: &[&str],
         costs: &[i64],
         bulk: bool,
-        each: &mut batch::Visit<'_, ()>,
+        each: &mut impl batch::Visit<()>,
     ) -> Result<(), ()> {
         for i in batch_order(keys) {
             let k = batch::Key {

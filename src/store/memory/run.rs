@@ -201,7 +201,7 @@ pub fn each_of_batch(
     costs: &[i64],
     bulk: bool,
     ensure_here: impl Fn(&str) -> Result<(), ErrorReport>,
-    each: &mut Visit<'_, ErrorReport>,
+    each: &mut impl Visit<ErrorReport>,
 ) -> Result<(), ErrorReport> {
     let swaps = bulk && !crate::cluster::citus::citus_installed();
     /// The key decided `n`th in `run`, a run of the batch's keys from `start` on.

@@ -206,7 +206,7 @@ pub fn each_of_batch(
     keys: &[&str],
     costs: &[i64],
     bulk: bool,
-    each: &mut Visit<'_, ErrorReport>,
+    each: &mut impl Visit<ErrorReport>,
 ) -> Result<(), ErrorReport> {
     if bulk && applies(template, costs) {
         if let Some(decided) = take_each(function, template, keys, costs)? {
