@@ -31,6 +31,11 @@ BENCH_SCENARIOS=(
   "blocked_random memory blocked_random.sql"
 )
 
+# program_total FILE: the instructions a callgrind output file counts (its PROGRAM TOTALS).
+program_total() {
+  callgrind_annotate "$1" 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,
+}
+
 # bench_install TREE SOURCE_DIR TARGET_DIR PG15: TREE = a copy of the tests' PostgreSQL 15 (at PG15) holding
 # the release package of SOURCE_DIR, built in TARGET_DIR (never the tests' or the demo's installation: a
 # running server whose library is replaced in place crashes).

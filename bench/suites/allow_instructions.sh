@@ -28,9 +28,6 @@ cluster_stop bench "$DIR/data"
 single_user() { # single_user [VALGRIND ARGS...] < SQL: a single-user server of the bench's data directory
   su postgres -c "$* $DIR/pg/bin/postgres --single -D $DIR/data bench" >>"$OUT/single.log" 2>&1
 }
-program_total() { # program_total FILE: the instructions a callgrind file counts
-  callgrind_annotate "$1" 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,
-}
 instructions() { # instructions KIND N: the instructions of the warm-up and N lookups of KIND
   local file="$OUT/$1-$2.callgrind"
   printf "SET rate_limit.store = memory\nSET ROLE bench_app\nSELECT bench_lookup_us('lookup_allow', 4000)\nSELECT bench_lookup_us('%s', %s)\n" "$1" "$2" |
