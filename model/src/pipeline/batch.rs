@@ -52,29 +52,46 @@ pub fn take_each<S: Store>(
     mut answered: impl FnMut(Key<'_>, Answer),
 ) -> Result<(), S::Error> {
     let bulk = bulk_applies(s, template)?;
+    // small enough to be compiled into the store's loop over the keys: a key decided in bulk is a few
+    // instructions here, a key left alone a call of its own
     s.take_each(template, keys, costs, bulk, &mut |k, each| {
         let answer = match each {
-            Each::Decided(outcome) => Answer {
-                memo: match (k.cost > 0, outcome.allowed) {
-                    (false, _) => Memo::Keep,
-                    (true, true) => Memo::Forget,
-                    (true, false) => Memo::Remember(outcome.state),
-                },
-                ..Answer::of(outcome)
-            },
-            Each::Alone => {
-                let t = Target {
-                    key: k.key,
-                    ..*template
-                };
-                let answers = take(s, &mut remembered_short, std::slice::from_ref(&t), k.cost)?;
-                // one target, one answer
-                answers[0]
-            }
+            Each::Decided(outcome) => decided(k.cost, outcome),
+            Each::Alone => alone(s, &mut remembered_short, template, k)?,
         };
         answered(k, answer);
         Ok(())
     })
+}
+
+/// The answer of a key of `cost` tokens decided in bulk by its bucket.
+#[inline(always)]
+fn decided(cost: i64, outcome: Outcome) -> Answer {
+    Answer {
+        memo: match (cost > 0, outcome.allowed) {
+            (false, _) => Memo::Keep,
+            (true, true) => Memo::Forget,
+            (true, false) => Memo::Remember(outcome.state),
+        },
+        ..Answer::of(outcome)
+    }
+}
+
+/// The answer of key `k` left to the pipeline: [`take`] of that key alone.
+#[inline(never)]
+fn alone<S: Store>(
+    s: &S,
+    remembered_short: impl FnMut(&Target<'_>, i64, i64) -> Result<Option<Outcome>, S::Error>,
+    template: &Target<'_>,
+    k: Key<'_>,
+) -> Result<Answer, S::Error> {
+    let t = Target {
+        key: k.key,
+        ..*template
+    };
+    let answers = take(s, remembered_short, std::slice::from_ref(&t), k.cost)?;
+    // one target, one answer
+    Ok(answers[0])
 }
 
 /// Whether the keys of `template`'s policy may be decided by their buckets alone: nothing else could
