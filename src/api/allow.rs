@@ -11,9 +11,10 @@
 //! callgrind in a primary-key lookup with `allow` in its WHERE, that is 830 instructions less per lookup,
 //! 7% of what the limit adds (bench/results/allow_instructions.md).
 
-use pgrx::fcinfo::pg_getarg;
+use pgrx::fcinfo::{pg_get_nullable_datum, pg_getarg};
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
+use pgrx::varlena;
 
 use super::limits::take_policy_answer;
 use crate::backend;
@@ -39,11 +40,11 @@ pub extern "C" fn pg_finfo_allow_wrapper() -> &'static pg_sys::Pg_finfo_record {
 pub unsafe extern "C-unwind" fn allow_wrapper(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
     const F: &str = "rate_limit.allow";
     // SAFETY: the arguments are those of the declared signature (text, text, integer), read with their
-    // Rust types; the text is detoasted into the current memory context, valid for the call.
+    // Rust types ([`text_arg`] for the two texts); valid for the call.
     let (policy, key, cost) = unsafe {
         (
-            pg_getarg::<&str>(fcinfo, 0),
-            pg_getarg::<&str>(fcinfo, 1),
+            text_arg(fcinfo, 0),
+            text_arg(fcinfo, 1),
             pg_getarg::<i32>(fcinfo, 2),
         )
     };
@@ -57,6 +58,41 @@ pub unsafe extern "C-unwind" fn allow_wrapper(fcinfo: pg_sys::FunctionCallInfo) 
             e.report(PgLogLevel::ERROR);
             unreachable!("an ERROR does not return")
         }
+    }
+}
+
+/// Text argument `n` of the call: read in place when it is stored inline and uncompressed and is all
+/// ASCII (a policy name or a key almost always is), with no call into PostgreSQL; otherwise through
+/// pgrx's conversion, which detoasts it (under a guard: that can raise) and checks it against the
+/// database's encoding. ASCII is read the same in every server encoding, so both ways answer the same.
+///
+/// # Safety
+/// `fcinfo` is a valid call's and argument `n` is of type text.
+unsafe fn text_arg<'a>(fcinfo: pg_sys::FunctionCallInfo, n: usize) -> Option<&'a str> {
+    // SAFETY: the caller's promise; the argument's null flag and datum are read from fcinfo.
+    let datum = unsafe { pg_get_nullable_datum(fcinfo, n) };
+    if datum.isnull {
+        return None;
+    }
+    let text = datum.value.cast_mut_ptr::<pg_sys::varlena>();
+    // SAFETY: a non-null text datum points at a varlena whose header says how it is stored: neither
+    // external (1B_E) nor compressed (4B_C) means its bytes follow the header in place (what
+    // pg_detoast_datum_packed would return unchanged), valid for the call.
+    let in_place = unsafe {
+        if varlena::varatt_is_1b_e(text) || varlena::varatt_is_4b_c(text) {
+            None
+        } else {
+            Some(std::slice::from_raw_parts(
+                varlena::vardata_any(text).cast::<u8>(),
+                varlena::varsize_any_exhdr(text),
+            ))
+        }
+    };
+    match in_place {
+        // SAFETY: ASCII bytes are valid UTF-8.
+        Some(bytes) if bytes.is_ascii() => Some(unsafe { std::str::from_utf8_unchecked(bytes) }),
+        // SAFETY: as above; pgrx detoasts into the current memory context, valid for the call.
+        _ => unsafe { pg_getarg::<&str>(fcinfo, n) },
     }
 }
 

@@ -297,6 +297,38 @@ mod tests {
         );
     }
 
+    /// `allow` reads a short, inline ASCII text in place and any other form through pgrx's conversion
+    /// (api/allow.rs): a non-ASCII key, a 200-byte key (a 4-byte header), a key stored compressed in a
+    /// table each take from the same bucket as `take` of that key does; a key too long raises take's 22023
+    /// whichever way it was read.
+    #[pg_test]
+    fn allow_reads_every_form_of_a_text_argument() {
+        Spi::run(
+            "SELECT rate_limit.create_policy('pt_allow_forms', 1, '1 day', burst => 2, store => 'table');
+             CREATE TABLE pt_allow_keys (form text, k text);
+             INSERT INTO pt_allow_keys VALUES ('ascii', 'k'), ('utf8', 'ключ-🔑'),
+               ('long', repeat('x', 200)), ('compressed', repeat('ab', 1020)),
+               ('too long compressed', repeat('ab', 1100))",
+        )
+        .expect("setup");
+        assert_eq!(
+            int("SELECT count(*) FROM pt_allow_keys WHERE pg_column_size(k) < octet_length(k)"),
+            2,
+            "the two long repeats are stored compressed"
+        );
+        for form in ["ascii", "utf8", "long", "compressed"] {
+            let answers = text(&format!(
+                "SELECT concat_ws(',', rate_limit.allow('pt_allow_forms', k), rate_limit.allow('pt_allow_forms', k), \
+                 (SELECT allowed FROM rate_limit.take('pt_allow_forms', k))) FROM pt_allow_keys WHERE form = '{form}'"
+            ));
+            assert_eq!(answers.as_deref(), Some("t,t,f"), "{form}");
+        }
+        let too_long = error_of(
+            "SELECT rate_limit.allow('pt_allow_forms', k) FROM pt_allow_keys WHERE form = 'too long compressed'",
+        );
+        assert_eq!(too_long.as_deref().map(|e| &e[..5]), Some("22023"));
+    }
+
     /// The owner `allow` runs as is remembered by the backend (backend.rs), and forgotten when a
     /// function's catalog row changes: after `ALTER FUNCTION ... OWNER TO` a role without rights on the
     /// extension's tables, the next statement's call runs as that role (and is refused reading the
