@@ -19,11 +19,20 @@ pub struct Key<'k> {
 }
 
 /// What a store's [`Store::take_each`] tells of each key it reaches: the key, and what it did with it.
-/// Any such closure; the stores take it as a generic argument, not a `dyn` one, so that the pipeline's
-/// handling of a key decided in bulk is compiled into the store's loop over the keys.
-pub trait Visit<E>: FnMut(Key<'_>, Each) -> Result<(), E> {}
+/// The stores take it as a generic argument, not a `dyn` one, and the pipeline's own visitor
+/// ([`take_each`]'s) is a type whose `visit` is always inlined, so that its handling of a key decided in
+/// bulk is compiled into the store's loop over the keys (a closure's body may stay a call of its own). Any
+/// closure of the same signature is a visitor too.
+pub trait Visit<E> {
+    /// Tells what the store did with key `k`; an error stops the batch.
+    fn visit(&mut self, k: Key<'_>, each: Each) -> Result<(), E>;
+}
 
-impl<E, F: FnMut(Key<'_>, Each) -> Result<(), E>> Visit<E> for F {}
+impl<E, F: FnMut(Key<'_>, Each) -> Result<(), E>> Visit<E> for F {
+    fn visit(&mut self, k: Key<'_>, each: Each) -> Result<(), E> {
+        self(k, each)
+    }
+}
 
 /// What the store did with one key of a batch, in [`Store::take_each`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,16 +61,40 @@ pub fn take_each<S: Store>(
     mut answered: impl FnMut(Key<'_>, Answer),
 ) -> Result<(), S::Error> {
     let bulk = bulk_applies(s, template)?;
-    // small enough to be compiled into the store's loop over the keys: a key decided in bulk is a few
-    // instructions here, a key left alone a call of its own
-    s.take_each(template, keys, costs, bulk, &mut |k, each| {
+    let mut visitor = Visitor {
+        s,
+        remembered_short: &mut remembered_short,
+        template,
+        answered: &mut answered,
+    };
+    s.take_each(template, keys, costs, bulk, &mut visitor)
+}
+
+/// [`take_each`]'s visitor: answers each key as the store reaches it and tells `answered`.
+struct Visitor<'v, 't, S, R, A> {
+    s: &'v S,
+    remembered_short: &'v mut R,
+    template: &'v Target<'t>,
+    answered: &'v mut A,
+}
+
+impl<S, R, A> Visit<S::Error> for Visitor<'_, '_, S, R, A>
+where
+    S: Store,
+    R: FnMut(&Target<'_>, i64, i64) -> Result<Option<Outcome>, S::Error>,
+    A: FnMut(Key<'_>, Answer),
+{
+    /// A key decided in bulk costs a few instructions in the store's loop; a key left alone is a call of
+    /// its own.
+    #[inline(always)]
+    fn visit(&mut self, k: Key<'_>, each: Each) -> Result<(), S::Error> {
         let answer = match each {
             Each::Decided(outcome) => decided(k.cost, outcome),
-            Each::Alone => alone(s, &mut remembered_short, template, k)?,
+            Each::Alone => alone(self.s, &mut *self.remembered_short, self.template, k)?,
         };
-        answered(k, answer);
+        (self.answered)(k, answer);
         Ok(())
-    })
+    }
 }
 
 /// The answer of a key of `cost` tokens decided in bulk by its bucket.

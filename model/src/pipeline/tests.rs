@@ -132,11 +132,11 @@ impl Store for TestStore {
                     if o.allowed && costs[i] > 0 {
                         self.write_state(&t, o.state);
                     }
-                    each(k, batch::Each::Decided(o))?;
+                    each.visit(k, batch::Each::Decided(o))?;
                     continue;
                 }
             }
-            each(k, batch::Each::Alone)?;
+            each.visit(k, batch::Each::Alone)?;
         }
         Ok(())
     }

@@ -231,7 +231,7 @@ pub fn each_of_batch(
                 // what `each` does with a key decided in bulk raises no PostgreSQL error (the seam's
                 // memo, statistics and outcome)
                 run.take_group(n, group_end, template, |m, o| {
-                    each(key_of(&run, start, m), Each::Decided(o))
+                    each.visit(key_of(&run, start, m), Each::Decided(o))
                 })?
             } else {
                 Stop::NotGranted(n)
@@ -241,7 +241,7 @@ pub fn each_of_batch(
                 Stop::NotGranted(m) => {
                     let k = key_of(&run, start, m);
                     ensure_here(k.key)?;
-                    each(k, Each::Alone)?;
+                    each.visit(k, Each::Alone)?;
                     m + 1
                 }
             };

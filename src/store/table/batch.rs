@@ -212,7 +212,7 @@ pub fn each_of_batch(
         if let Some(decided) = take_each(function, template, keys, costs)? {
             for (index, o) in decided.into_iter().enumerate() {
                 let (key, cost) = (keys[index], costs[index]);
-                each(Key { index, key, cost }, Each::Decided(o))?;
+                each.visit(Key { index, key, cost }, Each::Decided(o))?;
             }
             return Ok(());
         }
@@ -222,7 +222,7 @@ pub fn each_of_batch(
     for (n, &index) in order.iter().enumerate() {
         interrupts::check_every(n);
         let (key, cost) = (keys[index], costs[index]);
-        each(Key { index, key, cost }, Each::Alone)?;
+        each.visit(Key { index, key, cost }, Each::Alone)?;
     }
     Ok(())
 }
