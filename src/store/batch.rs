@@ -11,7 +11,8 @@ use super::{count, remember, short, Seam};
 use crate::gucs::Store;
 use crate::stats;
 use rate_limit_model::algorithm::Outcome;
-use rate_limit_model::pipeline::{self, Memo};
+use rate_limit_model::pipeline::batch::{Answered, Key};
+use rate_limit_model::pipeline::{self, Answer, Memo};
 use rate_limit_model::target::Target;
 
 /// Decides each of `keys` alone under the policy of `template` (`template` with each key), `costs[i]`
@@ -50,42 +51,73 @@ fn take_each_in<S: Buckets>(
     keys: &[&str],
     costs: &[i64],
 ) -> Result<Vec<Outcome>, ErrorReport> {
-    let mut taken = vec![None; keys.len()];
-    // grants are counted together (one batch, one write to the statistics), denials one by one
-    let (mut grants, mut tokens) = (0u64, 0u64);
     let remembered = short::remembered(S::STORE);
+    let mut applied = Applied {
+        store: S::STORE,
+        template,
+        taken: vec![None; keys.len()],
+        grants: 0,
+        tokens: 0,
+    };
     let decided = pipeline::batch::take_each(
         &Seam { s, function },
         remembered,
         template,
         keys,
         costs,
-        |k, answer| {
-            taken[k.index] = Some(answer.outcome);
-            if answer.outcome.allowed && k.cost > 0 {
-                // the common key, kept short: its grant counted with the others at the end
-                grants += 1;
-                tokens += k.cost as u64;
-                if answer.memo == Memo::Forget {
-                    short::forget_taken(&template.namespace, k.key);
-                    return;
-                }
-            }
-            let t = Target {
-                key: k.key,
-                ..*template
-            };
-            let (t, a) = (std::slice::from_ref(&t), std::slice::from_ref(&answer));
-            remember(S::STORE, t, a);
-            if !(answer.outcome.allowed && k.cost > 0) {
-                count(t, &[answer.outcome], a, k.cost);
-            }
-        },
+        &mut applied,
     );
-    stats::record_grants(template, grants, tokens);
+    // grants are counted together (one batch, one write to the statistics), denials one by one
+    stats::record_grants(template, applied.grants, applied.tokens);
     decided?;
-    taken
+    applied
+        .taken
         .into_iter()
         .map(|o| o.ok_or_else(|| crate::error::bug(function, "a key was not decided")))
         .collect()
+}
+
+/// Each key's answer applied as it comes: its outcome kept, the common grant counted with the others at
+/// the end, any other answer's effects applied at once ([`apply_one`]).
+struct Applied<'a, 't> {
+    store: Store,
+    template: &'a Target<'t>,
+    /// Each key's outcome, by its number in the batch.
+    taken: Vec<Option<Outcome>>,
+    /// The grants and their tokens, counted in the statistics once.
+    grants: u64,
+    tokens: u64,
+}
+
+impl Answered for &mut Applied<'_, '_> {
+    /// The common grant costs a few instructions in the store's loop over the keys.
+    #[inline(always)]
+    fn answered(&mut self, k: Key<'_>, answer: Answer) {
+        self.taken[k.index] = Some(answer.outcome);
+        if answer.outcome.allowed && k.cost > 0 {
+            self.grants += 1;
+            self.tokens += k.cost as u64;
+            if answer.memo == Memo::Forget {
+                short::forget_taken(&self.template.namespace, k.key);
+                return;
+            }
+        }
+        apply_one(self.store, self.template, k, &answer);
+    }
+}
+
+/// The effects of the answer of key `k` that is not the common grant: what the backend remembers of its
+/// bucket, and the statistics of a denial or of a call that only reports. A call of its own, so that the
+/// common grant compiles into the store's loop.
+#[inline(never)]
+fn apply_one(store: Store, template: &Target<'_>, k: Key<'_>, answer: &Answer) {
+    let t = Target {
+        key: k.key,
+        ..*template
+    };
+    let (t, a) = (std::slice::from_ref(&t), std::slice::from_ref(answer));
+    remember(store, t, a);
+    if !(answer.outcome.allowed && k.cost > 0) {
+        count(t, &[answer.outcome], a, k.cost);
+    }
 }

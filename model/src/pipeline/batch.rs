@@ -34,6 +34,20 @@ impl<E, F: FnMut(Key<'_>, Each) -> Result<(), E>> Visit<E> for F {
     }
 }
 
+/// What [`take_each`]'s caller does with each key's answer as soon as it is decided. A type whose method
+/// is always inlined compiles into the store's loop over the keys (the extension's is one); any closure of
+/// the same signature is one too.
+pub trait Answered {
+    /// Key `k` was decided: `answer`.
+    fn answered(&mut self, k: Key<'_>, answer: Answer);
+}
+
+impl<F: FnMut(Key<'_>, Answer)> Answered for F {
+    fn answered(&mut self, k: Key<'_>, answer: Answer) {
+        self(k, answer)
+    }
+}
+
 /// What the store did with one key of a batch, in [`Store::take_each`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Each {
@@ -58,7 +72,7 @@ pub fn take_each<S: Store>(
     template: &Target<'_>,
     keys: &[&str],
     costs: &[i64],
-    mut answered: impl FnMut(Key<'_>, Answer),
+    mut answered: impl Answered,
 ) -> Result<(), S::Error> {
     let bulk = bulk_applies(s, template)?;
     let mut visitor = Visitor {
@@ -82,7 +96,7 @@ impl<S, R, A> Visit<S::Error> for Visitor<'_, '_, S, R, A>
 where
     S: Store,
     R: FnMut(&Target<'_>, i64, i64) -> Result<Option<Outcome>, S::Error>,
-    A: FnMut(Key<'_>, Answer),
+    A: Answered,
 {
     /// A key decided in bulk costs a few instructions in the store's loop; a key left alone is a call of
     /// its own.
@@ -92,7 +106,7 @@ where
             Each::Decided(outcome) => decided(k.cost, outcome),
             Each::Alone => alone(self.s, &mut *self.remembered_short, self.template, k)?,
         };
-        (self.answered)(k, answer);
+        self.answered.answered(k, answer);
         Ok(())
     }
 }

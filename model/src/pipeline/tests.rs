@@ -610,12 +610,19 @@ fn run(
                         None
                     })
                 };
-                batch::take_each(&store, remembered, &template, &names, &costs, |k, a| {
-                    assert_eq!((k.key, k.cost), (names[k.index], costs[k.index]));
-                    let t = spec.target(k.key, *shadow, None);
-                    memory.apply(&[t], &[a]);
-                    answers[k.index] = Some(a);
-                })
+                batch::take_each(
+                    &store,
+                    remembered,
+                    &template,
+                    &names,
+                    &costs,
+                    |k: batch::Key<'_>, a: Answer| {
+                        assert_eq!((k.key, k.cost), (names[k.index], costs[k.index]));
+                        let t = spec.target(k.key, *shadow, None);
+                        memory.apply(&[t], &[a]);
+                        answers[k.index] = Some(a);
+                    },
+                )
                 .map_err(|_| TestCaseError::fail("store error"))?;
                 check_lock_order(&store.locks.borrow())?;
                 let answers: Vec<Answer> = answers.into_iter().flatten().collect();
