@@ -32,6 +32,15 @@
 //! and a block bucket is locked only by a call that holds its key's bucket, so a call waiting for a block
 //! bucket never waits for a call that waits for it. Block buckets are only read ([`Store::read`]), never
 //! locked, before the take. The tests check the locks of every generated call.
+//!
+//! # Why the store has these methods
+//! Each method of [`Store`] is one rule of concurrency a store keeps, and the lock order above rests on
+//! each: `read` locks nothing; `take` locks its buckets all or nothing; `take_each` may decide keys in
+//! bulk under the store's own locks; `write` creates a missing bucket and `update` never does (a refund
+//! or a release must not insert a bucket nobody holds); `acquire` never waits for a slot; `count_denial`
+//! locks in the lock order; `now` and `reads_block_anyway` are facts of the store. Folding two of them
+//! into one method with a flag would move a rule out of the trait, where the tests check it call by call,
+//! into each store's code.
 
 pub mod batch;
 pub mod blocks;
