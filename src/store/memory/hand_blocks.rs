@@ -57,11 +57,10 @@ impl HandBlocks {
     }
 
     /// Whether a key of `namespace` (in `database`) may have been blocked by hand: true for any namespace
-    /// but a policy's.
-    /// The bit of the last policy asked about is remembered ([`Bit::of_last`]): every call of a policy
-    /// without a penalty box asks.
+    /// but a policy's. The bits of the last few policies asked about are remembered
+    /// ([`Bit::of_recent`]): every call of a policy without a penalty box asks.
     pub fn may_hold(&self, database: u32, namespace: &Namespace<'_>) -> bool {
-        self.is_set(Bit::of_last(database, namespace))
+        self.is_set(Bit::of_recent(database, namespace))
     }
 
     /// Whether `bit` is set now (always for the bit of a namespace that is not a policy's).
@@ -78,49 +77,81 @@ pub struct Bit {
     mask: u64,
 }
 
-/// A policy [`Bit::of_last`] was asked about, and its bit.
+/// The longest policy name [`Bit::of_recent`] remembers (a policy's name is at most 63 bytes).
+const NAME_BYTES: usize = 64;
+/// How many policies [`Bit::of_recent`] remembers: enough for the calls of a few policies that take
+/// turns (a call of several policies asks for each), few enough to be compared one by one.
+const REMEMBERED: usize = 4;
+
+/// A policy [`Bit::of_recent`] was asked about, and its bit; the name kept in place (no allocation).
+#[derive(Clone, Copy)]
 struct Asked {
     database: u32,
     created_at: i64,
-    name: Box<str>,
+    len: usize,
+    name: [u8; NAME_BYTES],
     bit: Bit,
 }
 
+impl Asked {
+    fn is(&self, database: u32, created_at: i64, name: &str) -> bool {
+        self.created_at == created_at
+            && self.database == database
+            && self.name[..self.len] == *name.as_bytes()
+    }
+}
+
+/// The policies asked about last, and the slot the next new one replaces.
+struct Recent {
+    asked: [Option<Asked>; REMEMBERED],
+    next: usize,
+}
+
 thread_local! {
-    /// The last policy [`Bit::of_last`] was asked about in this backend.
-    static LAST: RefCell<Option<Asked>> = const { RefCell::new(None) };
+    /// The policies [`Bit::of_recent`] was asked about last in this backend.
+    static RECENT: RefCell<Recent> = const {
+        RefCell::new(Recent {
+            asked: [None; REMEMBERED],
+            next: 0,
+        })
+    };
 }
 
 impl Bit {
-    /// [`Bit::of`], remembered for the last policy asked about: a bit depends on nothing but the
+    /// [`Bit::of`], remembered for the last few policies asked about: a bit depends on nothing but the
     /// database, the policy's creation time and its name, which are compared (a few instructions, where
     /// hashing them byte by byte costs about three hundred). Not a cache that can go stale: a policy
     /// dropped and created again has another creation time, so another entry.
-    pub fn of_last(database: u32, namespace: &Namespace<'_>) -> Bit {
+    pub fn of_recent(database: u32, namespace: &Namespace<'_>) -> Bit {
         let Namespace::Policy { name, created_at } = namespace else {
             return Bit::of(database, namespace);
         };
-        LAST.with(|last| {
-            let mut last = last.borrow_mut();
-            match &*last {
-                Some(a)
-                    if a.database == database
-                        && a.created_at == *created_at
-                        && *a.name == **name =>
-                {
-                    a.bit
-                }
-                _ => {
-                    let bit = Bit::of(database, namespace);
-                    *last = Some(Asked {
-                        database,
-                        created_at: *created_at,
-                        name: (*name).into(),
-                        bit,
-                    });
-                    bit
-                }
+        if name.len() > NAME_BYTES {
+            return Bit::of(database, namespace);
+        }
+        RECENT.with(|recent| {
+            let mut recent = recent.borrow_mut();
+            let known = recent
+                .asked
+                .iter()
+                .flatten()
+                .find(|a| a.is(database, *created_at, name));
+            if let Some(a) = known {
+                return a.bit;
             }
+            let bit = Bit::of(database, namespace);
+            let mut asked = Asked {
+                database,
+                created_at: *created_at,
+                len: name.len(),
+                name: [0; NAME_BYTES],
+                bit,
+            };
+            asked.name[..name.len()].copy_from_slice(name.as_bytes());
+            let slot = recent.next;
+            recent.asked[slot] = Some(asked);
+            recent.next = (slot + 1) % REMEMBERED;
+            bit
         })
     }
 
@@ -198,20 +229,35 @@ mod tests {
 
     #[test]
     fn the_remembered_bit_is_the_bit_of_the_policy_asked_about() {
-        let names = ["login", "search", "login", "logi", "loginx", "login"];
-        for (i, name) in names.iter().enumerate() {
-            for database in [5, 6] {
-                for created_at in [42, 43] {
-                    let namespace = Namespace::Policy { name, created_at };
-                    let (of, last) = (
-                        Bit::of(database, &namespace),
-                        Bit::of_last(database, &namespace),
-                    );
-                    assert_eq!(
-                        (last.word, last.mask),
-                        (of.word, of.mask),
-                        "{i}: {name} {database} {created_at}"
-                    );
+        // more policies than are remembered, taking turns, asked again and again; a name of the longest
+        // remembered length and one longer
+        let long = "p".repeat(NAME_BYTES);
+        let longer = "p".repeat(NAME_BYTES + 1);
+        let names = [
+            "login",
+            "search",
+            "logi",
+            "loginx",
+            "api",
+            "",
+            long.as_str(),
+            longer.as_str(),
+        ];
+        for round in 0..3 {
+            for name in names.iter().chain(names.iter().rev()) {
+                for database in [5, 6] {
+                    for created_at in [42, 43] {
+                        let namespace = Namespace::Policy { name, created_at };
+                        let (of, recent) = (
+                            Bit::of(database, &namespace),
+                            Bit::of_recent(database, &namespace),
+                        );
+                        assert_eq!(
+                            (recent.word, recent.mask),
+                            (of.word, of.mask),
+                            "round {round}: {name} {database} {created_at}"
+                        );
+                    }
                 }
             }
         }
