@@ -1280,8 +1280,12 @@ BEGIN
     IF s IN ('token_bucket', 'fixed_window', 'sliding_window', 'calendar_window', 'concurrency') THEN
         RETURN s;
     END IF;
+    -- the generic cell rate algorithm decides exactly as the token bucket: another name of it
+    IF s = 'gcra' THEN
+        RETURN 'token_bucket';
+    END IF;
     PERFORM rate_limit._raise('22023', 'unknown algorithm ' || rate_limit._quoted(s),
-        'Use ''token_bucket'', ''fixed_window'', ''sliding_window'', ''calendar_window'' or ''concurrency''.');
+        'Use ''token_bucket'' (or ''gcra''), ''fixed_window'', ''sliding_window'', ''calendar_window'' or ''concurrency''.');
 END
 $$;
 

@@ -82,7 +82,7 @@ run_regress() {
 # compiled edition, REGRESS_PORTABLE the files of the features the portable edition has too, run against it
 # with the same expected output (scripts/portable-test.sh installs it instead of setup).
 REGRESS_TESTS=(setup seed_timeline management transactions errors permissions memory_store bounds bounds_settings
-  policies policy_errors policy_options postgrest write_limits statistics shadow_mode shadow_switch charges
+  policies policy_errors policy_options postgrest write_limits statistics shadow_mode shadow_switch charges reservations
   calendar_windows concurrency_leases blocks batches monitoring monitoring_policies nothing_left_behind)
 REGRESS_PORTABLE=(seed_timeline management transactions errors permissions bounds policies policy_errors
   policy_options write_limits shadow_mode charges calendar_windows concurrency_leases blocks batches

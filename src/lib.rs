@@ -64,8 +64,9 @@ pub extern "C-unwind" fn _PG_init() {
     backend::register_owner_invalidation();
 }
 
-/// A rolled-back transaction may refund tokens: forget the buckets remembered as short. Forget what the
-/// cluster module remembers for one transaction, and clear the router's deadline. At every end of a transaction, add this backend's pending denials to the statistics once they are old enough.
+/// A rolled-back transaction may refund tokens: forget the buckets remembered as short. Apply the memory
+/// store's settles at commit, drop them at an abort. Forget what the cluster module remembers for one
+/// transaction, and clear the router's deadline. At every end of a transaction, add this backend's pending denials to the statistics once they are old enough.
 #[pg_guard]
 unsafe extern "C-unwind" fn on_xact_event(
     event: pg_sys::XactEvent::Type,
@@ -81,9 +82,16 @@ unsafe extern "C-unwind" fn on_xact_event(
         cluster::router::on_transaction_end();
         policies::overrides::on_transaction_end();
     }
+    if event == pg_sys::XactEvent::XACT_EVENT_COMMIT {
+        store::settles::on_commit();
+    }
+    if event == pg_sys::XactEvent::XACT_EVENT_PRE_PREPARE {
+        store::settles::on_prepare();
+    }
     if event == pg_sys::XactEvent::XACT_EVENT_ABORT
         || event == pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT
     {
+        store::settles::on_abort();
         store::short::forget_all();
         policies::overrides::filter::on_abort();
     }
@@ -98,15 +106,19 @@ unsafe extern "C-unwind" fn on_xact_event(
 unsafe extern "C-unwind" fn on_subxact_event(
     event: pg_sys::SubXactEvent::Type,
     my: pg_sys::SubTransactionId,
-    _parent: pg_sys::SubTransactionId,
+    parent: pg_sys::SubTransactionId,
     _arg: *mut std::ffi::c_void,
 ) {
+    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_COMMIT_SUB {
+        store::settles::on_subtransaction_commit(my, parent);
+    }
     if event == pg_sys::SubXactEvent::SUBXACT_EVENT_COMMIT_SUB
         || event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB
     {
         cluster::router::on_subtransaction_end(my);
     }
     if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
+        store::settles::on_subtransaction_abort(my);
         policies::overrides::on_transaction_end();
         cluster::forget_transaction_memos();
         store::short::forget_all();

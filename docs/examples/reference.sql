@@ -127,6 +127,15 @@ FROM rate_limit.acquire('exports', 'tenant_1');
 SELECT rate_limit.release('exports', 'tenant_1', lease) FROM my_lease;
 SELECT allowed, remaining FROM rate_limit.acquire('exports', 'tenant_1');
 
+--@ block reference-reservations
+--@ hide
+SELECT rate_limit.create_policy('llm', 100000, '1 day', max_debt => 20000);
+--@ hide
+CREATE TEMP TABLE call AS SELECT lease AS id FROM rate_limit.reserve('llm', 'tenant_7', 4000);
+SELECT allowed, remaining FROM rate_limit.peek('llm', 'tenant_7');
+SELECT s.allowed, s.remaining FROM call, rate_limit.settle('llm', 'tenant_7', call.id, 1530) AS s;
+SELECT s.allowed, s.remaining FROM call, rate_limit.settle('llm', 'tenant_7', call.id, 1530) AS s;
+
 --@ block reference-blocks
 --@ hide
 SELECT rate_limit.create_policy('login', 5, '1 minute', block_after => 3, block_for => '1 hour');

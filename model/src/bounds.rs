@@ -69,6 +69,13 @@ pub const BOUNDS: &[Bound] = &[
         test: "leases.rs: a_table_store_lease_lasts_until_per_or_its_transaction_ends",
     },
     Bound {
+        resource: "reservation",
+        who: "any role (`reserve`)",
+        bound: "`hold` after its reserve (at most 1 day, 22023 beyond), whatever its holder does: then settled at its estimate (its tokens stay taken, as a `take` of them would) and its bucket full, so purged; one bucket beside its key's, counted in the role's shares in the memory store like any other; a settle gives back at most what its own reservation took, once, and needs its id (62 random bits); the memory store's settles wait in the caller's own backend until its transaction ends",
+        enforced_by: "the model's reservation buckets (`rate_limit_model::algorithm::reservation`), `src/store/settles.rs`",
+        test: "reservations.rs: a_plain_role_settles_its_own_reservation_once_and_no_other",
+    },
+    Bound {
         resource: "lock of a new lease slot",
         who: "any role (`acquire`, table store)",
         bound: "until its transaction ends; only tried, never waited for; in a lock namespace no SQL function reaches",
@@ -170,8 +177,9 @@ impl Policy {
                 self.burst().saturating_add(max_debt),
                 max_debt,
             ),
-            // a slot holds a lease `per` after its acquire; a block bucket's own bound is its block
-            Algorithm::Concurrency | Algorithm::Block => {
+            // a slot holds a lease `per` after its acquire, a reservation's bucket its reservation `per`
+            // after it was made; a block bucket's own bound is its block
+            Algorithm::Concurrency | Algorithm::Block | Algorithm::Reservation => {
                 return self.period_us();
             }
         };

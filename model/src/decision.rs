@@ -21,7 +21,8 @@ pub struct Decision {
     /// A bucket in shadow mode would have denied this call, which was allowed: the reported bucket is that
     /// one (with `retry_after` `None`, as the call was allowed).
     pub shadow_denied: bool,
-    /// The lease an acquire got (concurrency policies); `None` for every other call.
+    /// The lease an acquire got (concurrency policies), or the reservation a reserve made or a settle
+    /// settled; `None` for every other call.
     pub lease: Option<i64>,
 }
 

@@ -51,7 +51,8 @@ pub fn window_seconds(p: &Policy) -> i128 {
         | Algorithm::SlidingWindow
         | Algorithm::CalendarWindow
         | Algorithm::Concurrency
-        | Algorithm::Block => ceil_seconds(i128::from(p.period_us())).max(1),
+        | Algorithm::Block
+        | Algorithm::Reservation => ceil_seconds(i128::from(p.period_us())).max(1),
     }
 }
 

@@ -25,7 +25,7 @@ thread_local! {
 /// that no two backends share a stream). Unguessable as the strong source is, without its cost on every
 /// call: a build without OpenSSL reads `/dev/urandom` through open, read and close, about 40% of an
 /// `acquire`.
-fn random_bits(function: &'static str) -> Result<u64, ErrorReport> {
+pub(super) fn random_bits(function: &'static str) -> Result<u64, ErrorReport> {
     LEASE_IDS.with(|ids| {
         let mut ids = ids.borrow_mut();
         let rng = match ids.as_mut() {

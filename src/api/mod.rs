@@ -6,6 +6,7 @@
 //! - `allow`: `allow`, take's answer as a boolean, run as its owner without being SECURITY DEFINER;
 //! - `batch`: `take_batch`, decisions for many keys of one policy in one statement;
 //! - `leases`: `acquire` and `release` of concurrency policies;
+//! - `reservations`: `reserve` and `settle`, tokens taken on an estimate and settled on what was used;
 //! - `blocks`: `block` and `unblock`, blocks by hand (owner only);
 //! - `policies`: creating, changing and dropping policies (owner only); `json_arg` reads their `options`
 //!   (a `jsonb`) as text, for the policies module to check;
@@ -36,6 +37,7 @@ pub mod nodes_of;
 pub mod overrides;
 pub mod policies;
 pub mod request;
+pub mod reservations;
 pub mod stats;
 pub mod trigger_call;
 pub mod triggers;

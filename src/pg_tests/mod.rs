@@ -16,3 +16,4 @@ mod metrics;
 mod options;
 mod overrides;
 mod requests;
+mod reservations;

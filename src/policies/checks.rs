@@ -10,7 +10,7 @@ use crate::error;
 use crate::gucs::Store;
 use crate::time::calendar;
 use rate_limit_model::algorithm::{
-    Algorithm, DebtError, Policy, PolicyError, MAX_BLOCK_US, MAX_WINDOW_COUNT,
+    Algorithm, DebtError, Policy, PolicyError, MAX_BLOCK_US, MAX_HOLD_US, MAX_WINDOW_COUNT,
 };
 use rate_limit_model::target::Blocking;
 
@@ -108,6 +108,19 @@ pub fn block_duration_us(
             function,
             format!("{argument} must be at most 100 years"),
             "Pass a shorter interval; a key blocked for good is better refused by the application.",
+        ));
+    }
+    Ok(us)
+}
+
+/// A reservation's hold in microseconds: positive, at most [`MAX_HOLD_US`] (one day); 22023 otherwise.
+pub fn hold_us(function: &'static str, argument: &str, hold: Interval) -> Result<i64, ErrorReport> {
+    let us = period_us(function, argument, hold)?;
+    if us > MAX_HOLD_US {
+        return Err(error::invalid_value(
+            function,
+            format!("{argument} must be at most 1 day"),
+            "Pass a shorter interval: a reservation not settled by then is settled at its estimate.",
         ));
     }
     Ok(us)
@@ -218,7 +231,8 @@ pub fn parse_store(function: &'static str, s: &str) -> Result<Store, ErrorReport
     }
 }
 
-/// `'token_bucket'`, `'fixed_window'`, `'sliding_window'`, `'calendar_window'` or `'concurrency'`.
+/// `'token_bucket'` (or `'gcra'`, its other name), `'fixed_window'`, `'sliding_window'`, `'calendar_window'` or
+/// `'concurrency'`.
 pub fn parse_algorithm(function: &'static str, s: &str) -> Result<Algorithm, ErrorReport> {
     Algorithm::parse(s).filter(|a| a.makes_policies()).ok_or_else(|| {
         ErrorReport::new(
@@ -227,7 +241,8 @@ pub fn parse_algorithm(function: &'static str, s: &str) -> Result<Algorithm, Err
             function,
         )
         .set_hint(
-            "Use 'token_bucket', 'fixed_window', 'sliding_window', 'calendar_window' or 'concurrency'.",
+            "Use 'token_bucket' (or 'gcra'), 'fixed_window', 'sliding_window', 'calendar_window' or \
+             'concurrency'.",
         )
     })
 }

@@ -37,8 +37,8 @@ pub mod overrides;
 pub mod row;
 
 pub use checks::{
-    block_duration_us, blocking, build, check_name, debt_error, parse_algorithm, parse_store,
-    period_us, policy_error, wrong_kind,
+    block_duration_us, blocking, build, check_name, debt_error, hold_us, parse_algorithm,
+    parse_store, period_us, policy_error, wrong_kind,
 };
 pub use row::{Lock, Row};
 

@@ -264,6 +264,14 @@ pub(super) struct MemoryBuckets {
 }
 
 impl MemoryBuckets {
+    /// The memory store's buckets for a flow on `key` that an earlier flow of this transaction found to
+    /// belong on this node (a settle applied at commit, when no catalog may be read): not checked again.
+    pub(super) fn checked(key: &str) -> MemoryBuckets {
+        MemoryBuckets {
+            here: RefCell::new(vec![key.to_string()]),
+        }
+    }
+
     /// Answers `ask` for one bucket.
     fn answer_one(
         &self,
@@ -281,11 +289,11 @@ impl MemoryBuckets {
 
     /// [`Buckets::ensure_here`] for one key.
     fn ensure_key_here(&self, function: &'static str, key: &str) -> Result<(), ErrorReport> {
-        // without Citus every key is here: no lookup, no memo (nothing allocated on a call's path)
-        if !cluster::citus::citus_installed() {
+        if self.here.borrow().iter().any(|k| k == key) {
             return Ok(());
         }
-        if self.here.borrow().iter().any(|k| k == key) {
+        // without Citus every key is here: no lookup, no memo (nothing allocated on a call's path)
+        if !cluster::citus::citus_installed() {
             return Ok(());
         }
         cluster::citus::ensure_memory_bucket_here(function, key)?;

@@ -37,6 +37,7 @@ mod buckets;
 mod dropped;
 mod interrupts;
 mod memory;
+pub mod settles;
 pub mod short;
 mod table;
 
@@ -251,6 +252,65 @@ pub fn release(
     lease: i64,
 ) -> Result<bool, ErrorReport> {
     with_store!(store, s => pipeline::single::release(&Seam { s, function }, target, lease))
+}
+
+/// Reserves `estimate` tokens of the key of `target` (a named policy's bucket) as [`take`] would, and
+/// records them in the bucket of `reservation`, a fresh reservation's ([`pipeline::single::reserve`]):
+/// the key's outcome, and whether a reservation was recorded (none for a denial, an exempt key or a
+/// would-be denial in shadow mode, which took nothing). Counted in the statistics as a take of `estimate`.
+/// The table store writes both in the caller's transaction (a ROLLBACK undoes the reservation and its
+/// take); the memory store at once.
+pub fn reserve(
+    function: &'static str,
+    store: Store,
+    target: &Target<'_>,
+    reservation: &Target<'_>,
+    estimate: i64,
+) -> Result<(Outcome, bool), ErrorReport> {
+    let one = std::slice::from_ref(target);
+    let (answer, recorded) = with_store!(store, s => {
+        // before this backend's memory answers for a bucket that may not be this node's
+        s.ensure_here(function, one)?;
+        let remembered = short::remembered(store);
+        pipeline::single::reserve(&Seam { s, function }, remembered, target, reservation, estimate)
+    })?;
+    apply(store, one, &[answer], estimate);
+    Ok((answer.outcome, recorded))
+}
+
+/// Settles the reservation whose bucket is `reservation` on `actual` tokens used by the key of `target`
+/// ([`pipeline::single::settle`]): what was reserved and not used goes back into the key's bucket, what
+/// was used beyond it is charged down to `max_debt` tokens of debt. The key's bucket afterwards, and
+/// whether this call settled the reservation (false: settled already, expired, or unknown; nothing
+/// changed). Not counted in the statistics (the reserve was). The table store writes in the caller's
+/// transaction (a ROLLBACK undoes the settle, which a later one can then make); the memory store applies
+/// it when the transaction commits ([`settles`]) and answers now what it will do.
+pub fn settle(
+    function: &'static str,
+    store: Store,
+    target: &Target<'_>,
+    reservation: &Target<'_>,
+    actual: i64,
+    max_debt: i64,
+) -> Result<(Outcome, bool), ErrorReport> {
+    if store == Store::Memory {
+        // answered now, applied at commit ([`settles`])
+        let settled_before = settles::waiting(reservation);
+        let (answer, held) = with_store!(store, s => pipeline::single::settle_preview(
+            &Seam { s, function }, target, reservation, actual, max_debt, settled_before))?;
+        if held {
+            settles::defer(target, reservation, actual, max_debt);
+        }
+        return Ok((answer.outcome, held));
+    }
+    let (answer, settled) = with_store!(store, s => pipeline::single::settle(
+        &Seam { s, function }, target, reservation, actual, max_debt))?;
+    remember(
+        store,
+        std::slice::from_ref(target),
+        std::slice::from_ref(&answer),
+    );
+    Ok((answer.outcome, settled))
 }
 
 /// Blocks the key of `target` (a named policy's bucket) for `duration` µs from now, replacing any block it

@@ -209,6 +209,41 @@ pub const CALLS: &[Function] = &[
     .since("0.4.0")
     .commented("Release a lease acquired with rate_limit.acquire: true if it was held and is now free"),
     keyed(
+        "reserve",
+        "text, text, bigint, interval",
+        Access::Public,
+        "key",
+        "#rate_limitreserve-rate_limitsettle",
+    )
+    .declared(
+        "policy text, key text, estimate bigint, hold interval DEFAULT '00:05:00'::interval",
+        "rate_limit.decision",
+    )
+    .in_c("reserve_wrapper", "VOLATILE SECURITY DEFINER PARALLEL UNSAFE")
+    .since("0.5.0")
+    .takes_tokens()
+    .commented(
+        "Reserve estimate tokens of key under a policy until settled or hold ends: the decision, with \
+        the reservation id in lease when allowed",
+    ),
+    keyed(
+        "settle",
+        "text, text, bigint, bigint",
+        Access::Public,
+        "key",
+        "#rate_limitreserve-rate_limitsettle",
+    )
+    .declared(
+        "policy text, key text, reservation bigint, actual bigint",
+        "rate_limit.decision",
+    )
+    .in_c("settle_wrapper", "VOLATILE SECURITY DEFINER PARALLEL UNSAFE")
+    .since("0.5.0")
+    .commented(
+        "Settle a reservation on the tokens actually used: gives back the rest or charges the excess, \
+        once; allowed when this call settled it",
+    ),
+    keyed(
         "refund",
         "text, text, bigint",
         Access::Owner,

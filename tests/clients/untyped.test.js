@@ -113,6 +113,13 @@ test('every public function accepts untyped parameters', async () => {
     assert.deepEqual([d.allowed, d.remaining], [true, '1']);
     assert.equal((await one('SELECT rate_limit.release($1, $2, $3) AS r', ['jobs', 'alice', d.lease])).r, true);
     assert.equal((await one('SELECT rate_limit.release($1, $2, $3) AS r', ['jobs', 'alice', d.lease])).r, false);
+    // a reservation: its id comes back as a string (bigint), and goes back untyped
+    d = await one('SELECT * FROM rate_limit.reserve($1, $2, $3, $4)', ['llm', 'bob', 8, '1 minute']);
+    assert.deepEqual([d.allowed, d.remaining], [true, '2']);
+    let s = await one('SELECT * FROM rate_limit.settle($1, $2, $3, $4)', ['llm', 'bob', d.lease, 3]);
+    assert.deepEqual([s.allowed, s.remaining, s.lease], [true, '7', d.lease]);
+    s = await one('SELECT * FROM rate_limit.settle($1, $2, $3, $4)', ['llm', 'bob', d.lease, 3]);
+    assert.deepEqual([s.allowed, s.remaining], [false, '7']);
     d = await one('SELECT * FROM rate_limit.block($1, $2, $3)', ['api', 'mallory', '1 hour']);
     assert.equal(d.allowed, false);
     d = await one('SELECT * FROM rate_limit.take($1, $2)', ['api', 'mallory']);

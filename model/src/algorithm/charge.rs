@@ -46,7 +46,7 @@ impl Policy {
             Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::CalendarWindow => {
                 MAX_WINDOW_COUNT - self.burst()
             }
-            Algorithm::Concurrency | Algorithm::Block => 0,
+            Algorithm::Concurrency | Algorithm::Block | Algorithm::Reservation => 0,
         }
     }
 
@@ -99,6 +99,8 @@ impl Policy {
             // leases are acquired, not charged: a charge reports the slot
             Algorithm::Concurrency => self.slot_outcome(state, now),
             Algorithm::Block => self.block_outcome(state, now),
+            // a reservation is settled, not charged: a charge reports it
+            Algorithm::Reservation => self.reservation_outcome(state, now),
         }
     }
 }

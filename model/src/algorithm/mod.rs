@@ -28,6 +28,7 @@ pub mod block;
 pub mod calendar;
 mod charge;
 pub mod lease;
+pub mod reservation;
 pub mod token_bucket;
 mod window;
 
@@ -35,12 +36,17 @@ pub use block::{block_namespace, shadow_block_namespace, MAX_BLOCK_US};
 pub use calendar::{Calendar, Step, Zone};
 pub use charge::DebtError;
 pub use lease::{lease_id, leases_outcome, slot_namespace, slot_of, MAX_LEASES};
+pub use reservation::{reservation_namespace, MAX_HOLD_US};
 
 use token_bucket::{Bucket, Limit, LimitError, Take};
 
 /// The largest count a window algorithm can hold per window (the packed sliding state keeps two 32-bit
 /// counts).
 pub const MAX_WINDOW_COUNT: i64 = i32::MAX as i64;
+
+/// Another name of the token bucket, for those who know it as the generic cell rate algorithm: a policy
+/// created with it is a token bucket, and reads back as `token_bucket`.
+pub const GCRA: &str = "gcra";
 
 /// How a policy turns time into tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -59,27 +65,31 @@ pub enum Algorithm {
     /// A key's block, or the denials its policy's penalty box counted (see [`block`]): never a policy's own
     /// algorithm, only that of the block bucket beside a key's bucket.
     Block,
+    /// One reservation of a key's tokens, until it is settled or expires (see [`reservation`]): never a
+    /// policy's own algorithm, only that of a reservation's bucket beside a key's bucket.
+    Reservation,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order the documentation lists them.
-    pub const ALL: [Algorithm; 6] = [
+    pub const ALL: [Algorithm; 7] = [
         Algorithm::TokenBucket,
         Algorithm::FixedWindow,
         Algorithm::SlidingWindow,
         Algorithm::CalendarWindow,
         Algorithm::Concurrency,
         Algorithm::Block,
+        Algorithm::Reservation,
     ];
 
-    /// Whether a policy may be made with this algorithm (every one but [`Algorithm::Block`], which only
-    /// block buckets have).
+    /// Whether a policy may be made with this algorithm (every one but [`Algorithm::Block`] and
+    /// [`Algorithm::Reservation`], which only the buckets beside a key's have).
     pub fn makes_policies(self) -> bool {
-        self != Algorithm::Block
+        !matches!(self, Algorithm::Block | Algorithm::Reservation)
     }
 
-    /// The SQL name: `token_bucket`, `fixed_window`, `sliding_window`, `calendar_window`, `concurrency` or
-    /// `block`.
+    /// The SQL name: `token_bucket`, `fixed_window`, `sliding_window`, `calendar_window`, `concurrency`,
+    /// `block` or `reservation`.
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::TokenBucket => "token_bucket",
@@ -88,11 +98,16 @@ impl Algorithm {
             Algorithm::CalendarWindow => "calendar_window",
             Algorithm::Concurrency => "concurrency",
             Algorithm::Block => "block",
+            Algorithm::Reservation => "reservation",
         }
     }
 
-    /// The algorithm called `name`, if any.
+    /// The algorithm called `name`, if any. `gcra` (the generic cell rate algorithm, which decides
+    /// exactly as a token bucket does) is another name of [`Algorithm::TokenBucket`].
     pub fn parse(name: &str) -> Option<Algorithm> {
+        if name == GCRA {
+            return Some(Algorithm::TokenBucket);
+        }
         Algorithm::ALL.into_iter().find(|a| a.name() == name)
     }
 
@@ -105,6 +120,7 @@ impl Algorithm {
             Algorithm::CalendarWindow => 3,
             Algorithm::Concurrency => 4,
             Algorithm::Block => 5,
+            Algorithm::Reservation => 6,
         }
     }
 
@@ -314,7 +330,8 @@ impl Policy {
             | Algorithm::SlidingWindow
             | Algorithm::CalendarWindow
             | Algorithm::Concurrency
-            | Algorithm::Block => State { level: 0, at: now },
+            | Algorithm::Block
+            | Algorithm::Reservation => State { level: 0, at: now },
         }
     }
 
@@ -328,6 +345,7 @@ impl Policy {
             Algorithm::Concurrency => self.slot_outcome(state, now),
             // a block bucket only reports; denials are counted with `count_denial`
             Algorithm::Block => self.block_outcome(state, now),
+            Algorithm::Reservation => self.take_reservation(state, now, cost),
         }
     }
 
@@ -400,6 +418,10 @@ impl Policy {
             Algorithm::CalendarWindow => (i128::from(self.calendar_tokens(state, now)), 1),
             Algorithm::Concurrency => (i128::from(self.slot_outcome(state, now).remaining), 1),
             Algorithm::Block => (i128::from(self.block_tokens(state, now)), 1),
+            Algorithm::Reservation => (
+                i128::from(self.reservation_outcome(state, now).remaining),
+                1,
+            ),
         }
     }
 
@@ -438,8 +460,9 @@ impl Policy {
                 State { level, at: t }
             }
             Algorithm::CalendarWindow => self.refund_calendar(state, now, tokens),
-            // a lease is given back by releasing it; a block is lifted by deleting it
-            Algorithm::Concurrency | Algorithm::Block => state,
+            // a lease is given back by releasing it, a reservation by settling it; a block is lifted by
+            // deleting it
+            Algorithm::Concurrency | Algorithm::Block | Algorithm::Reservation => state,
         }
     }
 
@@ -498,6 +521,14 @@ impl Policy {
             // a block keeps its end, and a count its window, whatever the policy's numbers became
             Algorithm::Block if stored_policy.algorithm == Algorithm::Block => stored,
             Algorithm::Block => self.full(t),
+            // a reservation keeps its tokens and expires when it did, whatever hold it is read with
+            Algorithm::Reservation if stored_policy.algorithm == Algorithm::Reservation => State {
+                level: stored.level,
+                at: stored_policy
+                    .reservation_expiry(stored)
+                    .saturating_sub(self.period_us()),
+            },
+            Algorithm::Reservation => self.full(t),
             Algorithm::CalendarWindow => {
                 let available = num.div_euclid(den).clamp(
                     i128::from(self.burst() - MAX_WINDOW_COUNT),

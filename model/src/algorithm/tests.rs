@@ -31,6 +31,9 @@ fn names_round_trip() {
         assert_eq!(Algorithm::from_code(a.code()), Some(a));
     }
     assert_eq!(Algorithm::parse("leaky"), None);
+    // the generic cell rate algorithm is the token bucket under another name
+    assert_eq!(Algorithm::parse(GCRA), Some(Algorithm::TokenBucket));
+    assert_eq!(Algorithm::TokenBucket.name(), "token_bucket");
 }
 
 #[test]
@@ -141,11 +144,13 @@ fn carry_over_never_grants_more() {
 #[test]
 fn refund_is_capped_at_the_capacity() {
     // a lease slot is given back by releasing its lease, not by a refund: see the lease tests; a block is
-    // lifted by deleting it: see the block tests
-    for a in Algorithm::ALL
-        .into_iter()
-        .filter(|&a| a != Algorithm::Concurrency && a != Algorithm::Block)
-    {
+    // lifted by deleting it: see the block tests; a reservation is settled: see the reservation tests
+    for a in Algorithm::ALL.into_iter().filter(|&a| {
+        !matches!(
+            a,
+            Algorithm::Concurrency | Algorithm::Block | Algorithm::Reservation
+        )
+    }) {
         let p = policy(a, 5, 10 * S, 5);
         let t0 = 3 * S;
         let o = p.take(p.full(t0), t0, 4);
@@ -158,10 +163,16 @@ fn refund_is_capped_at_the_capacity() {
 
 #[test]
 fn backward_clock_grants_nothing() {
-    // a calendar window ends when the wall clock reads its boundary: see the calendar tests; a lease slot
-    // and a block bucket hold no tokens: see the lease and block tests
+    // a calendar window ends when the wall clock reads its boundary: see the calendar tests; a lease slot,
+    // a block bucket and a reservation's bucket hold no tokens to take: see their tests
     for a in Algorithm::ALL.into_iter().filter(|&a| {
-        a != Algorithm::CalendarWindow && a != Algorithm::Concurrency && a != Algorithm::Block
+        !matches!(
+            a,
+            Algorithm::CalendarWindow
+                | Algorithm::Concurrency
+                | Algorithm::Block
+                | Algorithm::Reservation
+        )
     }) {
         let p = policy(a, 2, 10 * S, 2);
         let t0 = 100 * S;

@@ -25,7 +25,8 @@ impl Policy {
             Algorithm::TokenBucket
             | Algorithm::CalendarWindow
             | Algorithm::Concurrency
-            | Algorithm::Block => (0, 0),
+            | Algorithm::Block
+            | Algorithm::Reservation => (0, 0),
         }
     }
 

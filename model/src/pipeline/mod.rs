@@ -46,6 +46,8 @@ pub mod batch;
 pub mod blocks;
 #[cfg(test)]
 mod lease_tests;
+#[cfg(test)]
+mod reservation_tests;
 pub mod single;
 #[cfg(test)]
 mod tests;

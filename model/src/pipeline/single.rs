@@ -1,10 +1,10 @@
-//! The calls of one key that are not takes, written once over the [`Store`] as [`super::take`] is: a
-//! charge after the fact, a refund, and a concurrency policy's lease acquired and released. Each answers
-//! as a take does ([`Answer`]: the outcome, and what the backend's memory of short buckets should do);
-//! the caller counts the statistics.
+//! The calls of one key that are not plain takes, written once over the [`Store`] as [`super::take`] is:
+//! a charge after the fact, a refund, a concurrency policy's lease acquired and released, and a
+//! reservation made and settled. Each answers as a take does ([`Answer`]: the outcome, and what the
+//! backend's memory of short buckets should do); the caller counts the statistics.
 
-use super::{blocks, Answer, Memo, Store};
-use crate::algorithm::{leases_outcome, slot_namespace, slot_of};
+use super::{blocks, take, Answer, Memo, Store};
+use crate::algorithm::{leases_outcome, slot_namespace, slot_of, Outcome};
 use crate::target::{Ask, Namespace, Target};
 
 /// Charges `cost` tokens to the bucket of `target`, whatever it holds, down to `max_debt` tokens below
@@ -86,6 +86,109 @@ pub fn release<S: Store>(s: &S, target: &Target<'_>, lease: i64) -> Result<bool,
         let o = slot.answer(stored, now, ask);
         (o.allowed.then_some(o.state), o.allowed)
     })
+}
+
+/// Reserves `estimate` tokens of the key of `target` as a take of them would ([`super::take`], with the
+/// backend's memory `remembered_short`), and when they were taken from its bucket records them in the
+/// bucket of `reservation` (a fresh reservation's, [`crate::algorithm::reservation`]), to be settled or to
+/// expire. The answer of the take, and whether a reservation was recorded: none when the call was denied,
+/// nor when no token was taken (an exempt key, a would-be denial in shadow mode), so that a settle never
+/// gives back tokens nobody took. The key's bucket is locked before the reservation's (the lock order).
+pub fn reserve<S: Store>(
+    s: &S,
+    remembered_short: impl FnMut(&Target<'_>, i64, i64) -> Result<Option<Outcome>, S::Error>,
+    target: &Target<'_>,
+    reservation: &Target<'_>,
+    estimate: i64,
+) -> Result<(Answer, bool), S::Error> {
+    // one target, one answer
+    let answer = take(s, remembered_short, std::slice::from_ref(target), estimate)?[0];
+    let taken = answer.outcome.allowed && target.verdict.is_none() && estimate > 0;
+    if !taken {
+        return Ok((answer, false));
+    }
+    let recorded = s.write(reservation, Ask::Take(estimate))?;
+    Ok((answer, recorded.allowed))
+}
+
+/// Settles the reservation whose bucket is `reservation` on `actual` tokens used by the key of `target`:
+/// if it is held (not settled, not expired), frees it and puts back into the key's bucket what was
+/// reserved and not used ([`refund`], never above the capacity), or charges what was used beyond it
+/// ([`charge`], down to `max_debt` tokens of debt). The key's bucket afterwards, and whether this call
+/// settled the reservation; a reservation settled already, expired (settled at its estimate) or unknown
+/// changes nothing, so a settle is idempotent and gives back at most what its reservation took.
+///
+/// Locks the reservation's bucket, then the key's: the one call that locks a bucket after a reservation's.
+/// No call waits for a reservation's bucket while holding its key's: a reserve creates it under an id
+/// nobody else knows yet, and every other call that locks it is a settle, which holds nothing before it.
+pub fn settle<S: Store>(
+    s: &S,
+    target: &Target<'_>,
+    reservation: &Target<'_>,
+    actual: i64,
+    max_debt: i64,
+) -> Result<(Answer, bool), S::Error> {
+    let reserved = s.update(reservation, |stored, now| {
+        let held = stored
+            .map(|st| reservation.current(Some(st), now))
+            .and_then(|state| reservation.policy.settle_slot(state, now));
+        match held {
+            Some((free, tokens)) => (Some(free), Some(tokens)),
+            None => (None, None),
+        }
+    })?;
+    let Some(reserved) = reserved else {
+        return Ok((report(s, target)?, false));
+    };
+    let answer = match actual.cmp(&reserved) {
+        std::cmp::Ordering::Less => refund(s, target, reserved - actual)?,
+        std::cmp::Ordering::Greater => charge(s, target, actual - reserved, max_debt)?,
+        std::cmp::Ordering::Equal => report(s, target)?,
+    };
+    Ok((answer, true))
+}
+
+/// What [`settle`] would answer now, writing nothing: for a store that settles when the caller's
+/// transaction commits (the memory store), the answer of the call. The reservation is read (a take of 0
+/// tokens) and, when it is held and `settled_before` is false (no earlier settle of it is waiting for the
+/// same commit), the key's bucket is reported as the settle's refund or charge would leave it.
+pub fn settle_preview<S: Store>(
+    s: &S,
+    target: &Target<'_>,
+    reservation: &Target<'_>,
+    actual: i64,
+    max_debt: i64,
+    settled_before: bool,
+) -> Result<(Answer, bool), S::Error> {
+    let now = s.now()?;
+    let held = s.take(std::slice::from_ref(reservation), 0)?[0];
+    let reserved = held.remaining;
+    let answer = report(s, target)?;
+    if settled_before || reserved <= 0 {
+        return Ok((answer, false));
+    }
+    if target.verdict.is_some() {
+        return Ok((answer, true));
+    }
+    let (policy, state) = (target.policy, answer.outcome.state);
+    let outcome = match actual.cmp(&reserved) {
+        std::cmp::Ordering::Less => {
+            policy.take(policy.refund(state, now, reserved - actual), now, 0)
+        }
+        std::cmp::Ordering::Greater => policy.charge(state, now, actual - reserved, max_debt),
+        std::cmp::Ordering::Equal => answer.outcome,
+    };
+    Ok((Answer::of(outcome), true))
+}
+
+/// The key of `target` as it is, writing nothing: its override's answer, or its bucket (a take of 0
+/// tokens, which only reports).
+fn report<S: Store>(s: &S, target: &Target<'_>) -> Result<Answer, S::Error> {
+    let outcome = match target.verdict {
+        Some(v) => v.outcome(&target.policy, s.now()?),
+        None => s.take(std::slice::from_ref(target), 0)?[0],
+    };
+    Ok(Answer::of(outcome))
 }
 
 /// The namespaces of the slots of a concurrency policy's keys ([`slot_namespace`]), one per lease it

@@ -95,4 +95,9 @@ SELECT remaining FROM rate_limit.peek('api', 'kim');
 -- Dropping a policy deletes its buckets
 SELECT rate_limit.drop_policy('recent') AS dropped;
 SELECT count(*) FROM rate_limit.buckets WHERE policy = 'recent';
+
+-- 'gcra', the generic cell rate algorithm, is another name of the token bucket (which decides exactly as
+-- GCRA does): the policy reads back as token_bucket
+SELECT rate_limit.create_policy('cells', 10, '1 second', algorithm => 'gcra');
+SELECT algorithm, rate, burst FROM rate_limit.policies WHERE name = 'cells';
 ROLLBACK;

@@ -1,0 +1,148 @@
+//! Reservations: `reserve` takes an estimate of a key's tokens before work whose cost is known only
+//! after it (the tokens of an LLM call), `settle` gives back what was not used or charges what was used
+//! beyond it, once. Any role may call both: a settle needs the reservation's id, which only the reserve
+//! that made it returned, and it can never give back more than that reservation took (see
+//! [`rate_limit_model::algorithm::reservation`]).
+
+use pgrx::datum::Interval;
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::prelude::*;
+
+use super::leases::random_bits;
+use super::{combine, key_arg, policy_arg, policy_target, store_of, to_row};
+use crate::error;
+use crate::policies;
+use crate::store;
+use rate_limit_model::algorithm::{reservation_namespace, Policy};
+use rate_limit_model::target::{Namespace, Target};
+
+/// The bucket of reservation `name` (its namespace, [`reservation_namespace`]) of the key of `target`,
+/// read with hold `hold_us` (a settle does not know the hold, and need not: a reservation expires when it
+/// was made to, whatever numbers it is read with).
+fn reservation_target<'a>(
+    function: &'static str,
+    target: &Target<'a>,
+    name: &'a str,
+    hold_us: i64,
+) -> Result<Target<'a>, ErrorReport> {
+    let policy = Policy::reservation(hold_us)
+        .map_err(|e| error::bug(function, &format!("a reservation's numbers: {e}")))?;
+    Ok(Target {
+        namespace: Namespace::Policy {
+            name,
+            created_at: target.namespace.created_at(),
+        },
+        policy,
+        changed_at: i64::MIN,
+        shadow: false,
+        blocking: None,
+        verdict: None,
+        ..*target
+    })
+}
+
+/// A number of tokens these calls take: not NULL (22004), at least `least` (22023; 1 for an estimate, 0
+/// for what was used). `hint` says what to pass.
+fn tokens_arg(
+    function: &'static str,
+    argument: &str,
+    value: Option<i64>,
+    least: i64,
+    hint: &str,
+) -> Result<i64, ErrorReport> {
+    let value = value.ok_or_else(|| error::null_argument(function, argument, hint))?;
+    if value < least {
+        return Err(error::invalid_value(
+            function,
+            format!("{argument} must be {least} or more tokens, got {value}"),
+            hint,
+        ));
+    }
+    Ok(value)
+}
+
+/// Reservations of tokens, in schema `rate_limit`.
+#[pg_schema]
+mod rate_limit {
+    use super::*;
+
+    /// Reserves `estimate` tokens of `key` under `policy`, as `rate_limit.take` would take them, for at most
+    /// `hold`: the decision, with the reservation's id in `lease` when allowed (pass it to
+    /// `rate_limit.settle` with what the work used). A reservation not settled within `hold` is settled at
+    /// its estimate. In the table store a reservation made in a transaction that rolls back is undone.
+    #[pg_extern(volatile, parallel_unsafe, security_definer)]
+    fn reserve(
+        policy: Option<&str>,
+        key: Option<&str>,
+        estimate: Option<i64>,
+        hold: default!(Option<Interval>, "'00:05:00'::interval"),
+    ) -> Result<pgrx::composite_type!('static, "rate_limit.decision"), ErrorReport> {
+        const F: &str = "rate_limit.reserve";
+        let named = policy_arg(F, policy)?;
+        let key = key_arg(F, "key", key)?;
+        let estimate = tokens_arg(
+            F,
+            "estimate",
+            estimate,
+            1,
+            "Pass the tokens the work is expected to use; settle it with what it used.",
+        )?;
+        let hold = hold.ok_or_else(|| {
+            error::null_argument(
+                F,
+                "hold",
+                "Pass how long the reservation waits to be settled, e.g. interval '5 minutes'.",
+            )
+        })?;
+        let hold = policies::hold_us(F, "hold", hold)?;
+        let t = policy_target(F, &named, key)?;
+        // 62 random bits, plus 1: positive, never 0
+        let id = i64::try_from(random_bits(F)? >> 2).unwrap_or(0) + 1;
+        let name = reservation_namespace(&named.name, id);
+        let r = reservation_target(F, &t, &name, hold)?;
+        let (outcome, recorded) = store::reserve(F, store_of(Some(&named)), &t, &r, estimate)?;
+        let mut d = combine(&[t], &[outcome]);
+        d.lease = recorded.then_some(id);
+        to_row(F, &d)
+    }
+
+    /// Settles reservation `reservation` of `key` under `policy` on `actual` tokens used: what was reserved
+    /// and not used goes back into the key's bucket, what was used beyond it is charged, down to the
+    /// policy's `max_debt` below zero. Returns the key's bucket afterwards; `allowed` is true if this call
+    /// settled the reservation, false if it was settled already, had expired (settled at its estimate) or
+    /// is not this key's, and nothing changed.
+    #[pg_extern(volatile, parallel_unsafe, security_definer)]
+    fn settle(
+        policy: Option<&str>,
+        key: Option<&str>,
+        reservation: Option<i64>,
+        actual: Option<i64>,
+    ) -> Result<pgrx::composite_type!('static, "rate_limit.decision"), ErrorReport> {
+        const F: &str = "rate_limit.settle";
+        let named = policy_arg(F, policy)?;
+        let key = key_arg(F, "key", key)?;
+        let reservation = reservation.ok_or_else(|| {
+            error::null_argument(
+                F,
+                "reservation",
+                "Pass the id that rate_limit.reserve returned in its lease field.",
+            )
+        })?;
+        let actual = tokens_arg(
+            F,
+            "actual",
+            actual,
+            0,
+            "Pass the tokens the work used (0 gives the whole reservation back).",
+        )?;
+        let t = policy_target(F, &named, key)?;
+        let name = reservation_namespace(&named.name, reservation);
+        let r = reservation_target(F, &t, &name, 1)?;
+        let store = store_of(Some(&named));
+        let (outcome, settled) = store::settle(F, store, &t, &r, actual, named.max_debt)?;
+        let mut d = combine(&[t], &[outcome]);
+        d.allowed = settled;
+        d.lease = settled.then_some(reservation);
+        to_row(F, &d)
+    }
+}
