@@ -996,7 +996,11 @@ BEGIN
         END IF;
     ELSE -- calendar_window
         available := LEAST(GREATEST(rate_limit._fdiv(e.num, e.den), l.burst - 2147483647), l.burst)::bigint;
-        new_level := (rate_limit._cal_outcome(l, true, l.burst - available, NULL, NULL, t)).level;
+        -- a count from a calendar window stays in the window it was counted in while it is open at t
+        -- (Policy::calendar_carried), wherever the window open at the call ends
+        new_level := (rate_limit._cal_outcome(l, true, l.burst - available,
+                      CASE WHEN s.algorithm = 'calendar_window' THEN (rate_limit._cal_open(level, t)).end_at END,
+                      NULL, t)).level;
     END CASE;
 END
 $$;

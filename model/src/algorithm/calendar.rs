@@ -352,9 +352,25 @@ impl Policy {
         self.burst() - Self::calendar_open(state, t).0
     }
 
-    /// The calendar-window state holding `available` tokens at `t` (a carry-over from other numbers).
-    pub(super) fn calendar_state_with(&self, available: i64, t: i64) -> State {
-        self.calendar_outcome(true, self.burst() - available, None, None, t)
+    /// The calendar-window state holding `available` tokens at `t`, carried over from `stored` under
+    /// `stored_policy` (other numbers). A count carried from a calendar window stays in the window it was
+    /// counted in while that window is open at `t`: its state holds that window's end, so a policy read
+    /// from its numbers alone (which knows only the window open at the call, [`Policy::open_until`])
+    /// carries it exactly where the calendar does, and a count from a window that ended before the call
+    /// never lands in the window open at it. Any other count opens the window containing `t`.
+    pub(super) fn calendar_carried(
+        &self,
+        stored: State,
+        stored_policy: &Policy,
+        available: i64,
+        t: i64,
+    ) -> State {
+        let end = if stored_policy.algorithm == super::Algorithm::CalendarWindow {
+            Self::calendar_open(stored, t).1
+        } else {
+            None
+        };
+        self.calendar_outcome(true, self.burst() - available, end, None, t)
             .state
     }
 }

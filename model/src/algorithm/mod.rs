@@ -534,7 +534,7 @@ impl Policy {
                     i128::from(self.burst() - MAX_WINDOW_COUNT),
                     i128::from(self.burst()),
                 ) as i64;
-                self.calendar_state_with(available, t)
+                self.calendar_carried(stored, stored_policy, available, t)
             }
         }
     }

@@ -191,3 +191,60 @@ fn a_monthly_quota_turns_at_midnight_in_paris_on_the_first_of_the_month() {
         );
     }
 }
+
+/// Puts the faketime server's clock back to real time when dropped (no restart: the table store reads the
+/// wall clock at every call, which libfaketime reads from the file each time).
+struct WallClockBack<'a> {
+    file: &'a str,
+}
+
+impl Drop for WallClockBack<'_> {
+    fn drop(&mut self) {
+        fs::write(self.file, "+0\n").expect("faketime file");
+    }
+}
+
+/// A calendar policy's rate changed in one window, and a key untouched since before the change called in
+/// a later window, in the table store (whose conditional UPDATE reads a policy from its numbers and the end
+/// of the window open at the call): the count carried over stays in its own window, which is over, so the
+/// key starts the new window fresh. Found by the differential test: the count was carried into the window
+/// open at the call, the UPDATE denied what the calendar granted, and every take of the key retried until
+/// it gave up with 40001.
+#[test]
+fn a_key_untouched_since_a_rate_change_starts_a_later_window_fresh() {
+    let server = env("RATE_LIMIT_TEST_FAKETIME_CONNINFO");
+    let file = env("RATE_LIMIT_TEST_FAKETIME_FILE");
+    let db = TestDb::on(&server, "calendar_change");
+    let _back = WallClockBack { file: &file };
+    let mut c = db.connect();
+    let set_clock = |at: &str| fs::write(&file, format!("{at}\n")).expect("faketime file");
+    set_clock("2030-06-12 01:00:00");
+    c.execute(
+        "SELECT rate_limit.create_policy('daily', 2, '1 day', store => 'table', \
+           algorithm => 'calendar_window', time_zone => 'Europe/Paris')",
+        &[],
+    )
+    .expect("policy");
+    let first = take(&mut c, "daily");
+    assert!(first.allowed && first.remaining == 1);
+    assert!(take(&mut c, "daily").allowed);
+    set_clock("2030-06-12 01:20:00");
+    c.execute("SELECT rate_limit.alter_policy('daily', rate => 5)", &[])
+        .expect("alter");
+    // within the same window the key has carried its 0 tokens over
+    let same_day = take(&mut c, "daily");
+    assert!(!same_day.allowed && same_day.remaining == 0);
+    // (that denial wrote nothing: the row still holds the count of 2 under the old numbers)
+    set_clock("2030-07-16 05:38:00");
+    let later = c
+        .query_one(
+            "SELECT allowed, remaining FROM rate_limit.take('daily', 'customer', 2)",
+            &[],
+        )
+        .expect("a take in a later window, not 40001");
+    assert_eq!(
+        (later.get::<_, bool>(0), later.get::<_, i64>(1)),
+        (true, 3),
+        "a fresh window of 5"
+    );
+}

@@ -293,6 +293,41 @@ fn refunds_charges_and_carry_over_keep_the_window() {
     );
 }
 
+/// A policy's rate changed in one window, and a key untouched since before the change called in a later
+/// window: read with the calendar (the memory store, a table-store denial) or from its numbers alone with
+/// the end of the window open at the call (the table store's conditional UPDATE), the count carried over
+/// stays in the window it was counted in, which is over: the key starts the new window fresh either way.
+/// (Before: the numbers-only reading carried the count into the window open at the call, so it denied
+/// what the calendar granted and the table store's take retried until it gave up with 40001.)
+#[test]
+fn a_count_carried_over_stays_in_its_window_read_with_or_without_the_calendar() {
+    let daily =
+        |rate| Policy::calendar(rate, Calendar::new(Step::Days(1), 0, zone("Europe/Paris")));
+    let (old, new) = (daily(2).expect("valid"), daily(5).expect("valid"));
+    let stored = old
+        .take(old.full(at(2030, 6, 12, 1, 0)), at(2030, 6, 12, 1, 0), 2)
+        .state;
+    let changed_at = at(2030, 6, 12, 1, 20);
+    let now = at(2030, 7, 16, 5, 38);
+    let numbers_only = Policy::new(Algorithm::CalendarWindow, 5, new.period_us(), 5)
+        .expect("valid")
+        .open_until(new.window_end(now).expect("a calendar window"));
+    for (how, p) in [("calendar", new), ("numbers", numbers_only)] {
+        let carried = p.carry_over(stored, &old, changed_at, now);
+        let o = p.take(carried, now, 2);
+        assert!(o.allowed, "{how}");
+        assert_eq!(o.remaining, 3, "{how}");
+    }
+    // while the window it was counted in is open, its tokens (none left) carry over into it under the new
+    // numbers: 5 used of 5 until that window's end (midnight in Paris)
+    let before_end = at(2030, 6, 12, 21, 0);
+    for p in [new, numbers_only] {
+        let carried = p.carry_over(stored, &old, changed_at, before_end);
+        assert_eq!(p.take(carried, before_end, 0).remaining, 0);
+        assert_eq!(unpack_calendar(carried.level), (5, at(2030, 6, 12, 22, 0)));
+    }
+}
+
 #[test]
 fn a_clock_stepped_back_mints_nothing_and_the_window_ends_when_the_clock_reads_its_boundary() {
     let p = Policy::calendar(2, monthly("UTC", 0)).expect("valid");
