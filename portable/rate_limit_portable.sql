@@ -718,6 +718,45 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT ((random + 1) << 10) | LEAST(GREATEST(slot, 0), 999) $$;
 
 ------------------------------------------------------------------------------------------------------------
+-- Reservations (model/src/algorithm/reservation.rs): a bucket is one reservation, level the tokens it holds
+-- (0 once settled), at when it was made; it is held until at + per_us (the hold).
+
+CREATE FUNCTION rate_limit._reservation_held(l rate_limit._limit, level bigint, at bigint, now bigint)
+RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT level > 0 AND GREATEST(now, at)::numeric < at::numeric + l.per_us $$;
+
+-- A reservation's bucket reported: while held, remaining its tokens and reset_after until it expires; free,
+-- a full bucket.
+CREATE FUNCTION rate_limit._reservation_outcome(l rate_limit._limit, level bigint, at bigint, now bigint)
+RETURNS rate_limit._outcome LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+BEGIN
+    IF rate_limit._reservation_held(l, level, at, now) THEN
+        RETURN ROW(true, level, at, level, NULL,
+                   rate_limit._until(LEAST(at::numeric + l.per_us, 9223372036854775807), now))::rate_limit._outcome;
+    END IF;
+    RETURN ROW(true, 0, now, 0, NULL, 0)::rate_limit._outcome;
+END
+$$;
+
+-- Reserves tokens in a reservation's bucket at now: granted unless it holds one already; 0 only reports.
+CREATE FUNCTION rate_limit._take_reservation(l rate_limit._limit, level bigint, at bigint, now bigint,
+                                             tokens bigint)
+RETURNS rate_limit._outcome LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+    o rate_limit._outcome;
+BEGIN
+    IF tokens <= 0 OR rate_limit._reservation_held(l, level, at, now) THEN
+        o := rate_limit._reservation_outcome(l, level, at, now);
+        o.allowed := tokens <= 0;
+        RETURN o;
+    END IF;
+    RETURN rate_limit._reservation_outcome(l, tokens, now, now);
+END
+$$;
+
+------------------------------------------------------------------------------------------------------------
 -- Blocks (model/src/algorithm/block.rs): level < 0 blocked for -level us from at; level > 0 denials counted
 -- in the window [at, at + per_us).
 
@@ -806,6 +845,8 @@ BEGIN
         RETURN rate_limit._take_calendar(l, level, now, cost);
     WHEN 'concurrency' THEN
         RETURN rate_limit._slot_outcome(l, level, at, now);
+    WHEN 'reservation' THEN
+        RETURN rate_limit._take_reservation(l, level, at, now, cost);
     ELSE
         RETURN rate_limit._block_outcome(l, level, at, now);
     END CASE;
@@ -838,6 +879,8 @@ BEGIN
         num := l.burst - (rate_limit._cal_open(level, now)).count;
     WHEN 'concurrency' THEN
         num := (rate_limit._slot_outcome(l, level, at, now)).remaining;
+    WHEN 'reservation' THEN
+        num := (rate_limit._reservation_outcome(l, level, at, now)).remaining;
     ELSE
         num := (rate_limit._block_outcome(l, level, at, now)).remaining;
     END CASE;
@@ -889,7 +932,8 @@ BEGIN
         new_level := o.level;
         new_at := o.at;
     ELSE
-        -- a lease is given back by releasing it; a block is lifted by deleting it
+        -- a lease is given back by releasing it, a reservation by settling it; a block is lifted by
+        -- deleting it
         new_level := level;
         new_at := at;
     END CASE;
@@ -904,6 +948,7 @@ SELECT CASE l.algorithm
     WHEN 'token_bucket' THEN 9223372036854775807 / l.per_us
     WHEN 'concurrency' THEN 0
     WHEN 'block' THEN 0
+    WHEN 'reservation' THEN 0
     ELSE 2147483647 - l.burst END
 $$;
 
@@ -941,6 +986,9 @@ BEGIN
         RETURN rate_limit._cal_outcome(l, true, after::bigint, c.end_at, NULL, now);
     WHEN 'concurrency' THEN
         RETURN rate_limit._slot_outcome(l, level, at, now);
+    WHEN 'reservation' THEN
+        -- a reservation is settled, not charged: a charge reports it
+        RETURN rate_limit._reservation_outcome(l, level, at, now);
     ELSE
         RETURN rate_limit._block_outcome(l, level, at, now);
     END CASE;
@@ -994,6 +1042,15 @@ BEGIN
         ELSE
             new_level := 0;
         END IF;
+    WHEN 'reservation' THEN
+        IF s.algorithm = 'reservation' THEN
+            -- a reservation keeps its tokens and expires when it did, whatever hold it is read with
+            new_level := level;
+            new_at := GREATEST(LEAST(at::numeric + s.per_us, 9223372036854775807) - l.per_us,
+                               -9223372036854775808)::bigint;
+        ELSE
+            new_level := 0;
+        END IF;
     ELSE -- calendar_window
         available := LEAST(GREATEST(rate_limit._fdiv(e.num, e.den), l.burst - 2147483647), l.burst)::bigint;
         -- a count from a calendar window stays in the window it was counted in while it is open at t
@@ -1041,7 +1098,7 @@ CREATE FUNCTION rate_limit._longest_short_us(l rate_limit._limit, max_debt bigin
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $$
 BEGIN
-    IF l.algorithm IN ('concurrency', 'block') THEN
+    IF l.algorithm IN ('concurrency', 'block', 'reservation') THEN
         RETURN l.per_us;
     END IF;
     RETURN (rate_limit._charge(l, rate_limit._full_level(l), 0, 0,
@@ -1188,6 +1245,21 @@ BEGIN
     IF us > rate_limit._max_block_us() THEN
         PERFORM rate_limit._raise('22023', argument || ' must be at most 100 years',
             'Pass a shorter interval; a key blocked for good is better refused by the application.');
+    END IF;
+    RETURN us;
+END
+$$;
+
+-- A reservation's hold in microseconds: positive, at most one day (MAX_HOLD_US); 22023 otherwise.
+CREATE FUNCTION rate_limit._hold_us(argument text, hold interval) RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+DECLARE
+    us bigint := rate_limit._period_us(argument, hold);
+BEGIN
+    IF us > 86400000000 THEN
+        PERFORM rate_limit._raise('22023', argument || ' must be at most 1 day',
+            'Pass a shorter interval: a reservation not settled by then is settled at its estimate.');
     END IF;
     RETURN us;
 END
@@ -2096,7 +2168,8 @@ END
 $$;
 
 -- The lock-read-write-or-insert step (table::upsert) for an ask that always writes: a charge ('charge',
--- with max_debt), a penalty box's count ('count', with block_for), a block by hand ('block', duration).
+-- with max_debt), a penalty box's count ('count', with block_for), a block by hand ('block', duration), a
+-- reservation recorded in its fresh bucket ('take', its tokens).
 CREATE FUNCTION rate_limit._upsert(t rate_limit._target, ask text, amount bigint, arg bigint, action text)
 RETURNS rate_limit._outcome LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
@@ -2112,6 +2185,7 @@ BEGIN
         c := rate_limit._current(t.lim, r.level, r.at, r.numbers, t.changed_at, now);
         o := CASE ask
              WHEN 'charge' THEN rate_limit._charge(t.lim, c.new_level, c.new_at, now, amount, arg)
+             WHEN 'take' THEN rate_limit._take(t.lim, c.new_level, c.new_at, now, amount)
              WHEN 'count' THEN rate_limit._count_denial(t.lim, c.new_level, c.new_at, now, arg)
              ELSE rate_limit._block_for(t.lim, now, arg) END;
         IF r.level IS NOT NULL THEN
@@ -2919,31 +2993,38 @@ AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);
     t rate_limit._target;
-    r rate_limit._row;
-    now bigint;
-    c record;
-    o rate_limit._outcome;
 BEGIN
     PERFORM rate_limit._key_arg('key', key);
     IF tokens IS NULL THEN PERFORM rate_limit._null_argument('tokens', 'Pass the number of tokens to give back.'); END IF;
     IF tokens < 0 THEN PERFORM rate_limit._out_of_range('tokens', tokens, 0, 9223372036854775807); END IF;
     t := rate_limit._policy_target(p, key);
     PERFORM rate_limit._check_session_store(p.store);
+    RETURN rate_limit._combine(ARRAY[t], ARRAY[rate_limit._refund_target(t, tokens, 'refund tokens')]);
+END
+$$;
+
+-- Puts up to tokens back into t's bucket, never above its capacity (pipeline::single::refund): the bucket
+-- afterwards. A missing bucket is full (nothing written); an exempt or denied key's is not in use.
+CREATE FUNCTION rate_limit._refund_target(t rate_limit._target, tokens bigint, action text)
+RETURNS rate_limit._outcome LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    r rate_limit._row;
+    now bigint;
+    c record;
+BEGIN
     IF t.verdict IS NOT NULL THEN
-        -- an exempt or denied key's bucket is not in use: nothing to give back
-        RETURN rate_limit._combine(ARRAY[t], rate_limit._take_targets(ARRAY[t], 0));
+        RETURN (rate_limit._take_targets(ARRAY[t], 0))[1];
     END IF;
-    r := rate_limit._lock(t, 'refund tokens');
+    r := rate_limit._lock(t, action);
     now := rate_limit._now();
     IF r.level IS NULL THEN
-        o := rate_limit._evaluate(t.lim, NULL, NULL, NULL, t.changed_at, now, 0);
-    ELSE
-        c := rate_limit._current(t.lim, r.level, r.at, r.numbers, t.changed_at, now);
-        c := rate_limit._refund(t.lim, c.new_level, c.new_at, now, tokens);
-        PERFORM rate_limit._write(t, c.new_level, c.new_at);
-        o := rate_limit._take(t.lim, c.new_level, c.new_at, now, 0);
+        RETURN rate_limit._evaluate(t.lim, NULL, NULL, NULL, t.changed_at, now, 0);
     END IF;
-    RETURN rate_limit._combine(ARRAY[t], ARRAY[o]);
+    c := rate_limit._current(t.lim, r.level, r.at, r.numbers, t.changed_at, now);
+    c := rate_limit._refund(t.lim, c.new_level, c.new_at, now, tokens);
+    PERFORM rate_limit._write(t, c.new_level, c.new_at);
+    RETURN rate_limit._take(t.lim, c.new_level, c.new_at, now, 0);
 END
 $$;
 
@@ -2954,8 +3035,6 @@ AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);
     t rate_limit._target;
-    o rate_limit._outcome;
-    now bigint;
 BEGIN
     PERFORM rate_limit._key_arg('key', key);
     IF cost IS NULL THEN
@@ -2968,19 +3047,28 @@ BEGIN
     END IF;
     t := rate_limit._policy_target(p, key);
     PERFORM rate_limit._check_session_store(p.store);
-    IF t.verdict IS NOT NULL THEN
-        -- an exempt key is charged nothing, a denied one has nothing to charge
-        now := rate_limit._now();
-        IF t.verdict = 'deny' THEN
-            o := ROW(false, 0, now, 0, rate_limit._until(t.verdict_until::numeric, now),
-                     COALESCE(rate_limit._until(t.verdict_until::numeric, now), 0))::rate_limit._outcome;
-        ELSE
-            o := ROW(true, rate_limit._full_level(t.lim), now, (t.lim).burst, NULL, 0)::rate_limit._outcome;
-        END IF;
-    ELSE
-        o := rate_limit._upsert(t, 'charge', cost, p.max_debt, 'charge a bucket');
+    RETURN rate_limit._combine(ARRAY[t], ARRAY[rate_limit._charge_target(t, cost, p.max_debt)]);
+END
+$$;
+
+-- Charges cost tokens to t's bucket down to max_debt below zero (pipeline::single::charge), creating it
+-- when missing: the bucket afterwards. An exempt key is charged nothing, a denied one has nothing to
+-- charge.
+CREATE FUNCTION rate_limit._charge_target(t rate_limit._target, cost bigint, max_debt bigint)
+RETURNS rate_limit._outcome LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    now bigint;
+BEGIN
+    IF t.verdict IS NULL THEN
+        RETURN rate_limit._upsert(t, 'charge', cost, max_debt, 'charge a bucket');
     END IF;
-    RETURN rate_limit._combine(ARRAY[t], ARRAY[o]);
+    now := rate_limit._now();
+    IF t.verdict = 'deny' THEN
+        RETURN ROW(false, 0, now, 0, rate_limit._until(t.verdict_until::numeric, now),
+                   COALESCE(rate_limit._until(t.verdict_until::numeric, now), 0))::rate_limit._outcome;
+    END IF;
+    RETURN ROW(true, rate_limit._full_level(t.lim), now, (t.lim).burst, NULL, 0)::rate_limit._outcome;
 END
 $$;
 
@@ -3329,6 +3417,128 @@ BEGIN
         END IF;
     END LOOP;
     RETURN was_blocked;
+END
+$$;
+
+------------------------------------------------------------------------------------------------------------
+-- Reservations (src/api/reservations.rs; the model's pipeline::single::reserve and settle).
+
+-- The bucket of reservation id of t's key, read with hold hold_us (a settle does not know the hold: a
+-- reservation expires when it was made to, whatever numbers it is read with).
+CREATE FUNCTION rate_limit._reservation_target(t rate_limit._target, id bigint, hold_us bigint)
+RETURNS rate_limit._target LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT ROW(t.policy || pg_catalog.chr(31) || 'reservation ' || id, t.key,
+           rate_limit._numbers('reservation', 1, hold_us, 1), -9223372036854775808, false, t.policy, NULL, NULL,
+           false, NULL, NULL)::rate_limit._target
+$$;
+
+-- A number of tokens reserve or settle takes: not NULL (22004), at least at_least (22023).
+CREATE FUNCTION rate_limit._tokens_arg(argument text, value bigint, at_least bigint, hint text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+BEGIN
+    IF value IS NULL THEN
+        PERFORM rate_limit._null_argument(argument, hint);
+    END IF;
+    IF value < at_least THEN
+        PERFORM rate_limit._raise('22023', argument || ' must be ' || at_least || ' or more tokens, got ' || value,
+            hint);
+    END IF;
+    RETURN value;
+END
+$$;
+
+CREATE FUNCTION rate_limit.reserve(policy text, key text, estimate bigint, hold interval DEFAULT '00:05:00'::interval)
+RETURNS rate_limit.decision
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p rate_limit._policy := rate_limit._token_policy(policy);
+    t rate_limit._target;
+    n bigint;
+    us bigint;
+    id bigint;
+    o rate_limit._outcome;
+    d rate_limit.decision;
+BEGIN
+    PERFORM rate_limit._key_arg('key', key);
+    n := rate_limit._tokens_arg('estimate', estimate, 1,
+        'Pass the tokens the work is expected to use; settle it with what it used.');
+    IF hold IS NULL THEN
+        PERFORM rate_limit._null_argument('hold',
+            'Pass how long the reservation waits to be settled, e.g. interval ''5 minutes''.');
+    END IF;
+    us := rate_limit._hold_us('hold', hold);
+    PERFORM rate_limit._check_session_store(p.store);
+    t := rate_limit._policy_target(p, key);
+    o := (rate_limit._take_targets(ARRAY[t], n))[1];
+    d := rate_limit._combine(ARRAY[t], ARRAY[o]);
+    -- recorded only when tokens were taken: not for an exempt key nor a would-be denial in shadow mode
+    IF o.allowed AND t.verdict IS NULL THEN
+        -- 62 random bits, plus 1: positive, never 0
+        id := ((rate_limit._random_bits() << 10) | (rate_limit._random_bits() & 1023)) + 1;
+        o := rate_limit._upsert(rate_limit._reservation_target(t, id, us), 'take', n, 0, 'reserve tokens');
+        IF o.allowed THEN
+            d.lease := id;
+        END IF;
+    END IF;
+    RETURN d;
+END
+$$;
+
+CREATE FUNCTION rate_limit.settle(policy text, key text, reservation bigint, actual bigint)
+RETURNS rate_limit.decision
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p rate_limit._policy := rate_limit._token_policy(policy);
+    t rate_limit._target;
+    res rate_limit._target;
+    used bigint;
+    r rate_limit._row;
+    now bigint;
+    c record;
+    reserved bigint;
+    o rate_limit._outcome;
+    d rate_limit.decision;
+BEGIN
+    PERFORM rate_limit._key_arg('key', key);
+    IF reservation IS NULL THEN
+        PERFORM rate_limit._null_argument('reservation',
+            'Pass the id that rate_limit.reserve returned in its lease field.');
+    END IF;
+    used := rate_limit._tokens_arg('actual', actual, 0,
+        'Pass the tokens the work used (0 gives the whole reservation back).');
+    PERFORM rate_limit._check_session_store(p.store);
+    t := rate_limit._policy_target(p, key);
+    -- the reservation's bucket first, then the key's (the lock order's one exception: see semantics.md)
+    res := rate_limit._reservation_target(t, reservation, 1);
+    r := rate_limit._lock(res, 'settle a reservation');
+    now := rate_limit._now();
+    IF r.level IS NOT NULL THEN
+        c := rate_limit._current(res.lim, r.level, r.at, r.numbers, res.changed_at, now);
+        IF rate_limit._reservation_held(res.lim, c.new_level, c.new_at, now) THEN
+            reserved := c.new_level;
+            PERFORM rate_limit._write(res, 0, now);
+        END IF;
+    END IF;
+    IF reserved IS NOT NULL AND used < reserved THEN
+        o := rate_limit._refund_target(t, reserved - used, 'settle a reservation');
+    ELSIF reserved IS NOT NULL AND used > reserved THEN
+        o := rate_limit._charge_target(t, used - reserved, p.max_debt);
+    ELSIF t.verdict IS NOT NULL THEN
+        -- the key as it is: its override's answer, or its bucket (a take of 0 tokens, as single::report)
+        o := (rate_limit._take_targets(ARRAY[t], 0))[1];
+    ELSE
+        o := (rate_limit._store_take(ARRAY[t], 0))[1];
+    END IF;
+    d := rate_limit._combine(ARRAY[t], ARRAY[o]);
+    d.allowed := reserved IS NOT NULL;
+    d.lease := CASE WHEN reserved IS NOT NULL THEN reservation END;
+    RETURN d;
 END
 $$;
 
@@ -3708,6 +3918,8 @@ GRANT EXECUTE ON FUNCTION
     rate_limit.charge(text, text, bigint),
     rate_limit.acquire(text, text),
     rate_limit.release(text, text, bigint),
+    rate_limit.reserve(text, text, bigint, interval),
+    rate_limit.settle(text, text, bigint, bigint),
     rate_limit.headers(rate_limit.decision, text),
     rate_limit.limit_writes()
 TO PUBLIC;
@@ -3766,6 +3978,10 @@ COMMENT ON FUNCTION rate_limit.acquire(text, text) IS
     'Acquire a lease of key under a concurrency policy: the decision, with the lease id when allowed';
 COMMENT ON FUNCTION rate_limit.release(text, text, bigint) IS
     'Release a lease acquired with rate_limit.acquire: true if it was held and is now free';
+COMMENT ON FUNCTION rate_limit.reserve(text, text, bigint, interval) IS
+    'Reserve estimate tokens of key under a policy until settled or hold ends: the decision, with the reservation id in lease when allowed';
+COMMENT ON FUNCTION rate_limit.settle(text, text, bigint, bigint) IS
+    'Settle a reservation on the tokens actually used: gives back the rest or charges the excess, once; allowed when this call settled it';
 COMMENT ON FUNCTION rate_limit.refund(text, text, bigint) IS
     'Put tokens back into bucket key of a policy, capped at its burst; owner only';
 COMMENT ON FUNCTION rate_limit.reset(text, text) IS

@@ -85,5 +85,5 @@ REGRESS_TESTS=(setup seed_timeline management transactions errors permissions me
   policies policy_errors policy_options postgrest write_limits statistics shadow_mode shadow_switch charges reservations
   calendar_windows concurrency_leases blocks batches monitoring monitoring_policies nothing_left_behind)
 REGRESS_PORTABLE=(seed_timeline management transactions errors permissions bounds policies policy_errors
-  policy_options write_limits shadow_mode charges calendar_windows concurrency_leases blocks batches
+  policy_options write_limits shadow_mode charges reservations calendar_windows concurrency_leases blocks batches
   monitoring_policies nothing_left_behind)

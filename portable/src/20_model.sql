@@ -420,6 +420,45 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT ((random + 1) << 10) | LEAST(GREATEST(slot, 0), 999) $$;
 
 ------------------------------------------------------------------------------------------------------------
+-- Reservations (model/src/algorithm/reservation.rs): a bucket is one reservation, level the tokens it holds
+-- (0 once settled), at when it was made; it is held until at + per_us (the hold).
+
+CREATE FUNCTION rate_limit._reservation_held(l rate_limit._limit, level bigint, at bigint, now bigint)
+RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT level > 0 AND GREATEST(now, at)::numeric < at::numeric + l.per_us $$;
+
+-- A reservation's bucket reported: while held, remaining its tokens and reset_after until it expires; free,
+-- a full bucket.
+CREATE FUNCTION rate_limit._reservation_outcome(l rate_limit._limit, level bigint, at bigint, now bigint)
+RETURNS rate_limit._outcome LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+BEGIN
+    IF rate_limit._reservation_held(l, level, at, now) THEN
+        RETURN ROW(true, level, at, level, NULL,
+                   rate_limit._until(LEAST(at::numeric + l.per_us, 9223372036854775807), now))::rate_limit._outcome;
+    END IF;
+    RETURN ROW(true, 0, now, 0, NULL, 0)::rate_limit._outcome;
+END
+$$;
+
+-- Reserves tokens in a reservation's bucket at now: granted unless it holds one already; 0 only reports.
+CREATE FUNCTION rate_limit._take_reservation(l rate_limit._limit, level bigint, at bigint, now bigint,
+                                             tokens bigint)
+RETURNS rate_limit._outcome LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+    o rate_limit._outcome;
+BEGIN
+    IF tokens <= 0 OR rate_limit._reservation_held(l, level, at, now) THEN
+        o := rate_limit._reservation_outcome(l, level, at, now);
+        o.allowed := tokens <= 0;
+        RETURN o;
+    END IF;
+    RETURN rate_limit._reservation_outcome(l, tokens, now, now);
+END
+$$;
+
+------------------------------------------------------------------------------------------------------------
 -- Blocks (model/src/algorithm/block.rs): level < 0 blocked for -level us from at; level > 0 denials counted
 -- in the window [at, at + per_us).
 
@@ -508,6 +547,8 @@ BEGIN
         RETURN rate_limit._take_calendar(l, level, now, cost);
     WHEN 'concurrency' THEN
         RETURN rate_limit._slot_outcome(l, level, at, now);
+    WHEN 'reservation' THEN
+        RETURN rate_limit._take_reservation(l, level, at, now, cost);
     ELSE
         RETURN rate_limit._block_outcome(l, level, at, now);
     END CASE;
@@ -540,6 +581,8 @@ BEGIN
         num := l.burst - (rate_limit._cal_open(level, now)).count;
     WHEN 'concurrency' THEN
         num := (rate_limit._slot_outcome(l, level, at, now)).remaining;
+    WHEN 'reservation' THEN
+        num := (rate_limit._reservation_outcome(l, level, at, now)).remaining;
     ELSE
         num := (rate_limit._block_outcome(l, level, at, now)).remaining;
     END CASE;
@@ -591,7 +634,8 @@ BEGIN
         new_level := o.level;
         new_at := o.at;
     ELSE
-        -- a lease is given back by releasing it; a block is lifted by deleting it
+        -- a lease is given back by releasing it, a reservation by settling it; a block is lifted by
+        -- deleting it
         new_level := level;
         new_at := at;
     END CASE;
@@ -606,6 +650,7 @@ SELECT CASE l.algorithm
     WHEN 'token_bucket' THEN 9223372036854775807 / l.per_us
     WHEN 'concurrency' THEN 0
     WHEN 'block' THEN 0
+    WHEN 'reservation' THEN 0
     ELSE 2147483647 - l.burst END
 $$;
 
@@ -643,6 +688,9 @@ BEGIN
         RETURN rate_limit._cal_outcome(l, true, after::bigint, c.end_at, NULL, now);
     WHEN 'concurrency' THEN
         RETURN rate_limit._slot_outcome(l, level, at, now);
+    WHEN 'reservation' THEN
+        -- a reservation is settled, not charged: a charge reports it
+        RETURN rate_limit._reservation_outcome(l, level, at, now);
     ELSE
         RETURN rate_limit._block_outcome(l, level, at, now);
     END CASE;
@@ -696,6 +744,15 @@ BEGIN
         ELSE
             new_level := 0;
         END IF;
+    WHEN 'reservation' THEN
+        IF s.algorithm = 'reservation' THEN
+            -- a reservation keeps its tokens and expires when it did, whatever hold it is read with
+            new_level := level;
+            new_at := GREATEST(LEAST(at::numeric + s.per_us, 9223372036854775807) - l.per_us,
+                               -9223372036854775808)::bigint;
+        ELSE
+            new_level := 0;
+        END IF;
     ELSE -- calendar_window
         available := LEAST(GREATEST(rate_limit._fdiv(e.num, e.den), l.burst - 2147483647), l.burst)::bigint;
         -- a count from a calendar window stays in the window it was counted in while it is open at t
@@ -743,7 +800,7 @@ CREATE FUNCTION rate_limit._longest_short_us(l rate_limit._limit, max_debt bigin
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $$
 BEGIN
-    IF l.algorithm IN ('concurrency', 'block') THEN
+    IF l.algorithm IN ('concurrency', 'block', 'reservation') THEN
         RETURN l.per_us;
     END IF;
     RETURN (rate_limit._charge(l, rate_limit._full_level(l), 0, 0,

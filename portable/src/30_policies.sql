@@ -140,6 +140,21 @@ BEGIN
 END
 $$;
 
+-- A reservation's hold in microseconds: positive, at most one day (MAX_HOLD_US); 22023 otherwise.
+CREATE FUNCTION rate_limit._hold_us(argument text, hold interval) RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+DECLARE
+    us bigint := rate_limit._period_us(argument, hold);
+BEGIN
+    IF us > 86400000000 THEN
+        PERFORM rate_limit._raise('22023', argument || ' must be at most 1 day',
+            'Pass a shorter interval: a reservation not settled by then is settled at its estimate.');
+    END IF;
+    RETURN us;
+END
+$$;
+
 -- The canonical name of a time zone PostgreSQL knows (as SET TimeZone loads it), or 22023.
 CREATE FUNCTION rate_limit._known_zone(zone text) RETURNS text
 LANGUAGE plpgsql VOLATILE PARALLEL SAFE

@@ -292,7 +292,8 @@ END
 $$;
 
 -- The lock-read-write-or-insert step (table::upsert) for an ask that always writes: a charge ('charge',
--- with max_debt), a penalty box's count ('count', with block_for), a block by hand ('block', duration).
+-- with max_debt), a penalty box's count ('count', with block_for), a block by hand ('block', duration), a
+-- reservation recorded in its fresh bucket ('take', its tokens).
 CREATE FUNCTION rate_limit._upsert(t rate_limit._target, ask text, amount bigint, arg bigint, action text)
 RETURNS rate_limit._outcome LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
@@ -308,6 +309,7 @@ BEGIN
         c := rate_limit._current(t.lim, r.level, r.at, r.numbers, t.changed_at, now);
         o := CASE ask
              WHEN 'charge' THEN rate_limit._charge(t.lim, c.new_level, c.new_at, now, amount, arg)
+             WHEN 'take' THEN rate_limit._take(t.lim, c.new_level, c.new_at, now, amount)
              WHEN 'count' THEN rate_limit._count_denial(t.lim, c.new_level, c.new_at, now, arg)
              ELSE rate_limit._block_for(t.lim, now, arg) END;
         IF r.level IS NOT NULL THEN

@@ -1,6 +1,7 @@
 //! The two editions are one model: the same random calls give the same answers. One plan of at least
 //! 100 000 calls (every algorithm, costs of 0 to several tokens, several keys per call, batches, overrides
-//! set and cleared, blocks and penalty boxes, refunds, charges into debt, leases, shadow mode, policy
+//! set and cleared, blocks and penalty boxes, refunds, charges into debt, leases, reservations made and
+//! settled (twice, late, with ids nobody was given), shadow mode, policy
 //! changes) runs in two databases of the faketime server, the compiled edition in one and the portable
 //! edition in the other, on a frozen clock that the test steps between runs of calls: forward by
 //! microseconds to hours, and back. Every answer (the decision's allowed, remaining, limit, retry_after,
@@ -65,11 +66,25 @@ const TOKEN_POLICIES: &[&str] = &[
 const KEYS: &[&str] = &["a", "b", "c", "d", "e"];
 
 /// One call of the plan: its SQL (one statement answering one text value) for both editions; a lease
-/// to release is named by its position among the leases each database holds.
+/// to release is named by its position among the leases each database holds, and a reservation to settle
+/// by its position among the reservations each database made.
 enum Call {
     Sql(String),
     Acquire(String),
-    Release { key: String, nth: u64 },
+    Release {
+        key: String,
+        nth: u64,
+    },
+    Reserve {
+        policy: String,
+        key: String,
+        estimate: u64,
+        hold_seconds: u64,
+    },
+    Settle {
+        nth: u64,
+        actual: u64,
+    },
 }
 
 /// A decision, as text, without its lease (each edition draws its own random lease ids).
@@ -85,7 +100,21 @@ fn draw(rng: &mut Rng) -> Call {
     let key = rng.pick(KEYS);
     let cost = rng.below(4);
     let sql = match rng.below(100) {
-        0..=21 => decision(&format!("rate_limit.take('{policy}', '{key}', {cost})")),
+        0..=17 => decision(&format!("rate_limit.take('{policy}', '{key}', {cost})")),
+        18..=19 => {
+            return Call::Reserve {
+                policy: policy.to_string(),
+                key: key.to_string(),
+                estimate: 1 + rng.below(4),
+                hold_seconds: 1 + rng.below(60),
+            }
+        }
+        20..=21 => {
+            return Call::Settle {
+                nth: rng.next(),
+                actual: rng.below(7),
+            }
+        }
         22..=27 => {
             let other = rng.pick(TOKEN_POLICIES);
             if other == policy {
@@ -256,11 +285,17 @@ fn civil(days: i64) -> (i64, i64, i64) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
-/// One edition's connection and the leases it holds.
+/// One edition's connection, the leases it holds and the reservations it made (policy, key, id).
 struct Side {
     client: Client,
     leases: Vec<(String, i64)>,
+    reservations: Vec<(String, String, i64)>,
 }
+
+/// A decision's columns but its lease, as text, and whether it has a lease.
+const DECISION_AND_LEASE: &str =
+    "(d.allowed, d.remaining, d.\"limit\", d.retry_after, d.reset_after, d.policy, \
+     d.shadow_denied, d.lease IS NOT NULL)::text, d.lease";
 
 impl Side {
     /// The answer to `sql` as text: its one value, or `error SQLSTATE`.
@@ -313,6 +348,56 @@ impl Side {
                     .get(0);
                 released.to_string()
             }
+            Call::Reserve {
+                policy,
+                key,
+                estimate,
+                hold_seconds,
+            } => {
+                let row = self
+                    .client
+                    .query_one(
+                        &format!(
+                            "SELECT {DECISION_AND_LEASE} FROM rate_limit.reserve($1, $2, $3, \
+                             make_interval(secs => $4)) AS d"
+                        ),
+                        &[policy, key, &(*estimate as i64), &(*hold_seconds as f64)],
+                    )
+                    .map_err(|e| {
+                        format!("error {}", e.code().map(|c| c.code()).unwrap_or_default())
+                    });
+                match row {
+                    Ok(row) => {
+                        if let Some(id) = row.get::<_, Option<i64>>(1) {
+                            self.reservations.push((policy.clone(), key.clone(), id));
+                        }
+                        row.get(0)
+                    }
+                    Err(e) => e,
+                }
+            }
+            Call::Settle { nth, actual } => {
+                if self.reservations.is_empty() {
+                    return "no reservation".to_string();
+                }
+                let i = (*nth % self.reservations.len() as u64) as usize;
+                let (policy, key, id) = self.reservations[i].clone();
+                // now and then one nobody was given
+                let id = if nth % 7 == 0 { -id } else { id };
+                let row = self
+                    .client
+                    .query_one(
+                        &format!(
+                            "SELECT {DECISION_AND_LEASE} FROM rate_limit.settle($1, $2, $3, $4) AS d"
+                        ),
+                        &[&policy, &key, &id, &(*actual as i64)],
+                    )
+                    .map_err(|e| format!("error {}", e.code().map(|c| c.code()).unwrap_or_default()));
+                match row {
+                    Ok(row) => row.get(0),
+                    Err(e) => e,
+                }
+            }
         }
     }
 }
@@ -340,6 +425,7 @@ fn a_hundred_thousand_random_calls_get_the_same_answers_from_both_editions() {
         Side {
             client,
             leases: Vec::new(),
+            reservations: Vec::new(),
         }
     });
     let mut history = String::new();
@@ -361,6 +447,13 @@ fn a_hundred_thousand_random_calls_get_the_same_answers_from_both_editions() {
                     Call::Sql(sql) => sql.clone(),
                     Call::Acquire(key) => format!("acquire('conc', '{key}')"),
                     Call::Release { key, .. } => format!("release('conc', '{key}', ...)"),
+                    Call::Reserve {
+                        policy,
+                        key,
+                        estimate,
+                        hold_seconds,
+                    } => format!("reserve('{policy}', '{key}', {estimate}, '{hold_seconds} s')"),
+                    Call::Settle { nth, actual } => format!("settle(#{nth}, {actual})"),
                 };
                 assert_eq!(
                     x, y,

@@ -165,9 +165,6 @@ fn reservations_are_exact_under_16_connections(store: &str) {
 
 #[test]
 fn reservations_are_exact_under_16_connections_in_every_store() {
-    if compiled_only("reservations") {
-        return;
-    }
     for store in stores() {
         reservations_are_exact_under_16_connections(store);
     }
@@ -175,9 +172,6 @@ fn reservations_are_exact_under_16_connections_in_every_store() {
 
 #[test]
 fn a_plain_role_settles_its_own_reservation_once_and_no_other() {
-    if compiled_only("reservations") {
-        return;
-    }
     for store in stores() {
         let db = llm_policy("plain_role", store);
         let mut c = db.connect_as_login_role("rl_settler");
@@ -214,9 +208,6 @@ fn a_plain_role_settles_its_own_reservation_once_and_no_other() {
 
 #[test]
 fn an_unsettled_reservation_expires_at_its_estimate_and_is_purged() {
-    if compiled_only("reservations") {
-        return;
-    }
     for store in stores() {
         let db = llm_policy("expiry", store);
         let mut c = db.connect();
