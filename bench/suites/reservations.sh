@@ -1,0 +1,96 @@
+# Reservations against take, call by call, in both stores: on the server bench/run.sh sets up (release
+# build, its own copy of PostgreSQL 15, 1 000 000 memory buckets, 100 000 keys), 100 000 random keys of
+# policy `bench` (mostly granted). Writes bench/results/reservations.md.
+#
+#   bench/run.sh reservations                           (about 12 minutes with the release build: 5
+#                                                        scenarios × 2 stores × BENCH_ROUNDS rounds of
+#                                                        BENCH_SECONDS s)
+#   BENCH_ROUNDS=5 BENCH_SECONDS=10 BENCH_CLIENTS=8 bench/run.sh reservations
+#
+# Scenarios, each a pgbench transaction: SELECT 1; one take; one reserve (held 1 second, so that the
+# reservations left unsettled expire and their buckets are purged between scenarios: held for the default
+# 5 minutes, 10 seconds of them fill the memory store's share of the database); a reserve and its settle
+# (the id kept with \gset); two takes. Every figure is a ratio within one round (rounds interleaved, so drift of
+# this noisy machine cancels out). Goal (issue 43): each new call at least 0.85 of take. reserve is one
+# call against one take; settle's time is the reserve-and-settle transaction's less the reserve's, against a
+# take's (each from its scenario's TPS in the same round); and a reservation's whole round trip (reserve and
+# settle) against two takes, the same two statements' shape. pgbench -M prepared over Unix sockets,
+# synchronous_commit = off (the table store measures the extension, not fsync).
+SECONDS_PER_ROUND=${BENCH_SECONDS:-10}
+ROUNDS=${BENCH_ROUNDS:-5}
+CLIENTS=${BENCH_CLIENTS:-8}
+PORT=${RATE_LIMIT_BENCH_PORT:-5441}
+DIR=${RATE_LIMIT_BENCH_DIR:-/var/tmp/rate_limit-bench}
+OUT="$ROOT/bench/out"
+RAW="$OUT/reservations.tsv"
+mkdir -p "$OUT"
+
+BENCH_SETUP_ONLY=1 bench/run.sh every_call >"$OUT/reservations-setup.log"
+# shellcheck source=../scripts/cluster.sh
+source scripts/cluster.sh
+pg_bindir() { case $1 in bench) echo "$DIR/pg/bin" ;; *) echo "$PG_CACHE/$1/bin" ;; esac; }
+trap 'cluster_stop bench "$DIR/data"' EXIT
+
+# scenario  pgbench script
+SCENARIOS=(
+  "select1 select1.sql"
+  "take take_random.sql"
+  "reserve reservations/reserve_random.sql"
+  "reserve_settle reservations/reserve_settle_random.sql"
+  "take_take reservations/take_take_random.sql"
+)
+: >"$RAW"
+for round in $(seq 1 "$ROUNDS"); do
+  for store in table memory; do
+    for s in "${SCENARIOS[@]}"; do
+      read -r scenario script <<<"$s"
+      tps=$(bench_round bench "$PORT" "$CLIENTS" "$scenario" "$store" "$script")
+      printf '%s\t%s\t%s\t%s\n' "$round" "$store" "$scenario" "$tps" >>"$RAW"
+      echo "round $round store=$store $scenario tps=$tps"
+      # the reservations' buckets (held 1 second) deleted once expired, untimed, so that every scenario
+      # meets the same 100 000 keys' buckets
+      case $scenario in reserve*) sleep 1.1; psql_at bench "$PORT" -d bench -qAtc "SELECT rate_limit.purge()" >/dev/null ;; esac
+    done
+  done
+done
+
+python3 - "$RAW" "$ROUNDS" "$SECONDS_PER_ROUND" "$CLIENTS" "$(git rev-parse --short HEAD)" \
+  >bench/results/reservations.md <<'PY'
+import statistics, sys, platform, os
+raw, rounds, seconds, clients, head = sys.argv[1:6]
+tps = {}
+for line in open(raw):
+    r, store, s, v = line.rstrip("\n").split("\t")
+    tps[(int(r), store, s)] = float(v)
+R = sorted({k[0] for k in tps})
+def fmt(v):
+    return f"{statistics.median(v):.3f} ({min(v):.3f}–{max(v):.3f})"
+print("# Reservations against take\n")
+print(f"Command: `BENCH_ROUNDS={rounds} BENCH_SECONDS={seconds} BENCH_CLIENTS={clients} bench/run.sh reservations` "
+      f"at {head}; {platform.machine()}, {os.cpu_count()} cores; PostgreSQL 15, release build, 100 000 random "
+      f"keys of policy `bench` (2 per second, burst 120: mostly granted), pgbench -M prepared over Unix sockets, "
+      f"{clients} clients, synchronous_commit = off; rounds interleaved. Figures: median over the rounds "
+      "(lowest–highest round).\n")
+print("| transaction | store | TPS ÷ SELECT 1 |")
+print("| --- | --- | --- |")
+labels = [("take", "`take('bench', key)`"),
+          ("reserve", "`reserve('bench', key, 1)`"),
+          ("reserve_settle", "`reserve('bench', key, 1)` then `settle('bench', key, id, 1)`"),
+          ("take_take", "two `take('bench', key)`")]
+for store in ("table", "memory"):
+    for s, label in labels:
+        print(f"| {label} | {store} | {fmt([tps[(r, store, s)] / tps[(r, store, 'select1')] for r in R])} |")
+print("\n| goal: each new call ≥ 0.85 × take (same round) | store | measured | |")
+print("| --- | --- | --- | --- |")
+for store in ("table", "memory"):
+    t = lambda r, s: 1.0 / tps[(r, store, s)]
+    reserve = [t(r, "take") / t(r, "reserve") for r in R]
+    settle = [t(r, "take") / max(t(r, "reserve_settle") - t(r, "reserve"), 1e-12) for r in R]
+    pair = [tps[(r, store, "reserve_settle")] / tps[(r, store, "take_take")] for r in R]
+    for name, v in [("reserve: a take's time ÷ a reserve's", reserve),
+                    ("settle: a take's time ÷ (reserve and settle − reserve)", settle),
+                    ("a reservation's round (reserve and settle) ÷ two takes", pair)]:
+        m = statistics.median(v)
+        print(f"| {name} | {store} | {fmt(v)} | {'met' if m >= 0.85 else 'NOT met'} |")
+PY
+cat bench/results/reservations.md
