@@ -27,7 +27,11 @@ BEGIN
          WHERE k.policy OPERATOR(pg_catalog.=) p.name AND k.key OPERATOR(pg_catalog.=) _policy_target.key
            AND k.set_at OPERATOR(pg_catalog.>=) rate_limit._ts(p.created_at);
         IF FOUND THEN
-            e := rate_limit._override_effect(p, o.action, o.rate, o.per, o.burst, o.expires_at, o.set_at,
+            -- a window's (a concurrency policy's) burst is its rate: a stored burst is not read for it
+            -- (overrides::resolve_read)
+            e := rate_limit._override_effect(p, o.action, o.rate, o.per,
+                                             CASE WHEN (p.lim).algorithm = 'token_bucket' THEN o.burst END,
+                                             o.expires_at, o.set_at,
                                              rate_limit._now());
             t.lim := e.lim;
             t.changed_at := e.changed_at;

@@ -216,7 +216,7 @@ pub fn of_key(
         return Ok(None);
     }
     read::of_key(function, &named.name, named.created_at, key)?
-        .map(|s| resolve(function, named, &s))
+        .map(|s| resolve_read(function, named, s))
         .transpose()
 }
 
@@ -228,8 +228,23 @@ pub fn of_keys(
 ) -> Result<HashMap<String, Override>, ErrorReport> {
     read::of_keys(function, &named.name, named.created_at, keys)?
         .into_iter()
-        .map(|s| Ok((s.key.clone(), resolve(function, named, &s)?)))
+        .map(|s| Ok((s.key.clone(), resolve_read(function, named, s)?)))
         .collect()
+}
+
+/// [`resolve`] for an override read where its key is used. A window's (and a concurrency policy's) burst is
+/// its rate, so a burst stored with the override is not read for such a policy: it was set equal to the rate
+/// then (`set_override` refuses another), and the policy's rate or algorithm may have changed since; read,
+/// it would make every call of the key fail with 22023.
+fn resolve_read(
+    function: &'static str,
+    named: &Named,
+    mut stored: Stored,
+) -> Result<Override, ErrorReport> {
+    if named.policy.algorithm() != Algorithm::TokenBucket {
+        stored.burst = None;
+    }
+    resolve(function, named, &stored)
 }
 
 /// What applies to a key of `named` with override `o` at `now`: the override's effect while it lasts,

@@ -334,3 +334,44 @@ fn a_call_reads_its_own_keys_override_and_a_change_costs_others_no_reread() {
         assert_eq!(granted, 2, "preloaded {preloaded}: the policy's burst");
     }
 }
+
+/// A window policy's burst is its rate: an override set with the burst its policy had (accepted: equal to
+/// the rate then) still applies after the policy's rate changes, its burst following the rate, in both
+/// stores; an override setting another burst is refused when it is set. Found by the differential test:
+/// every call of such a key failed with 22023 ("burst must be NULL or equal to rate") once the rate changed.
+#[test]
+fn a_window_policys_override_follows_the_rate_after_the_policy_changes() {
+    let db = TestDb::new("overrides_window_burst");
+    let mut c = db.connect();
+    for store in stores() {
+        let policy = format!("fw_{store}");
+        c.execute(
+            "SELECT rate_limit.create_policy($1, 4, '1 hour', algorithm => 'fixed_window', store => $2)",
+            &[&policy, &store],
+        )
+        .expect("policy");
+        c.execute(
+            "SELECT rate_limit.set_override($1, 'k', burst => 4)",
+            &[&policy],
+        )
+        .expect("a burst equal to the rate");
+        let refused = c
+            .execute(
+                "SELECT rate_limit.set_override($1, 'j', burst => 3)",
+                &[&policy],
+            )
+            .expect_err("a burst other than the rate");
+        assert_eq!(
+            refused.code(),
+            Some(&SqlState::INVALID_PARAMETER_VALUE),
+            "{store}"
+        );
+        c.execute("SELECT rate_limit.alter_policy($1, rate => 6)", &[&policy])
+            .expect("alter");
+        let remaining: i64 = c
+            .query_one("SELECT remaining FROM rate_limit.take($1, 'k')", &[&policy])
+            .expect("a take of the key, not 22023")
+            .get(0);
+        assert_eq!(remaining, 5, "{store}: the window's 6, less this take");
+    }
+}
