@@ -230,6 +230,10 @@ COMMENT ON FUNCTION rate_limit.reserve(text, text, bigint, interval) IS
     'Reserve estimate tokens of key under a policy until settled or hold ends: the decision, with the reservation id in lease when allowed';
 COMMENT ON FUNCTION rate_limit.settle(text, text, bigint, bigint) IS
     'Settle a reservation on the tokens actually used: gives back the rest or charges the excess, once; allowed when this call settled it';
+COMMENT ON FUNCTION rate_limit.book(text, text, bigint, interval) IS
+    'Book cost tokens of key under a token bucket policy, first come first served: when allowed, retry_after is when they exist and lease the booking id';
+COMMENT ON FUNCTION rate_limit.cancel_booking(text, text, bigint) IS
+    'Cancel a booking before its time; its tokens go back when nothing was booked after them; allowed when this call cancelled it';
 REVOKE EXECUTE ON FUNCTION rate_limit.refund(text, text, bigint) FROM PUBLIC;
 COMMENT ON FUNCTION rate_limit.refund(text, text, bigint) IS
     'Put tokens back into bucket key of a policy, capped at its burst; owner only';

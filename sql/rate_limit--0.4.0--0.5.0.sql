@@ -12,6 +12,10 @@ CREATE FUNCTION rate_limit.reserve(policy text, key text, estimate bigint, hold 
     VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'reserve_wrapper';
 CREATE FUNCTION rate_limit.settle(policy text, key text, reservation bigint, actual bigint) RETURNS rate_limit.decision
     VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'settle_wrapper';
+CREATE FUNCTION rate_limit.book(policy text, key text, cost bigint DEFAULT 1, max_delay interval DEFAULT '1 day'::interval) RETURNS rate_limit.decision
+    VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'book_wrapper';
+CREATE FUNCTION rate_limit.cancel_booking(policy text, key text, booking bigint) RETURNS rate_limit.decision
+    VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'cancel_booking_wrapper';
 CREATE FUNCTION rate_limit.set_override(policy text, key text, rate bigint DEFAULT NULL::bigint, per interval DEFAULT NULL::interval, burst bigint DEFAULT NULL::bigint, action text DEFAULT 'limit'::text, until timestamp with time zone DEFAULT NULL::timestamp with time zone, note text DEFAULT NULL::text) RETURNS void
     VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'set_override_wrapper';
 CREATE FUNCTION rate_limit.clear_override(policy text, key text) RETURNS boolean
@@ -227,6 +231,10 @@ COMMENT ON FUNCTION rate_limit.reserve(text, text, bigint, interval) IS
     'Reserve estimate tokens of key under a policy until settled or hold ends: the decision, with the reservation id in lease when allowed';
 COMMENT ON FUNCTION rate_limit.settle(text, text, bigint, bigint) IS
     'Settle a reservation on the tokens actually used: gives back the rest or charges the excess, once; allowed when this call settled it';
+COMMENT ON FUNCTION rate_limit.book(text, text, bigint, interval) IS
+    'Book cost tokens of key under a token bucket policy, first come first served: when allowed, retry_after is when they exist and lease the booking id';
+COMMENT ON FUNCTION rate_limit.cancel_booking(text, text, bigint) IS
+    'Cancel a booking before its time; its tokens go back when nothing was booked after them; allowed when this call cancelled it';
 REVOKE EXECUTE ON FUNCTION rate_limit.refund(text, text, bigint) FROM PUBLIC;
 COMMENT ON FUNCTION rate_limit.refund(text, text, bigint) IS
     'Put tokens back into bucket key of a policy, capped at its burst; owner only';

@@ -1,8 +1,8 @@
-# Reservations against take, call by call, in both stores: on the server bench/run.sh sets up (release
+# Reservations and bookings against take, call by call, in both stores: on the server bench/run.sh sets up (release
 # build, its own copy of PostgreSQL 15, 1 000 000 memory buckets, 100 000 keys), 100 000 random keys of
 # policy `bench` (mostly granted). Writes bench/results/reservations.md.
 #
-#   bench/run.sh reservations                           (about 12 minutes with the release build: 5
+#   bench/run.sh reservations                           (about 16 minutes with the release build: 7
 #                                                        scenarios × 2 stores × BENCH_ROUNDS rounds of
 #                                                        BENCH_SECONDS s)
 #   BENCH_ROUNDS=5 BENCH_SECONDS=10 BENCH_CLIENTS=8 bench/run.sh reservations
@@ -10,8 +10,11 @@
 # Scenarios, each a pgbench transaction: SELECT 1; one take; one reserve (held 1 second, so that the
 # reservations left unsettled expire and their buckets are purged between scenarios: held for the default
 # 5 minutes, 10 seconds of them fill the memory store's share of the database); a reserve and its settle
-# (the id kept with \gset); two takes. Every figure is a ratio within one round (rounds interleaved, so drift of
-# this noisy machine cancels out). Goal (issue 43): each new call at least 0.85 of take. reserve is one
+# (the id kept with \gset); two takes; a booking of policy `bench` (its tokens mostly there: booked for now,
+# nothing recorded); a booking ahead (policy `bench_ahead`, 1 token a second, burst 1, max_debt 1: a
+# booking of 2 tokens from a key's full bucket is for a second later, so it records its booking, held that
+# second). Every figure is a ratio within one round (rounds interleaved, so drift of
+# this noisy machine cancels out). Goal (issue 43): each new call at least 0.85 of take. reserve and book are one
 # call against one take; settle's time is the reserve-and-settle transaction's less the reserve's, against a
 # take's (each from its scenario's TPS in the same round); and a reservation's whole round trip (reserve and
 # settle) against two takes, the same two statements' shape. pgbench -M prepared over Unix sockets,
@@ -30,6 +33,9 @@ BENCH_SETUP_ONLY=1 bench/run.sh every_call >"$OUT/reservations-setup.log"
 source scripts/cluster.sh
 pg_bindir() { case $1 in bench) echo "$DIR/pg/bin" ;; *) echo "$PG_CACHE/$1/bin" ;; esac; }
 trap 'cluster_stop bench "$DIR/data"' EXIT
+psql_at bench "$PORT" -d bench -qAtc \
+  "SELECT rate_limit.create_policy('bench_ahead', 1, '1 second', burst => 1, max_debt => 1)
+   WHERE NOT EXISTS (SELECT FROM rate_limit.policies WHERE name = 'bench_ahead')" >/dev/null
 
 # scenario  pgbench script
 SCENARIOS=(
@@ -38,6 +44,8 @@ SCENARIOS=(
   "reserve reservations/reserve_random.sql"
   "reserve_settle reservations/reserve_settle_random.sql"
   "take_take reservations/take_take_random.sql"
+  "book reservations/book_random.sql"
+  "book_ahead reservations/book_ahead_random.sql"
 )
 : >"$RAW"
 for round in $(seq 1 "$ROUNDS"); do
@@ -49,7 +57,7 @@ for round in $(seq 1 "$ROUNDS"); do
       echo "round $round store=$store $scenario tps=$tps"
       # the reservations' buckets (held 1 second) deleted once expired, untimed, so that every scenario
       # meets the same 100 000 keys' buckets
-      case $scenario in reserve*) sleep 1.1; psql_at bench "$PORT" -d bench -qAtc "SELECT rate_limit.purge()" >/dev/null ;; esac
+      case $scenario in reserve* | book_ahead) sleep 1.1; psql_at bench "$PORT" -d bench -qAtc "SELECT rate_limit.purge()" >/dev/null ;; esac
     done
   done
 done
@@ -65,7 +73,7 @@ for line in open(raw):
 R = sorted({k[0] for k in tps})
 def fmt(v):
     return f"{statistics.median(v):.3f} ({min(v):.3f}–{max(v):.3f})"
-print("# Reservations against take\n")
+print("# Reservations and bookings against take\n")
 print(f"Command: `BENCH_ROUNDS={rounds} BENCH_SECONDS={seconds} BENCH_CLIENTS={clients} bench/run.sh reservations` "
       f"at {head}; {platform.machine()}, {os.cpu_count()} cores; PostgreSQL 15, release build, 100 000 random "
       f"keys of policy `bench` (2 per second, burst 120: mostly granted), pgbench -M prepared over Unix sockets, "
@@ -76,7 +84,9 @@ print("| --- | --- | --- |")
 labels = [("take", "`take('bench', key)`"),
           ("reserve", "`reserve('bench', key, 1)`"),
           ("reserve_settle", "`reserve('bench', key, 1)` then `settle('bench', key, id, 1)`"),
-          ("take_take", "two `take('bench', key)`")]
+          ("take_take", "two `take('bench', key)`"),
+          ("book", "`book('bench', key)` (for now)"),
+          ("book_ahead", "`book('bench_ahead', key, 2)` (for a second later, recorded)")]
 for store in ("table", "memory"):
     for s, label in labels:
         print(f"| {label} | {store} | {fmt([tps[(r, store, s)] / tps[(r, store, 'select1')] for r in R])} |")
@@ -87,7 +97,11 @@ for store in ("table", "memory"):
     reserve = [t(r, "take") / t(r, "reserve") for r in R]
     settle = [t(r, "take") / max(t(r, "reserve_settle") - t(r, "reserve"), 1e-12) for r in R]
     pair = [tps[(r, store, "reserve_settle")] / tps[(r, store, "take_take")] for r in R]
+    book = [t(r, "take") / t(r, "book") for r in R]
+    ahead = [t(r, "take") / t(r, "book_ahead") for r in R]
     for name, v in [("reserve: a take's time ÷ a reserve's", reserve),
+                    ("book (for now): a take's time ÷ a booking's", book),
+                    ("book ahead: a take's time ÷ a booking's", ahead),
                     ("settle: a take's time ÷ (reserve and settle − reserve)", settle),
                     ("a reservation's round (reserve and settle) ÷ two takes", pair)]:
         m = statistics.median(v)

@@ -136,6 +136,15 @@ SELECT allowed, remaining FROM rate_limit.peek('llm', 'tenant_7');
 SELECT s.allowed, s.remaining FROM call, rate_limit.settle('llm', 'tenant_7', call.id, 1530) AS s;
 SELECT s.allowed, s.remaining FROM call, rate_limit.settle('llm', 'tenant_7', call.id, 1530) AS s;
 
+--@ block reference-bookings
+--@ hide
+SELECT rate_limit.create_policy('reports', 1, '1 minute', burst => 1, max_debt => 10);
+SELECT allowed, retry_after = interval '0' AS now, lease IS NULL AS no_id FROM rate_limit.book('reports', 'tenant_3');
+SELECT allowed, ceil(extract(epoch FROM retry_after)) AS come_back_in_seconds FROM rate_limit.book('reports', 'tenant_3');
+--@ hide
+CREATE TEMP TABLE next_report AS SELECT lease AS id FROM rate_limit.book('reports', 'tenant_3');
+SELECT c.allowed AS cancelled FROM next_report, rate_limit.cancel_booking('reports', 'tenant_3', next_report.id) AS c;
+
 --@ block reference-blocks
 --@ hide
 SELECT rate_limit.create_policy('login', 5, '1 minute', block_after => 3, block_for => '1 hour');

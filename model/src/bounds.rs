@@ -76,6 +76,13 @@ pub const BOUNDS: &[Bound] = &[
         test: "reservations.rs: a_plain_role_settles_its_own_reservation_once_and_no_other",
     },
     Bound {
+        resource: "booking",
+        who: "any role (`book`)",
+        bound: "how far ahead a key's tokens can be booked is its policy's `max_debt` (the owner's; 0, the default, books only what the bucket holds) and the caller's `max_delay` (at most 1 day, 22023 beyond): a role books no more of a key than a `charge` could take from it; a booking for later is one bucket beside its key's, held until its time and then full, so purged, counted in the role's shares in the memory store like any other; a cancel needs its id (62 random bits), gives back at most its own booking's tokens, once, and only when nothing was booked after them",
+        enforced_by: "the model's booking (`rate_limit_model::algorithm::booking`), its records as reservation buckets",
+        test: "bookings.rs: a_plain_role_books_and_cancels_its_own_and_nothing_else",
+    },
+    Bound {
         resource: "lock of a new lease slot",
         who: "any role (`acquire`, table store)",
         bound: "until its transaction ends; only tried, never waited for; in a lock namespace no SQL function reaches",

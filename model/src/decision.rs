@@ -12,7 +12,8 @@ pub struct Decision {
     pub remaining: i64,
     /// The reported bucket's capacity.
     pub limit: i64,
-    /// Microseconds until the call could be granted; `None` when allowed or never possible.
+    /// Microseconds until the call could be granted; `None` when allowed or never possible. A granted
+    /// booking (`rate_limit.book`): microseconds until its tokens exist, the time to come back.
     pub retry_after: Option<i64>,
     /// Microseconds until the reported bucket is full.
     pub reset_after: i64,
@@ -21,8 +22,8 @@ pub struct Decision {
     /// A bucket in shadow mode would have denied this call, which was allowed: the reported bucket is that
     /// one (with `retry_after` `None`, as the call was allowed).
     pub shadow_denied: bool,
-    /// The lease an acquire got (concurrency policies), or the reservation a reserve made or a settle
-    /// settled; `None` for every other call.
+    /// The lease an acquire got (concurrency policies), the reservation a reserve made or a settle
+    /// settled, or the booking a book made for later or a cancel cancelled; `None` for every other call.
     pub lease: Option<i64>,
 }
 

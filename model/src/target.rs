@@ -135,6 +135,26 @@ pub enum Ask {
         /// How far below zero the bucket may go, in tokens.
         max_debt: i64,
     },
+    /// `cost` tokens booked in a token bucket, first come first served, down to `max_debt` tokens below
+    /// zero and no further than `max_delay` µs of refill: granted with the time the booked tokens exist,
+    /// or denied (see [`Policy::book`](crate::algorithm::Policy::book)).
+    Book {
+        /// Tokens booked.
+        cost: i64,
+        /// How far below zero the bucket may go, in tokens.
+        max_debt: i64,
+        /// How long the caller waits at most, in µs.
+        max_delay: i64,
+    },
+    /// `tokens` recorded in this bucket, a reservation's, as taken at `since` (a booking's: the instant
+    /// its key's bucket was booked, so that the record is held until exactly the booking's time, whatever
+    /// the store's clock reads a moment later).
+    Record {
+        /// Tokens recorded.
+        tokens: i64,
+        /// The instant the record is made as of, in µs.
+        since: i64,
+    },
     /// Lease `lease` in this bucket, a slot of a concurrency policy, if it is free (see
     /// [`Policy::acquire_slot`](crate::algorithm::Policy::acquire_slot)).
     Acquire {
@@ -306,6 +326,23 @@ impl Target<'_> {
         match ask {
             Ask::Take(cost) => self.evaluate(stored, now, cost),
             Ask::Charge { cost, max_debt } => self.charge(stored, now, cost, max_debt),
+            Ask::Book {
+                cost,
+                max_debt,
+                max_delay,
+            } => {
+                let current = self.current(stored, now);
+                match self.policy.book(current, now, cost, max_debt, max_delay) {
+                    Some(booking) => booking.outcome,
+                    // only a token bucket books: any other bucket denies, writing nothing new
+                    None => Outcome {
+                        allowed: false,
+                        retry_after: None,
+                        ..self.policy.take(current, now, 0)
+                    },
+                }
+            }
+            Ask::Record { tokens, since } => self.evaluate(stored, since, tokens),
             Ask::Acquire { lease } => self
                 .policy
                 .acquire_in(self.current(stored, now), now, lease),

@@ -459,6 +459,46 @@ END
 $$;
 
 ------------------------------------------------------------------------------------------------------------
+-- Booked slots (model/src/algorithm/booking.rs): a token bucket's tokens booked first come first served,
+-- the level driven below zero; a booking for later is recorded as a reservation held until its time.
+
+-- How deep below zero a booking may leave a token bucket, in ticks: the policy's debt, and what the refill
+-- makes up within the caller's delay (max_delay_us).
+CREATE FUNCTION rate_limit._booking_depth(l rate_limit._limit, max_debt bigint, max_delay_us bigint)
+RETURNS bigint LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+BEGIN
+    RETURN LEAST(LEAST(GREATEST(max_debt, 0), GREATEST(rate_limit._most_debt(l), 0))::numeric * l.per_us,
+                 GREATEST(max_delay_us, 0)::numeric * l.rate)::bigint;
+END
+$$;
+
+-- Books cost tokens at now, down to depth ticks below zero: granted with the bucket in debt until the
+-- booked tokens exist; denied with retry_after until a booking of cost fits (NULL: never).
+CREATE FUNCTION rate_limit._book(l rate_limit._limit, level bigint, at bigint, now bigint, cost bigint,
+                                 depth bigint)
+RETURNS rate_limit._outcome LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+    current numeric := rate_limit._tb_level_at(level, at, l.rate, l.burst * l.per_us, now);
+    asked numeric := GREATEST(cost, 1)::numeric * l.per_us;
+    needed numeric := asked - depth;
+BEGIN
+    IF current - asked >= -depth THEN
+        RETURN rate_limit._tb_outcome(l, true, (current - asked)::bigint, now, NULL, now);
+    END IF;
+    RETURN rate_limit._tb_outcome(l, false, current::bigint, now,
+        CASE WHEN needed <= l.burst::numeric * l.per_us
+             THEN LEAST(rate_limit._cdiv(needed - current, l.rate), 9223372036854775807)::bigint END, now);
+END
+$$;
+
+-- Microseconds after at until a token bucket left at level by a booking is out of debt.
+CREATE FUNCTION rate_limit._booked_wait(l rate_limit._limit, level bigint) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT CASE WHEN level >= 0 THEN 0 ELSE rate_limit._cdiv(-level::numeric, l.rate)::bigint END $$;
+
+------------------------------------------------------------------------------------------------------------
 -- Blocks (model/src/algorithm/block.rs): level < 0 blocked for -level us from at; level > 0 denials counted
 -- in the window [at, at + per_us).
 

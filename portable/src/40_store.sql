@@ -310,6 +310,9 @@ BEGIN
         o := CASE ask
              WHEN 'charge' THEN rate_limit._charge(t.lim, c.new_level, c.new_at, now, amount, arg)
              WHEN 'take' THEN rate_limit._take(t.lim, c.new_level, c.new_at, now, amount)
+             WHEN 'book' THEN rate_limit._book(t.lim, c.new_level, c.new_at, now, amount, arg)
+             -- a reservation's record as of instant arg (a booking's: held until exactly its time)
+             WHEN 'record' THEN rate_limit._take(t.lim, c.new_level, c.new_at, arg, amount)
              WHEN 'count' THEN rate_limit._count_denial(t.lim, c.new_level, c.new_at, now, arg)
              ELSE rate_limit._block_for(t.lim, now, arg) END;
         IF r.level IS NOT NULL THEN

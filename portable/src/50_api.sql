@@ -813,6 +813,28 @@ BEGIN
 END
 $$;
 
+-- Frees the reservation (or booking) whose bucket is res if it is held (pipeline::single::free_held): the
+-- tokens it held and when it would have expired; both NULL when it holds none (nothing written). Locks
+-- its bucket: before its key's, the lock order's one exception (see semantics.md).
+CREATE FUNCTION rate_limit._free_held(res rate_limit._target, action text, OUT tokens bigint, OUT expiry numeric)
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    r rate_limit._row := rate_limit._lock(res, action);
+    now bigint := rate_limit._now();
+    c record;
+BEGIN
+    IF r.level IS NOT NULL THEN
+        c := rate_limit._current(res.lim, r.level, r.at, r.numbers, res.changed_at, now);
+        IF rate_limit._reservation_held(res.lim, c.new_level, c.new_at, now) THEN
+            tokens := c.new_level;
+            expiry := c.new_at::numeric + (res.lim).per_us;
+            PERFORM rate_limit._write(res, 0, now);
+        END IF;
+    END IF;
+END
+$$;
+
 CREATE FUNCTION rate_limit.reserve(policy text, key text, estimate bigint, hold interval DEFAULT '00:05:00'::interval)
 RETURNS rate_limit.decision
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
@@ -860,11 +882,7 @@ AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);
     t rate_limit._target;
-    res rate_limit._target;
     used bigint;
-    r rate_limit._row;
-    now bigint;
-    c record;
     reserved bigint;
     o rate_limit._outcome;
     d rate_limit.decision;
@@ -879,16 +897,8 @@ BEGIN
     PERFORM rate_limit._check_session_store(p.store);
     t := rate_limit._policy_target(p, key);
     -- the reservation's bucket first, then the key's (the lock order's one exception: see semantics.md)
-    res := rate_limit._reservation_target(t, reservation, 1);
-    r := rate_limit._lock(res, 'settle a reservation');
-    now := rate_limit._now();
-    IF r.level IS NOT NULL THEN
-        c := rate_limit._current(res.lim, r.level, r.at, r.numbers, res.changed_at, now);
-        IF rate_limit._reservation_held(res.lim, c.new_level, c.new_at, now) THEN
-            reserved := c.new_level;
-            PERFORM rate_limit._write(res, 0, now);
-        END IF;
-    END IF;
+    reserved := (rate_limit._free_held(rate_limit._reservation_target(t, reservation, 1),
+                                        'settle a reservation')).tokens;
     IF reserved IS NOT NULL AND used < reserved THEN
         o := rate_limit._refund_target(t, reserved - used, 'settle a reservation');
     ELSIF reserved IS NOT NULL AND used > reserved THEN
@@ -903,5 +913,162 @@ BEGIN
     d.allowed := reserved IS NOT NULL;
     d.lease := CASE WHEN reserved IS NOT NULL THEN reservation END;
     RETURN d;
+END
+$$;
+
+------------------------------------------------------------------------------------------------------------
+-- Booked slots (src/api/bookings.rs; the model's pipeline::single::book and cancel).
+
+-- The bucket of booking id of t's key, held for hold_us (a cancel reads it with any hold: it expires at
+-- its booking's time, whatever numbers it is read with).
+CREATE FUNCTION rate_limit._booking_target(t rate_limit._target, id bigint, hold_us bigint)
+RETURNS rate_limit._target LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT ROW(t.policy || pg_catalog.chr(31) || 'booking ' || id, t.key,
+           rate_limit._numbers('reservation', 1, hold_us, 1), -9223372036854775808, false, t.policy, NULL, NULL,
+           false, NULL, NULL)::rate_limit._target
+$$;
+
+-- How long a caller waits at most, in microseconds: not NULL (22004), no months, 0 to 1 day (22023).
+CREATE FUNCTION rate_limit._max_delay_us(max_delay interval) RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+DECLARE
+    hint text := 'Pass how long the caller is ready to wait for its tokens, from interval ''0'' (only tokens that exist now) to interval ''1 day''.';
+    us bigint;
+BEGIN
+    IF max_delay IS NULL THEN
+        PERFORM rate_limit._null_argument('max_delay', hint);
+    END IF;
+    us := rate_limit._interval_us(max_delay);
+    IF rate_limit._interval_months(max_delay) <> 0 OR us IS NULL OR us < 0 OR us > 86400000000 THEN
+        PERFORM rate_limit._raise('22023', 'max_delay must be between 0 and 1 day, without months', hint);
+    END IF;
+    RETURN us;
+END
+$$;
+
+CREATE FUNCTION rate_limit.book(policy text, key text, cost bigint DEFAULT 1, max_delay interval DEFAULT '1 day'::interval)
+RETURNS rate_limit.decision
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p rate_limit._policy := rate_limit._token_policy(policy);
+    t rate_limit._target;
+    n bigint;
+    delay bigint;
+    decided rate_limit._outcome;
+    o rate_limit._outcome;
+    wait bigint := 0;
+    booked_at bigint;
+    id bigint;
+    d rate_limit.decision;
+BEGIN
+    PERFORM rate_limit._key_arg('key', key);
+    n := rate_limit._tokens_arg('cost', cost, 1,
+        'Pass the tokens to book, 1 or more (at most the burst plus the policy''s max_debt).');
+    delay := rate_limit._max_delay_us(max_delay);
+    IF (p.lim).algorithm <> 'token_bucket' THEN
+        PERFORM rate_limit._raise('42809', 'policy ' || rate_limit._quoted(p.name) || ' is a '
+            || (p.lim).algorithm || ' policy: only a token bucket books tokens ahead',
+            'Book under a policy created with algorithm => ''token_bucket'' (or ''gcra''), whose steady refill gives every booking an exact time.');
+    END IF;
+    PERFORM rate_limit._check_session_store(p.store);
+    t := rate_limit._policy_target(p, key);
+    -- an override's answer, else a block (enforced, or reported in shadow mode): no bucket is touched
+    IF t.verdict IS NOT NULL THEN
+        decided := (rate_limit._take_targets(ARRAY[t], 0))[1];
+    ELSE
+        decided := (rate_limit._blocked(ARRAY[t]))[1];
+    END IF;
+    IF decided.allowed IS NOT NULL THEN
+        o := decided;
+    ELSE
+        o := rate_limit._upsert(t, 'book', n, rate_limit._booking_depth(t.lim, p.max_debt, delay), 'book tokens');
+        IF o.allowed THEN
+            wait := rate_limit._booked_wait(t.lim, o.level);
+            booked_at := o.at;
+        ELSE
+            o := (rate_limit._count_denials(ARRAY[t], ARRAY[o], ARRAY[decided]))[1];
+        END IF;
+    END IF;
+    d := rate_limit._combine(ARRAY[t], ARRAY[o]);
+    IF o.allowed THEN
+        d.retry_after := wait * interval '1 microsecond';
+    END IF;
+    IF wait > 0 THEN
+        -- 62 random bits, plus 1: positive, never 0
+        id := ((rate_limit._random_bits() << 10) | (rate_limit._random_bits() & 1023)) + 1;
+        -- as of the booking's instant: held until exactly its time
+        o := rate_limit._upsert(rate_limit._booking_target(t, id, LEAST(wait, 86400000000)), 'record', n,
+                                booked_at, 'book tokens');
+        IF o.allowed THEN
+            d.lease := id;
+        END IF;
+    END IF;
+    RETURN d;
+END
+$$;
+
+CREATE FUNCTION rate_limit.cancel_booking(policy text, key text, booking bigint)
+RETURNS rate_limit.decision
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p rate_limit._policy := rate_limit._token_policy(policy);
+    t rate_limit._target;
+    held record;
+    booked bigint;
+    booked_at numeric;
+    o rate_limit._outcome;
+    d rate_limit.decision;
+BEGIN
+    PERFORM rate_limit._key_arg('key', key);
+    IF booking IS NULL THEN
+        PERFORM rate_limit._null_argument('booking', 'Pass the id that rate_limit.book returned in its lease field.');
+    END IF;
+    PERFORM rate_limit._check_session_store(p.store);
+    t := rate_limit._policy_target(p, key);
+    -- the booking's bucket first, then the key's (as settle)
+    held := rate_limit._free_held(rate_limit._booking_target(t, booking, 1), 'cancel a booking');
+    booked := held.tokens;
+    booked_at := held.expiry;
+    IF booked IS NOT NULL AND t.verdict IS NULL THEN
+        o := rate_limit._cancel_target(t, booked, booked_at);
+    ELSIF t.verdict IS NOT NULL THEN
+        o := (rate_limit._take_targets(ARRAY[t], 0))[1];
+    ELSE
+        o := (rate_limit._store_take(ARRAY[t], 0))[1];
+    END IF;
+    d := rate_limit._combine(ARRAY[t], ARRAY[o]);
+    d.allowed := booked IS NOT NULL;
+    d.lease := CASE WHEN booked IS NOT NULL THEN booking END;
+    RETURN d;
+END
+$$;
+
+-- Gives a cancelled booking's tokens back to t's bucket when nothing was booked after them (the bucket
+-- is out of debt by booked_at, Policy::cancel_booking): the bucket afterwards.
+CREATE FUNCTION rate_limit._cancel_target(t rate_limit._target, tokens bigint, booked_at numeric)
+RETURNS rate_limit._outcome LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    r rate_limit._row;
+    now bigint;
+    c record;
+BEGIN
+    r := rate_limit._lock(t, 'cancel a booking');
+    now := rate_limit._now();
+    IF r.level IS NULL THEN
+        RETURN rate_limit._evaluate(t.lim, NULL, NULL, NULL, t.changed_at, now, 0);
+    END IF;
+    c := rate_limit._current(t.lim, r.level, r.at, r.numbers, t.changed_at, now);
+    IF c.new_at::numeric + rate_limit._booked_wait(t.lim, c.new_level) <= booked_at THEN
+        c := rate_limit._refund(t.lim, c.new_level, c.new_at, now, tokens);
+        PERFORM rate_limit._write(t, c.new_level, c.new_at);
+    END IF;
+    RETURN rate_limit._take(t.lim, c.new_level, c.new_at, now, 0);
 END
 $$;

@@ -76,6 +76,8 @@ GRANT EXECUTE ON FUNCTION
     rate_limit.release(text, text, bigint),
     rate_limit.reserve(text, text, bigint, interval),
     rate_limit.settle(text, text, bigint, bigint),
+    rate_limit.book(text, text, bigint, interval),
+    rate_limit.cancel_booking(text, text, bigint),
     rate_limit.headers(rate_limit.decision, text),
     rate_limit.limit_writes()
 TO PUBLIC;

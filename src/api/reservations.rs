@@ -16,10 +16,11 @@ use crate::store;
 use rate_limit_model::algorithm::{reservation_namespace, Policy};
 use rate_limit_model::target::{Namespace, Target};
 
-/// The bucket of reservation `name` (its namespace, [`reservation_namespace`]) of the key of `target`,
-/// read with hold `hold_us` (a settle does not know the hold, and need not: a reservation expires when it
-/// was made to, whatever numbers it is read with).
-fn reservation_target<'a>(
+/// The bucket of reservation or booking `name` (its namespace, [`reservation_namespace`] or
+/// [`rate_limit_model::algorithm::booking_namespace`]) of the key of `target`, read with hold `hold_us`
+/// (a settle does not know the hold, and need not: a reservation expires when it was made to, whatever
+/// numbers it is read with).
+pub(super) fn held_bucket<'a>(
     function: &'static str,
     target: &Target<'a>,
     name: &'a str,
@@ -43,7 +44,7 @@ fn reservation_target<'a>(
 
 /// A number of tokens these calls take: not NULL (22004), at least `least` (22023; 1 for an estimate, 0
 /// for what was used). `hint` says what to pass.
-fn tokens_arg(
+pub(super) fn tokens_arg(
     function: &'static str,
     argument: &str,
     value: Option<i64>,
@@ -99,7 +100,7 @@ mod rate_limit {
         // 62 random bits, plus 1: positive, never 0
         let id = i64::try_from(random_bits(F)? >> 2).unwrap_or(0) + 1;
         let name = reservation_namespace(&named.name, id);
-        let r = reservation_target(F, &t, &name, hold)?;
+        let r = held_bucket(F, &t, &name, hold)?;
         let (outcome, recorded) = store::reserve(F, store_of(Some(&named)), &t, &r, estimate)?;
         let mut d = combine(&[t], &[outcome]);
         d.lease = recorded.then_some(id);
@@ -137,7 +138,7 @@ mod rate_limit {
         )?;
         let t = policy_target(F, &named, key)?;
         let name = reservation_namespace(&named.name, reservation);
-        let r = reservation_target(F, &t, &name, 1)?;
+        let r = held_bucket(F, &t, &name, 1)?;
         let store = store_of(Some(&named));
         let (outcome, settled) = store::settle(F, store, &t, &r, actual, named.max_debt)?;
         let mut d = combine(&[t], &[outcome]);

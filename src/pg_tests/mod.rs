@@ -6,6 +6,7 @@
 mod arguments;
 mod batch;
 mod block_reads;
+mod bookings;
 mod catalog;
 mod counters;
 mod helpers;

@@ -313,6 +313,50 @@ pub fn settle(
     Ok((answer.outcome, settled))
 }
 
+/// Books `cost` tokens of the key of `target` (a token bucket policy's) first come first served, down to
+/// `max_debt` tokens of debt and no further than `max_delay` µs ahead, recording a booking for later in
+/// the bucket `booking` ([`pipeline::single::book`]): what the call did (the key's answer, the wait until
+/// the booked tokens exist, whether a booking was recorded). Counted in the statistics as a take of
+/// `cost`. The table store writes in the caller's transaction (a ROLLBACK undoes the booking); the memory
+/// store at once.
+pub fn book(
+    function: &'static str,
+    store: Store,
+    target: &Target<'_>,
+    booking: &Target<'_>,
+    cost: i64,
+    max_debt: i64,
+    max_delay: i64,
+) -> Result<pipeline::single::Booked, ErrorReport> {
+    let one = std::slice::from_ref(target);
+    let booked = with_store!(store, s => {
+        s.ensure_here(function, one)?;
+        pipeline::single::book(&Seam { s, function }, target, booking, cost, max_debt, max_delay)
+    })?;
+    apply(store, one, &[booked.answer], cost);
+    Ok(booked)
+}
+
+/// Cancels the booking whose bucket is `booking` of the key of `target` ([`pipeline::single::cancel`]):
+/// the key's bucket afterwards, and whether this call cancelled it (false: cancelled already, its time
+/// has come, or unknown; nothing changed). Not counted in the statistics (the booking was). The table
+/// store writes in the caller's transaction (a ROLLBACK undoes the cancel); the memory store at once.
+pub fn cancel(
+    function: &'static str,
+    store: Store,
+    target: &Target<'_>,
+    booking: &Target<'_>,
+) -> Result<(Outcome, bool), ErrorReport> {
+    let (answer, cancelled) = with_store!(store, s => pipeline::single::cancel(
+        &Seam { s, function }, target, booking))?;
+    remember(
+        store,
+        std::slice::from_ref(target),
+        std::slice::from_ref(&answer),
+    );
+    Ok((answer.outcome, cancelled))
+}
+
 /// Blocks the key of `target` (a named policy's bucket) for `duration` µs from now, replacing any block it
 /// had (see [`blocks`]); returns its block bucket afterwards. The table store writes in the caller's
 /// transaction (25006 in a read-only one).

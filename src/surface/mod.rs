@@ -17,6 +17,7 @@
 //! [`internal`], the extension's own triggers and what its views and statements call. Plain Rust that
 //! imports nothing but its own children, so that the integration tests include these very files.
 
+mod admin;
 mod calls;
 mod internal;
 
@@ -261,7 +262,11 @@ const fn internal(name: &'static str, arguments: &'static str, access: Access) -
 /// Every function of the extension, the calls first (the `#[pg_test]` `the_surface_is_the_catalog`
 /// checks that list against the catalog).
 pub fn functions() -> impl Iterator<Item = &'static Function> {
-    calls::CALLS.iter().chain(internal::INTERNAL)
+    calls::CALLS
+        .iter()
+        .chain(admin::ADMIN)
+        .chain(calls::TRIGGERS)
+        .chain(internal::INTERNAL)
 }
 
 /// The functions that name one key: `(qualified signature, key parameter)`, for Citus's delegation.

@@ -120,6 +120,18 @@ test('every public function accepts untyped parameters', async () => {
     assert.deepEqual([s.allowed, s.remaining, s.lease], [true, '7', d.lease]);
     s = await one('SELECT * FROM rate_limit.settle($1, $2, $3, $4)', ['llm', 'bob', d.lease, 3]);
     assert.deepEqual([s.allowed, s.remaining], [false, '7']);
+    // a booking: the burst now (no id), then one a minute apart with its id, cancelled untyped
+    await one('SELECT rate_limit.create_policy($1, $2, $3, burst => $4, max_debt => $5)',
+      ['exports', 1, '1 minute', 1, 5]);
+    d = await one('SELECT *, retry_after = $3 AS at_once FROM rate_limit.book($1, $2)', ['exports', 'carol', '0']);
+    assert.deepEqual([d.allowed, d.at_once, d.lease], [true, true, null]);
+    d = await one('SELECT *, retry_after > $3 AS later FROM rate_limit.book($1, $2, max_delay => $4)',
+      ['exports', 'carol', '55 seconds', '1 hour']);
+    assert.deepEqual([d.allowed, d.later, d.lease !== null], [true, true, true]);
+    s = await one('SELECT * FROM rate_limit.cancel_booking($1, $2, $3)', ['exports', 'carol', d.lease]);
+    assert.deepEqual([s.allowed, s.lease], [true, d.lease]);
+    s = await one('SELECT * FROM rate_limit.cancel_booking($1, $2, $3)', ['exports', 'carol', d.lease]);
+    assert.equal(s.allowed, false);
     d = await one('SELECT * FROM rate_limit.block($1, $2, $3)', ['api', 'mallory', '1 hour']);
     assert.equal(d.allowed, false);
     d = await one('SELECT * FROM rate_limit.take($1, $2)', ['api', 'mallory']);

@@ -34,7 +34,7 @@ pub mod token_bucket;
 mod window;
 
 pub use block::{block_namespace, shadow_block_namespace, MAX_BLOCK_US};
-pub use booking::Booking;
+pub use booking::{booking_namespace, Booking};
 pub use calendar::{Calendar, Step, Zone};
 pub use charge::DebtError;
 pub use lease::{lease_id, leases_outcome, slot_namespace, slot_of, MAX_LEASES};

@@ -45,6 +45,8 @@
 pub mod batch;
 pub mod blocks;
 #[cfg(test)]
+mod booking_tests;
+#[cfg(test)]
 mod lease_tests;
 #[cfg(test)]
 mod reservation_tests;

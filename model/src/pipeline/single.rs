@@ -1,10 +1,10 @@
 //! The calls of one key that are not plain takes, written once over the [`Store`] as [`super::take`] is:
-//! a charge after the fact, a refund, a concurrency policy's lease acquired and released, and a
-//! reservation made and settled. Each answers as a take does ([`Answer`]: the outcome, and what the
+//! a charge after the fact, a refund, a concurrency policy's lease acquired and released, a
+//! reservation made and settled, and tokens booked ahead. Each answers as a take does ([`Answer`]: the outcome, and what the
 //! backend's memory of short buckets should do); the caller counts the statistics.
 
-use super::{blocks, take, Answer, Memo, Store};
-use crate::algorithm::{leases_outcome, slot_namespace, slot_of, Outcome};
+use super::{blocks, take, Answer, Memo, PerTarget, Store};
+use crate::algorithm::{leases_outcome, slot_namespace, slot_of, Outcome, Policy, MAX_HOLD_US};
 use crate::target::{Ask, Namespace, Target};
 
 /// Charges `cost` tokens to the bucket of `target`, whatever it holds, down to `max_debt` tokens below
@@ -128,16 +128,7 @@ pub fn settle<S: Store>(
     actual: i64,
     max_debt: i64,
 ) -> Result<(Answer, bool), S::Error> {
-    let reserved = s.update(reservation, |stored, now| {
-        let held = stored
-            .map(|st| reservation.current(Some(st), now))
-            .and_then(|state| reservation.policy.settle_slot(state, now));
-        match held {
-            Some((free, tokens)) => (Some(free), Some(tokens)),
-            None => (None, None),
-        }
-    })?;
-    let Some(reserved) = reserved else {
+    let Some((reserved, _)) = free_held(s, reservation)? else {
         return Ok((report(s, target)?, false));
     };
     let answer = match actual.cmp(&reserved) {
@@ -146,6 +137,25 @@ pub fn settle<S: Store>(
         std::cmp::Ordering::Equal => report(s, target)?,
     };
     Ok((answer, true))
+}
+
+/// Frees the reservation (or booking) whose bucket is `held` if it is held (not settled, not expired): the
+/// tokens it held and when it would have expired; `None` when it holds none, and nothing is written.
+fn free_held<S: Store>(s: &S, held: &Target<'_>) -> Result<Option<(i64, i64)>, S::Error> {
+    s.update(held, |stored, now| {
+        let freed = stored
+            .map(|st| held.current(Some(st), now))
+            .and_then(|state| {
+                let expiry = held.policy.reservation_expiry(state);
+                held.policy
+                    .settle_slot(state, now)
+                    .map(|(free, tokens)| (free, (tokens, expiry)))
+            });
+        match freed {
+            Some((free, found)) => (Some(free), Some(found)),
+            None => (None, None),
+        }
+    })
 }
 
 /// What [`settle`] would answer now, writing nothing: for a store that settles when the caller's
@@ -179,6 +189,117 @@ pub fn settle_preview<S: Store>(
         std::cmp::Ordering::Equal => answer.outcome,
     };
     Ok((Answer::of(outcome), true))
+}
+
+/// What [`book`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Booked {
+    /// The key's answer: allowed when its tokens are booked (or its key is exempt, or in shadow mode).
+    pub answer: Answer,
+    /// When booked: microseconds until the booked tokens exist, the time to come back (0: now).
+    pub wait: i64,
+    /// Whether the booking was recorded as a reservation that a settle can cancel (a booking for later:
+    /// `wait` > 0).
+    pub recorded: bool,
+}
+
+/// Books `cost` tokens of the key of `target` (a token bucket's), first come first served: taken at once
+/// down to `max_debt` tokens below zero and no further than `max_delay` µs of refill
+/// ([`Policy::book`]); when the tokens exist only later, the booking is recorded in `reservation`'s bucket
+/// (a fresh reservation's, held until the booked time: its numbers are set here), so that settling it
+/// at 0 before then cancels it and gives its tokens back. Overrides and blocks decide first, as for a
+/// take (an exempt key is booked for now with nothing taken, a denied or blocked one is denied), and a
+/// denial is counted in the policy's penalty box; the backend's memory of short buckets is not asked (a
+/// bucket too short for a take may still book). Locks the key's bucket, then the reservation's.
+pub fn book<S: Store>(
+    s: &S,
+    target: &Target<'_>,
+    reservation: &Target<'_>,
+    cost: i64,
+    max_debt: i64,
+    max_delay: i64,
+) -> Result<Booked, S::Error> {
+    let one = std::slice::from_ref(target);
+    let blocked = blocks::blocked(s, one)?[0];
+    let decided = match target.verdict {
+        Some(v) => Some(v.outcome(&target.policy, s.now()?)),
+        None => blocked,
+    };
+    let mut answers: PerTarget<Answer> = smallvec::smallvec![Answer {
+        by_block: blocked.is_some(),
+        ..Answer::not_looked_at()
+    }];
+    let mut booked = Booked {
+        answer: answers[0],
+        wait: 0,
+        recorded: false,
+    };
+    match decided {
+        // an override's answer, or a block (enforced, or reported in shadow mode): no bucket is touched
+        Some(o) => answers[0].outcome = o,
+        None => {
+            let ask = Ask::Book {
+                cost,
+                max_debt,
+                max_delay,
+            };
+            let o = s.write(target, ask)?;
+            answers[0].outcome = o;
+            if o.allowed {
+                answers[0].memo = Memo::Forget;
+                booked.wait = target.policy.booked_wait(o.state);
+            }
+        }
+    }
+    if booked.wait > 0 {
+        let held = Policy::reservation(booked.wait.min(MAX_HOLD_US)).map(|policy| Target {
+            policy,
+            ..*reservation
+        });
+        if let Ok(r) = held {
+            // as of the booking's instant: held until exactly its time
+            let since = answers[0].outcome.state.at;
+            let ask = Ask::Record {
+                tokens: cost,
+                since,
+            };
+            booked.recorded = s.write(&r, ask)?.allowed;
+        }
+    }
+    blocks::count_denials(s, one, &mut answers)?;
+    booked.answer = answers[0];
+    Ok(booked)
+}
+
+/// Cancels the booking whose bucket is `booking` ([`book`]) of the key of `target`: if it is held (its
+/// time has not come, not cancelled before), frees it and gives its tokens back to the key's bucket when
+/// nothing was booked after them ([`Policy::cancel_booking`]). The key's bucket afterwards, and whether
+/// this call cancelled the booking; a booking cancelled already, whose time has come, or unknown changes
+/// nothing. Locks the booking's bucket, then the key's, as [`settle`] does (and for the same reason).
+pub fn cancel<S: Store>(
+    s: &S,
+    target: &Target<'_>,
+    booking: &Target<'_>,
+) -> Result<(Answer, bool), S::Error> {
+    let Some((tokens, time)) = free_held(s, booking)? else {
+        return Ok((report(s, target)?, false));
+    };
+    if target.verdict.is_some() {
+        return Ok((report(s, target)?, true));
+    }
+    let outcome = s.update(target, |stored, now| {
+        let state = target.current(stored, now);
+        let back = stored.and_then(|_| target.policy.cancel_booking(state, now, tokens, time));
+        let outcome = target.policy.take(back.unwrap_or(state), now, 0);
+        (back, outcome)
+    })?;
+    Ok((
+        Answer {
+            memo: Memo::Forget,
+            ..Answer::of(outcome)
+        },
+        true,
+    ))
 }
 
 /// The key of `target` as it is, writing nothing: its override's answer, or its bucket (a take of 0

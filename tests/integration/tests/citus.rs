@@ -629,6 +629,68 @@ fn reservations_made_and_settled_from_every_node_account_for_every_token() {
     }
 }
 
+/// Bookings of one key made from every node queue at its node (each call delegated there): their times are
+/// one slot of the rate apart in the order made, and the last, cancelled from another node, gives its slot
+/// back once; in both stores.
+#[test]
+fn bookings_from_every_node_queue_at_the_keys_node() {
+    let Some(nodes) = cluster() else { return };
+    let mut c = connect(&nodes[0]);
+    for store in stores() {
+        let policy = fresh_name(&format!("slots_{store}"));
+        c.execute(
+            "SELECT rate_limit.create_policy($1, 1, '1 hour', burst => 1, max_debt => 10, store => $2)",
+            &[&policy, &store],
+        )
+        .expect("policy");
+        let key = key_on_worker(&mut c, nodes, 2, &fresh_name("tenant"));
+        let n = nodes.len();
+        let mut made: Vec<(f64, Option<i64>)> = Vec::new();
+        for i in 0..=n {
+            let row = connect(&nodes[i % n])
+                .query_one(
+                    "SELECT allowed, extract(epoch FROM retry_after)::float8 / 60, lease \
+                     FROM rate_limit.book($1, $2)",
+                    &[&policy, &key],
+                )
+                .expect("book");
+            assert!(row.get::<_, bool>(0), "{store}: booked from node {}", i % n);
+            made.push((row.get(1), row.get(2)));
+        }
+        // the burst now, then an hour apart (in minutes: the clock moves a little between calls)
+        let minutes: Vec<i64> = made.iter().map(|m| m.0.round() as i64).collect();
+        let expected: Vec<i64> = (0..=n as i64).map(|i| 60 * i).collect();
+        assert_eq!(minutes, expected, "{store}");
+        let last = made[n].1.expect("an id");
+        let cancel = |node: &str| -> bool {
+            connect(node)
+                .query_one(
+                    "SELECT allowed FROM rate_limit.cancel_booking($1, $2, $3)",
+                    &[&policy, &key, &last],
+                )
+                .expect("cancel")
+                .get(0)
+        };
+        assert!(
+            cancel(&nodes[1 % n]),
+            "{store}: cancelled from another node"
+        );
+        assert!(!cancel(&nodes[0]), "{store}: once");
+        let next: f64 = c
+            .query_one(
+                "SELECT extract(epoch FROM retry_after)::float8 / 60 FROM rate_limit.book($1, $2)",
+                &[&policy, &key],
+            )
+            .expect("book")
+            .get(0);
+        assert_eq!(
+            next.round() as i64,
+            60 * n as i64,
+            "{store}: the slot given back"
+        );
+    }
+}
+
 #[test]
 fn take_many_over_both_workers_is_all_or_nothing() {
     let Some(nodes) = cluster() else { return };

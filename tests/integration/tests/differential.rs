@@ -85,6 +85,17 @@ enum Call {
         nth: u64,
         actual: u64,
     },
+    Book {
+        policy: String,
+        key: String,
+        cost: u64,
+        max_delay_seconds: u64,
+    },
+    /// A cancel of the `nth` booking each database made (modulo how many), now and then of an id nobody
+    /// was given.
+    Cancel {
+        nth: u64,
+    },
 }
 
 /// A decision, as text, without its lease (each edition draws its own random lease ids).
@@ -101,6 +112,15 @@ fn draw(rng: &mut Rng) -> Call {
     let cost = rng.below(4);
     let sql = match rng.below(100) {
         0..=17 => decision(&format!("rate_limit.take('{policy}', '{key}', {cost})")),
+        18 if rng.chance(50) => {
+            return Call::Book {
+                policy: policy.to_string(),
+                key: key.to_string(),
+                cost: 1 + rng.below(3),
+                max_delay_seconds: rng.below(40),
+            }
+        }
+        20 if rng.chance(50) => return Call::Cancel { nth: rng.next() },
         18..=19 => {
             return Call::Reserve {
                 policy: policy.to_string(),
@@ -290,6 +310,7 @@ struct Side {
     client: Client,
     leases: Vec<(String, i64)>,
     reservations: Vec<(String, String, i64)>,
+    bookings: Vec<(String, String, i64)>,
 }
 
 /// A decision's columns but its lease, as text, and whether it has a lease.
@@ -376,6 +397,56 @@ impl Side {
                     Err(e) => e,
                 }
             }
+            Call::Book {
+                policy,
+                key,
+                cost,
+                max_delay_seconds,
+            } => {
+                let row = self
+                    .client
+                    .query_one(
+                        &format!(
+                            "SELECT {DECISION_AND_LEASE} FROM rate_limit.book($1, $2, $3, \
+                             make_interval(secs => $4)) AS d"
+                        ),
+                        &[policy, key, &(*cost as i64), &(*max_delay_seconds as f64)],
+                    )
+                    .map_err(|e| {
+                        format!("error {}", e.code().map(|c| c.code()).unwrap_or_default())
+                    });
+                match row {
+                    Ok(row) => {
+                        if let Some(id) = row.get::<_, Option<i64>>(1) {
+                            self.bookings.push((policy.clone(), key.clone(), id));
+                        }
+                        row.get(0)
+                    }
+                    Err(e) => e,
+                }
+            }
+            Call::Cancel { nth } => {
+                if self.bookings.is_empty() {
+                    return "no booking".to_string();
+                }
+                let i = (*nth % self.bookings.len() as u64) as usize;
+                let (policy, key, id) = self.bookings[i].clone();
+                // now and then one nobody was given
+                let id = if nth % 7 == 0 { -id } else { id };
+                let row = self
+                    .client
+                    .query_one(
+                        &format!(
+                            "SELECT {DECISION_AND_LEASE} FROM rate_limit.cancel_booking($1, $2, $3) AS d"
+                        ),
+                        &[&policy, &key, &id],
+                    )
+                    .map_err(|e| format!("error {}", e.code().map(|c| c.code()).unwrap_or_default()));
+                match row {
+                    Ok(row) => row.get(0),
+                    Err(e) => e,
+                }
+            }
             Call::Settle { nth, actual } => {
                 if self.reservations.is_empty() {
                     return "no reservation".to_string();
@@ -426,6 +497,7 @@ fn a_hundred_thousand_random_calls_get_the_same_answers_from_both_editions() {
             client,
             leases: Vec::new(),
             reservations: Vec::new(),
+            bookings: Vec::new(),
         }
     });
     let mut history = String::new();
@@ -454,6 +526,13 @@ fn a_hundred_thousand_random_calls_get_the_same_answers_from_both_editions() {
                         hold_seconds,
                     } => format!("reserve('{policy}', '{key}', {estimate}, '{hold_seconds} s')"),
                     Call::Settle { nth, actual } => format!("settle(#{nth}, {actual})"),
+                    Call::Book {
+                        policy,
+                        key,
+                        cost,
+                        max_delay_seconds,
+                    } => format!("book('{policy}', '{key}', {cost}, '{max_delay_seconds} s')"),
+                    Call::Cancel { nth } => format!("cancel_booking(#{nth})"),
                 };
                 assert_eq!(
                     x, y,

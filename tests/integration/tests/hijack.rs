@@ -68,6 +68,14 @@ fn scenario(client: &mut Client, p: &str) -> Vec<String> {
     row("SELECT (allowed, remaining) FROM rate_limit.wait('strict', '{p}w', 1, '0 seconds')");
     row("SELECT rate_limit.headers(d) FROM rate_limit.take('strict', '{p}h') AS d");
     row("SELECT rate_limit.headers(d) FROM rate_limit.take('strict', '{p}h') AS d");
+    // reservations and bookings: their ids go back into the calls that settle and cancel them
+    row("SELECT (allowed, remaining, lease IS NOT NULL) FROM rate_limit.reserve('budget', '{p}b', 30)");
+    row("SELECT (s.allowed, s.remaining) FROM (SELECT lease FROM rate_limit.reserve('budget', '{p}b', 30)) AS r, \
+         rate_limit.settle('budget', '{p}b', r.lease, 10) AS s");
+    row("SELECT (allowed, retry_after > interval '11 hours', lease IS NOT NULL) FROM rate_limit.book('slots', '{p}k')");
+    row("SELECT (allowed, retry_after > interval '11 hours', lease IS NOT NULL) FROM rate_limit.book('slots', '{p}k')");
+    row("SELECT (c.allowed, c.remaining) FROM (SELECT lease FROM rate_limit.book('slots', '{p}k')) AS b, \
+         rate_limit.cancel_booking('slots', '{p}k', b.lease) AS c");
     if edition() == Edition::Compiled {
         // the memory store (the portable edition has none)
         row("SELECT (allowed, remaining) FROM rate_limit.take('strict_memory', '{p}x')");
@@ -93,6 +101,8 @@ fn look_alike_objects_before_pg_catalog_change_nothing() {
             "SELECT rate_limit.create_policy('strict', 1, '1 day', 1);
              SELECT rate_limit.create_policy('loose', 1000, '1 day', 1000);
              SELECT rate_limit.create_policy('strict_memory', 1, '1 day', 1, store => 'memory');
+             SELECT rate_limit.create_policy('budget', 1000, '1 day', max_debt => 100);
+             SELECT rate_limit.create_policy('slots', 2, '1 day', 1, max_debt => 3);
              SELECT allowed FROM rate_limit.take('strict', 'victim');
              DROP ROLE IF EXISTS rl_attacker;
              CREATE ROLE rl_attacker;
@@ -117,6 +127,11 @@ fn look_alike_objects_before_pg_catalog_change_nothing() {
         "the denied multi-limit call took nothing from 'loose'"
     );
     assert_eq!(clean[16..18], ["(t,0)", "(f,0)"]);
+    assert_eq!(
+        clean[20..25],
+        ["(t,970,t)", "(t,960)", "(t,f,f)", "(t,t,t)", "(t,0)"],
+        "a reservation settled, the burst booked now, a booking for 12 hours on, the next one cancelled"
+    );
 
     // a fresh backend: its first calls prepare every plan under the attacker's search_path
     let mut attacker = db.connect();

@@ -241,6 +241,10 @@ const FLOOD_CALLS: &[(&str, &str)] = &[
         "SELECT allowed FROM rate_limit.reserve('{store}_daily', $1, 1)",
     ),
     (
+        "rate_limit.book(text,text,bigint,interval)",
+        "SELECT allowed FROM rate_limit.book('{store}_debt', $1, 1)",
+    ),
+    (
         "rate_limit.limit_writes()",
         "WITH w AS (INSERT INTO pg_temp.writes_{store} VALUES ($1) RETURNING k) SELECT count(*) = 1 FROM w",
     ),
