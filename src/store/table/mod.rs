@@ -433,7 +433,9 @@ pub fn lock_row(function: &'static str, target: &Target<'_>) -> Result<(), Error
 /// The table store's lock-read-write-or-insert step on one bucket (a charge): reads and locks its row,
 /// asks `step` for the outcome given the stored bucket and the clock, and writes the outcome's state over
 /// the row, or inserts it when the row is missing (a concurrent creator makes the insert a no-op: the call
-/// starts again and locks that row). 25006 in a read-only transaction.
+/// starts again and locks that row). A reservation's or booking's bucket, made under a fresh random id,
+/// is inserted first, in one statement; only a row already there (an id drawn twice) is read and locked.
+/// 25006 in a read-only transaction.
 pub fn upsert(
     function: &'static str,
     target: &Target<'_>,
@@ -444,6 +446,13 @@ pub fn upsert(
     }
     Spi::connect_mut(|client| {
         let plans = plans_for(function, client, Some(target.key))?;
+        if target.policy.algorithm() == Algorithm::Reservation {
+            let outcome = step(None, clock::table_now_us());
+            let args = row_args(function, target, outcome.state)?;
+            if spi(function, client.select(&plans.insert, None, &args))?.len() == 1 {
+                return Ok(outcome);
+            }
+        }
         for _ in 0..MAX_ATTEMPTS {
             let stored = read(client, &plans.lock, function, target)?;
             let outcome = step(stored, clock::table_now_us());
