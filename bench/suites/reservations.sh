@@ -56,9 +56,8 @@ for round in $(seq 1 "$ROUNDS"); do
       printf '%s\t%s\t%s\t%s\n' "$round" "$store" "$scenario" "$tps" >>"$RAW"
       echo "round $round store=$store $scenario tps=$tps"
       # the reservations' buckets (held 1 second) deleted once expired and their dead rows vacuumed,
-      # untimed, so that every scenario meets the same 100 000 keys' buckets (without the VACUUM, the
-      # table store's next take met a primary key bloated by some 100 000 deleted rows per scenario and
-      # ran up to 20 times slower in the round autovacuum had not reached yet)
+      # untimed, so that every scenario meets the same 100 000 keys' buckets and none the dead rows of the
+      # one before
       case $scenario in reserve* | book_ahead)
         sleep 1.1
         psql_at bench "$PORT" -d bench -qAtc "SELECT rate_limit.purge()" >/dev/null
