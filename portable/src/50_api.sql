@@ -813,6 +813,19 @@ BEGIN
 END
 $$;
 
+-- The key of t as it is, writing nothing (pipeline::single::report): its override's answer, or its bucket
+-- (a take of 0 tokens, which only reports).
+CREATE FUNCTION rate_limit._report(t rate_limit._target) RETURNS rate_limit._outcome
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+BEGIN
+    IF t.verdict IS NOT NULL THEN
+        RETURN (rate_limit._take_targets(ARRAY[t], 0))[1];
+    END IF;
+    RETURN (rate_limit._store_take(ARRAY[t], 0))[1];
+END
+$$;
+
 -- Frees the reservation (or booking) whose bucket is res if it is held (pipeline::single::free_held): the
 -- tokens it held and when it would have expired; both NULL when it holds none (nothing written). Locks
 -- its bucket: before its key's, the lock order's one exception (see semantics.md).
@@ -903,11 +916,8 @@ BEGIN
         o := rate_limit._refund_target(t, reserved - used, 'settle a reservation');
     ELSIF reserved IS NOT NULL AND used > reserved THEN
         o := rate_limit._charge_target(t, used - reserved, p.max_debt);
-    ELSIF t.verdict IS NOT NULL THEN
-        -- the key as it is: its override's answer, or its bucket (a take of 0 tokens, as single::report)
-        o := (rate_limit._take_targets(ARRAY[t], 0))[1];
     ELSE
-        o := (rate_limit._store_take(ARRAY[t], 0))[1];
+        o := rate_limit._report(t);
     END IF;
     d := rate_limit._combine(ARRAY[t], ARRAY[o]);
     d.allowed := reserved IS NOT NULL;
@@ -1021,7 +1031,6 @@ DECLARE
     t rate_limit._target;
     held record;
     booked bigint;
-    booked_at numeric;
     o rate_limit._outcome;
     d rate_limit.decision;
 BEGIN
@@ -1034,13 +1043,10 @@ BEGIN
     -- the booking's bucket first, then the key's (as settle)
     held := rate_limit._free_held(rate_limit._booking_target(t, booking, 1), 'cancel a booking');
     booked := held.tokens;
-    booked_at := held.expiry;
     IF booked IS NOT NULL AND t.verdict IS NULL THEN
-        o := rate_limit._cancel_target(t, booked, booked_at);
-    ELSIF t.verdict IS NOT NULL THEN
-        o := (rate_limit._take_targets(ARRAY[t], 0))[1];
+        o := rate_limit._cancel_target(t, booked, held.expiry);
     ELSE
-        o := (rate_limit._store_take(ARRAY[t], 0))[1];
+        o := rate_limit._report(t);
     END IF;
     d := rate_limit._combine(ARRAY[t], ARRAY[o]);
     d.allowed := booked IS NOT NULL;

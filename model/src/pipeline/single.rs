@@ -206,8 +206,8 @@ pub struct Booked {
 /// Books `cost` tokens of the key of `target` (a token bucket's), first come first served: taken at once
 /// down to `max_debt` tokens below zero and no further than `max_delay` µs of refill
 /// ([`Policy::book`]); when the tokens exist only later, the booking is recorded in `reservation`'s bucket
-/// (a fresh reservation's, held until the booked time: its numbers are set here), so that settling it
-/// at 0 before then cancels it and gives its tokens back. Overrides and blocks decide first, as for a
+/// (a fresh reservation's, held until the booked time: its numbers are set here), so that [`cancel`] can
+/// free it before then. Overrides and blocks decide first, as for a
 /// take (an exempt key is booked for now with nothing taken, a denied or blocked one is denied), and a
 /// denial is counted in the policy's penalty box; the backend's memory of short buckets is not asked (a
 /// bucket too short for a take may still book). Locks the key's bucket, then the reservation's.
