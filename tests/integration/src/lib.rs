@@ -421,12 +421,18 @@ pub fn hammer_conserves_tokens(
         seconds,
         threads,
         caller,
-        0,
+        (0, &[]),
     );
 }
 
+/// How long [`hammer_conserves_tokens_within`] retries a refused final read: far longer than a shard move's
+/// cutover, so a read that still fails after it shows a fault, not a race.
+pub const READ_RETRY_FOR: Duration = Duration::from_secs(30);
+
 /// [`hammer_conserves_tokens`], allowing `extra` tokens more than conservation grants (what the docs
-/// allow, e.g. one more burst when a memory bucket's shard moves).
+/// allow, e.g. one more burst when a memory bucket's shard moves), and retrying the final read while it
+/// fails with one of `refusals` (a read racing the end of a shard move is refused like any call: 40001 or
+/// 0A000, retry), for at most [`READ_RETRY_FOR`].
 pub fn hammer_conserves_tokens_within(
     first: &mut Client,
     (policy, key): (&str, &str),
@@ -434,7 +440,7 @@ pub fn hammer_conserves_tokens_within(
     seconds: u64,
     threads: usize,
     caller: impl Fn(usize) -> Caller,
-    extra: u64,
+    (extra, refusals): (u64, &[SqlState]),
 ) {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::{Arc, Barrier};
@@ -474,13 +480,21 @@ pub fn hammer_conserves_tokens_within(
         h.join().expect("a hammering connection");
     }
     let before_read = Instant::now();
-    let left: i64 = first
-        .query_one(
+    let left: i64 = loop {
+        match first.query_one(
             "SELECT remaining FROM rate_limit.peek($1, $2)",
             &[&policy, &key],
-        )
-        .expect("peek")
-        .get(0);
+        ) {
+            Ok(row) => break row.get(0),
+            Err(e)
+                if e.code().is_some_and(|code| refusals.contains(code))
+                    && before_read.elapsed() < READ_RETRY_FOR =>
+            {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            Err(e) => panic!("peek: {e:?}"),
+        }
+    };
     let after_read = Instant::now();
     let granted = granted.load(Ordering::Relaxed);
     let total = granted + u64::try_from(left).expect("tokens left");
