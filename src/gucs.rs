@@ -112,11 +112,13 @@ pub const DEFAULT_OVERRIDE_FILTER_MB: i32 = 4;
 pub static OVERRIDE_FILTER_MB: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_OVERRIDE_FILTER_MB);
 
 /// Default of `rate_limit.purge_interval`: 5 minutes. A purge reads the whole state table (about a second
-/// of one core per million rows) and a full bucket costs only its row until then: every 5 minutes keeps
-/// the table within 5 minutes of idle buckets for well under 1% of a core.
+/// of one core per million rows) and deletes the table store's buckets full and untouched for an interval;
+/// a full bucket costs only its row until then: every 5 minutes keeps the table within two intervals of
+/// idle buckets for well under 1% of a core.
 pub const DEFAULT_PURGE_INTERVAL: i32 = 300;
 
-/// `rate_limit.purge_interval` (seconds): how often the background worker purges full buckets; 0 disables.
+/// `rate_limit.purge_interval` (seconds): how often the background worker purges full buckets (in the table
+/// store, those untouched for that long); 0 disables.
 pub static PURGE_INTERVAL: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_PURGE_INTERVAL);
 
 /// `rate_limit.memory_snapshot_interval` (seconds): how often the worker saves the memory store; 0 (the
@@ -239,8 +241,9 @@ pub fn init(preloading: bool) {
     GucRegistry::define_int_guc(
         c"rate_limit.purge_interval",
         c"How often the rate_limit background worker deletes full buckets; 0 disables.",
-        c"Full buckets are deleted losslessly (a missing bucket is a full one) from the memory store and \
-          from rate_limit.bucket_state in every database. Needs shared_preload_libraries.",
+        c"Full buckets are deleted losslessly (a missing bucket is a full one) from the memory store and, \
+          once untouched for an interval, from rate_limit.bucket_state in every database. Needs \
+          shared_preload_libraries.",
         &PURGE_INTERVAL,
         0,
         i32::MAX / 1000,

@@ -5,13 +5,14 @@
 //! 1. purges the memory store's full buckets of every database (lossless: a missing bucket is a full one);
 //! 2. on a primary, starts `rate_limit purge` in each database that accepts connections, one at a time,
 //!    and waits for it; that worker does nothing where the extension is not installed (or not at the
-//!    library's version: it says so in the log), else deletes the full rows of `rate_limit.bucket_state`
-//!    in batches of [`BATCH`], each its own short transaction, skipping rows a caller holds locked
-//!    (`FOR UPDATE SKIP LOCKED`): callers never wait for the worker, and wait at most one batch for a row
-//!    the worker locked first. It waits at most [`LOCK_TIMEOUT_MS`] for a lock: a transaction that holds
-//!    the table (VACUUM FULL, CLUSTER, ALTER TABLE, LOCK TABLE) makes that database's purge fail, logged,
-//!    instead of stalling the launcher, which purges the memory store, writes snapshots and serves the
-//!    other databases.
+//!    library's version: it says so in the log), else deletes the rows of `rate_limit.bucket_state` that
+//!    are full and untouched for at least the purge interval (a bucket in use is kept, not deleted and
+//!    inserted again), reading [`SPAN`] rows per transaction in the primary key's order, skipping rows a
+//!    caller holds locked (`FOR UPDATE SKIP LOCKED`): callers never wait for the worker, and wait at most
+//!    one span's transaction for a row the worker locked first. It waits at most [`LOCK_TIMEOUT_MS`] for a
+//!    lock: a transaction that holds the table (VACUUM FULL, CLUSTER, ALTER TABLE, LOCK TABLE) makes that
+//!    database's purge fail, logged, instead of stalling the launcher, which purges the memory store,
+//!    writes snapshots and serves the other databases.
 //!
 //! On a streaming standby it samples, every [`CLOCK_SAMPLE_INTERVAL`], how far this server's clock is off
 //! the primary's, and saves the table store's clock shift when the server is promoted
@@ -25,6 +26,7 @@ use std::time::{Duration, Instant};
 use pgrx::bgworkers::{
     BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
 };
+use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
 use crate::gucs;
@@ -32,8 +34,9 @@ use crate::stats;
 use crate::store;
 use crate::time::{clock, clock_shift};
 
-/// Rows deleted per transaction by a database's purge.
-pub const BATCH: i64 = 5000;
+/// Rows a database's purge reads per transaction (deleting the full, idle ones): the most a caller can
+/// wait for the worker is the time one such transaction takes, a few milliseconds.
+pub const SPAN: i64 = 1000;
 
 /// Milliseconds a database's purge waits for a lock (`lock_timeout`) before it fails; the next round
 /// tries again.
@@ -264,6 +267,9 @@ pub extern "C-unwind" fn rate_limit_purge_main(arg: pg_sys::Datum) {
     let installed = BackgroundWorker::transaction(|| {
         // for the whole session of this worker
         Spi::run(&format!("SET lock_timeout = {LOCK_TIMEOUT_MS}"))?;
+        // a purge's deletes lost in a crash come back as full rows, deleted next round: no commit of this
+        // worker needs to wait for its WAL to reach the disk
+        Spi::run("SET synchronous_commit = off")?;
         Spi::get_one::<String>(
             "SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) 'rate_limit'",
         )
@@ -287,21 +293,37 @@ pub extern "C-unwind" fn rate_limit_purge_main(arg: pg_sys::Datum) {
         e.report(PgLogLevel::WARNING);
     }
     set_activity("purging full buckets from rate_limit.bucket_state");
-    let mut freed = 0;
-    loop {
-        let deleted =
-            BackgroundWorker::transaction(|| store::purge_table_batch("rate_limit purge", BATCH));
-        match deleted {
-            Ok(n) if n >= BATCH && !BackgroundWorker::sigterm_received() => freed += n,
-            Ok(n) => {
-                // a finished purge is noted (for rate_limit.metrics_purge); a failed one is not
-                stats::note_table_purge(clock::now_us(), freed + n);
-                break;
+    // a bucket untouched for a whole interval (since before the last round) is idle: one in use is kept
+    let idle_us = i64::from(gucs::purge_interval()).saturating_mul(1_000_000);
+    match purge_table_store(idle_us) {
+        // a finished purge is noted (for rate_limit.metrics_purge); a failed or interrupted one is not
+        Ok(Some(freed)) => stats::note_table_purge(clock::now_us(), freed),
+        Ok(None) => {}
+        Err(e) => e.report(PgLogLevel::WARNING),
+    }
+}
+
+/// Deletes the full rows of the table store untouched for `idle_us` microseconds, span by span (see
+/// [`store::purge_table_span`]), each span its own transaction; returns how many, or `None` when SIGTERM
+/// stopped it first.
+fn purge_table_store(idle_us: i64) -> Result<Option<i64>, ErrorReport> {
+    let targets = BackgroundWorker::transaction(|| store::purge_table_targets("rate_limit purge"))?;
+    let mut freed = 0i64;
+    for table in &targets {
+        let mut after = None;
+        loop {
+            if BackgroundWorker::sigterm_received() {
+                return Ok(None);
             }
-            Err(e) => {
-                e.report(PgLogLevel::WARNING);
-                break;
+            let span = BackgroundWorker::transaction(|| {
+                store::purge_table_span("rate_limit purge", table, after.as_ref(), SPAN, idle_us)
+            })?;
+            freed = freed.saturating_add(span.deleted);
+            match span.next {
+                Some(next) => after = Some(next),
+                None => break,
             }
         }
     }
+    Ok(Some(freed))
 }

@@ -120,9 +120,16 @@ pub const BOUNDS: &[Bound] = &[
     Bound {
         resource: "the background worker's time",
         who: "any role (the buckets it makes)",
-        bound: "each database's purge waits at most 1 s for a lock, in batches of 5000 rows",
+        bound: "each database's purge waits at most 1 s for a lock, and never for a row a caller holds (`SKIP LOCKED`)",
         enforced_by: "`src/worker.rs`",
         test: "worker.rs: a_purge_that_cannot_lock_the_table_is_logged_and_retried",
+    },
+    Bound {
+        resource: "rows the background worker locks (callers wait for them)",
+        who: "the worker, in every database",
+        bound: "a purge transaction reads at most 1000 rows in the primary key's order and deletes the full ones untouched for a purge interval: a caller waits at most that one short transaction, and a bucket in use is never deleted and inserted again",
+        enforced_by: "`src/worker.rs`, `src/store/table/purge.rs`",
+        test: "worker.rs: a_bucket_in_use_keeps_its_row_and_each_purge_transaction_reads_one_span",
     },
     Bound {
         resource: "other backends' caches (a change they must see)",

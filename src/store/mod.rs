@@ -52,6 +52,7 @@ pub use memory::{
 };
 #[cfg(any(test, feature = "pg_test"))]
 pub use table::evaluations as table_evaluations;
+pub use table::{Position as PurgePosition, Span as PurgeSpan};
 
 use pgrx::pg_sys::panic::ErrorReport;
 
@@ -422,10 +423,22 @@ pub fn purge(function: &'static str) -> Result<i64, ErrorReport> {
     Ok(purged)
 }
 
-/// The background worker's round in one database: at most `batch` full rows of the table store (returns
-/// how many were deleted; the worker calls again while a batch comes back full).
-pub fn purge_table_batch(function: &'static str, batch: i64) -> Result<i64, ErrorReport> {
-    table::purge_batch(function, batch)
+/// The tables of the table store the background worker purges in this database (see
+/// [`table::purge_targets`]).
+pub fn purge_table_targets(function: &'static str) -> Result<Vec<String>, ErrorReport> {
+    table::purge_targets(function)
+}
+
+/// One span of the background worker's purge of `table`: at most `rows` rows read after `after`, the full
+/// ones untouched for `idle_us` microseconds deleted (see [`table::purge_span`]).
+pub fn purge_table_span(
+    function: &'static str,
+    table: &str,
+    after: Option<&PurgePosition>,
+    rows: i64,
+    idle_us: i64,
+) -> Result<PurgeSpan, ErrorReport> {
+    table::purge_span(function, table, after, rows, idle_us)
 }
 
 /// Frees the memory buckets of the current database's dropped policies (see [`dropped`]) and, when

@@ -34,12 +34,14 @@
 mod batch;
 mod leases;
 mod plans;
+mod purge;
 mod sql;
 
 use plans::{one_key, plans_for, Plans};
 
 pub use batch::each_of_batch;
 pub use leases::acquire;
+pub use purge::{purge, purge_span, targets as purge_targets, Position, Span};
 
 #[cfg(any(test, feature = "pg_test"))]
 pub use sql::evaluations;
@@ -77,19 +79,6 @@ const INSERT: &str = "INSERT INTO rate_limit.bucket_state \
 const SET_STATE: &str = "UPDATE rate_limit.bucket_state SET \
      level = $3, updated_at = $4, algorithm = $5, rate = $6, per_us = $7, burst = $8";
 const DELETE: &str = "DELETE FROM rate_limit.bucket_state";
-const PURGE: &str = "DELETE FROM rate_limit.bucket_state AS s \
-     WHERE rate_limit.state_is_full(s.level, s.updated_at, s.algorithm, s.rate, s.per_us, s.burst, $1)";
-
-/// One batch of the background worker's purge: at most `$2` full rows, locked first with SKIP LOCKED so
-/// that the worker never waits for a caller (a row a caller holds is left for the next round), and
-/// checked again when deleted.
-const PURGE_BATCH: &str = "DELETE FROM rate_limit.bucket_state AS s \
-     WHERE s.ctid OPERATOR(pg_catalog.=) ANY (ARRAY( \
-         SELECT f.ctid FROM rate_limit.bucket_state AS f \
-         WHERE rate_limit.state_is_full(f.level, f.updated_at, f.algorithm, f.rate, f.per_us, f.burst, $1) \
-         LIMIT $2 FOR UPDATE SKIP LOCKED)) \
-       AND rate_limit.state_is_full(s.level, s.updated_at, s.algorithm, s.rate, s.per_us, s.burst, $1)";
-
 /// An SPI failure as XX000 (only a bug or a damaged installation can cause one).
 fn spi<T>(function: &'static str, r: Result<T, SpiError>) -> Result<T, ErrorReport> {
     r.map_err(|e| error::internal(function, e))
@@ -482,41 +471,5 @@ pub fn reset(
         let plans = plans_for(function, client, Some(key))?;
         let args: [DatumWithOid<'_>; 2] = [namespace.stored_name().into(), key.into()];
         Ok(!spi(function, client.select(&plans.delete, None, &args))?.is_empty())
-    })
-}
-
-/// Deletes every bucket that is full now, losslessly (a missing bucket is a full one); returns how many.
-pub fn purge(function: &'static str) -> Result<i64, ErrorReport> {
-    let now = timestamptz(function, clock::table_now_us())?;
-    Spi::connect_mut(|client| {
-        let args: [DatumWithOid<'_>; 1] = [now.into()];
-        let deleted = spi(function, client.update(PURGE, None, &args))?.len();
-        Ok(i64::try_from(deleted).unwrap_or(i64::MAX))
-    })
-}
-
-/// Deletes at most `limit` full buckets (the background worker's batch); returns how many. Under Citus
-/// only the shards this node holds, each named directly (see [`crate::cluster::citus::local_shards`]), so
-/// that each node's worker purges its own buckets and never another node's.
-pub fn purge_batch(function: &'static str, limit: i64) -> Result<i64, ErrorReport> {
-    let now = timestamptz(function, clock::table_now_us())?;
-    let shards = crate::cluster::citus::local_shards(function)?;
-    Spi::connect_mut(|client| {
-        let Some(shards) = shards else {
-            let args: [DatumWithOid<'_>; 2] = [now.into(), limit.into()];
-            let deleted = spi(function, client.update(PURGE_BATCH, None, &args))?.len();
-            return Ok(i64::try_from(deleted).unwrap_or(i64::MAX));
-        };
-        let mut deleted = 0i64;
-        for shard in shards {
-            if deleted >= limit {
-                break;
-            }
-            let statement = PURGE_BATCH.replace("rate_limit.bucket_state", &shard);
-            let args: [DatumWithOid<'_>; 2] = [now.into(), (limit - deleted).into()];
-            let n = spi(function, client.update(&statement, None, &args))?.len();
-            deleted = deleted.saturating_add(i64::try_from(n).unwrap_or(i64::MAX));
-        }
-        Ok(deleted)
     })
 }

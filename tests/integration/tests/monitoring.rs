@@ -168,7 +168,9 @@ fn purge_once(db: &TestDb) {
             .batch_execute("SELECT pg_reload_conf()")
             .expect("reload");
     };
-    thread::sleep(Duration::from_millis(20)); // fast's buckets are full again after 1 ms
+    // fast's buckets are full again after 1 ms, and the worker deletes a bucket once it has been untouched
+    // for a whole purge interval (1 s here)
+    thread::sleep(Duration::from_millis(1100));
     set(&mut admin, "'1s'");
     let freed: i64 = poll(30, "a purge of this database", || {
         admin
@@ -459,7 +461,9 @@ fn the_exporter_shows_the_portable_editions_policies_leases_and_purge() {
              SELECT rate_limit.release('exports', 'k2', (SELECT lease FROM rate_limit.acquire('exports', 'k2')));",
         )
         .expect("the workload");
-    thread::sleep(Duration::from_millis(20)); // fast's buckets are full again after 1 ms
+    // fast's buckets are full again after 1 ms, and the worker deletes a bucket once it has been untouched
+    // for a whole purge interval (1 s here)
+    thread::sleep(Duration::from_millis(1100));
     let freed: i64 = owner
         .query_one("SELECT rate_limit.purge()", &[])
         .expect("purge")
