@@ -2,7 +2,9 @@
 # build in its own copy of PostgreSQL 15 with its own server, purging every BENCH_PURGE_INTERVAL seconds
 # (default 10) while pgbench takes from 100 000 random keys of policy `bench` (2 per second, burst 120: each
 # key refills within half a second of a call, so its bucket is full at almost every instant) in the table
-# store. Beside them, 100 000 buckets of policy `bench_idle` made once and never called again.
+# store. Beside them, 100 000 buckets of policy `bench_idle` made once and never called again. Each round
+# starts with two purge intervals of the same calls, untimed (the purge is off during the other build's
+# rounds, so every key is idle when a round starts, and its first purge deletes them all in both builds).
 #
 # Reported per build (median over BENCH_ROUNDS rounds, default 3, of BENCH_SECONDS s, default 60, the two
 # builds' rounds interleaved): TPS against the same server's SELECT 1; the lowest one-second TPS of the round
@@ -59,9 +61,14 @@ run_select1() { # run_select1 BUILD: SELECT 1's TPS on the build's server
 
 run_takes() { # run_takes BUILD ROUND: one round of takes with the purge on; appends its figures to $RAW
   local build=$1 round=$2 port=${PORT[$1]} out tps lowest blocked rows samples del0 ins0 del1 ins1
-  read -r del0 ins0 <<<"$(churn "$build")"
   sql "$build" "ALTER SYSTEM SET rate_limit.purge_interval = $INTERVAL" >/dev/null
   sql "$build" "SELECT pg_reload_conf()" >/dev/null
+  # untimed, two purge intervals: the keys idle since the other build's round (every key, with the purge
+  # off meanwhile) are purged and called again, so that the round measures the purge of a table in use
+  PGOPTIONS="-c synchronous_commit=off" "$PGBENCH" -n -M prepared -h "$RATE_LIMIT_SOCKET_DIR" -p "$port" \
+    -U postgres -c "$CLIENTS" -j 2 -T $((2 * INTERVAL + 1)) -f bench/scenarios/take_random.sql bench >/dev/null 2>&1
+  sleep 2 # the statistics of the warm-up's connections reach pg_stat_user_tables
+  read -r del0 ins0 <<<"$(churn "$build")"
   samples="$OUT/purge_waits_$build.txt"
   : >"$samples"
   (
