@@ -1847,6 +1847,7 @@ CREATE FUNCTION rate_limit.set_override(
     action text DEFAULT 'limit', until timestamptz DEFAULT NULL, note text DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._policy_named(policy);
@@ -1893,6 +1894,7 @@ $$;
 CREATE FUNCTION rate_limit.clear_override(policy text, key text) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 BEGIN
     IF policy IS NULL THEN PERFORM rate_limit._null_argument('policy', 'Pass the policy''s name.'); END IF;
@@ -2464,6 +2466,14 @@ $$;
 -- qualified with its schema (or is SQL syntax: bigint, integer, interval, LEAST, EXTRACT), so no caller's
 -- search_path can redirect them. The generic path they call sets its own search_path.
 --
+-- Their one SET, enable_seqscan = off (as on every entry point that reaches buckets by key): PL/pgSQL keeps
+-- each statement's plan for the session's life, costed with the state table's size when it was planned.
+-- Planned while the table was empty (a new installation, or after a purge deleted every bucket and VACUUM
+-- truncated it), a read by key and an UPDATE by ctid are sequential scans, and every later call of that
+-- session read the whole table as it grew back (tests/integration/tests/plans.rs). With sequential scans
+-- off the planner takes the primary key or the ctid whatever the size. The SET costs about 1 µs a call
+-- (a nest level of settings saved and restored), against whole-table reads.
+--
 -- Concurrency: a grant writes the row version it read; under READ COMMITTED a concurrent writer makes that
 -- UPDATE wait and then write nothing (the call then takes the generic path, which reads the newest version
 -- and holds it); under REPEATABLE READ and SERIALIZABLE PostgreSQL raises 40001, as for the compiled
@@ -2500,6 +2510,7 @@ $$;
 CREATE FUNCTION rate_limiting_request(id pg_catalog.text, refill_per_sec integer DEFAULT 2,
                                       window_seconds integer DEFAULT 60)
 RETURNS integer LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET enable_seqscan = off
 AS $$
 DECLARE
     now_ts pg_catalog.timestamptz := pg_catalog.clock_timestamp();
@@ -2604,6 +2615,7 @@ CREATE TRIGGER keep_fast_policies_truncate AFTER TRUNCATE ON rate_limit.policies
 
 CREATE FUNCTION rate_limit.take(policy pg_catalog.text, key pg_catalog.text, cost integer DEFAULT 1)
 RETURNS rate_limit.decision LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET enable_seqscan = off
 AS $$
 DECLARE
     now_ts pg_catalog.timestamptz := pg_catalog.clock_timestamp();
@@ -2834,6 +2846,7 @@ $$;
 CREATE FUNCTION rate_limit.peek_request(id text, refill_per_sec integer DEFAULT 2, window_seconds integer DEFAULT 60)
 RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     t rate_limit._target := rate_limit._request_target(id, refill_per_sec, window_seconds, 0);
@@ -2845,6 +2858,7 @@ $$;
 CREATE FUNCTION rate_limit.tokens(id text, refill_per_sec integer DEFAULT 2, window_seconds integer DEFAULT 60)
 RETURNS numeric LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     t rate_limit._target := rate_limit._request_target(id, refill_per_sec, window_seconds, 0);
@@ -2857,6 +2871,7 @@ $$;
 CREATE FUNCTION rate_limit.reset_request(id text) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 BEGIN
     PERFORM rate_limit._key_arg('id', id);
@@ -2906,12 +2921,14 @@ $$;
 CREATE FUNCTION rate_limit.peek(policy text, key text) RETURNS rate_limit.decision
 LANGUAGE sql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$ SELECT rate_limit._take_policy(policy, key, 0) $$;
 
 CREATE FUNCTION rate_limit.take_ad_hoc(key text, rate bigint, per interval, burst bigint DEFAULT NULL,
                                        cost integer DEFAULT 1)
 RETURNS rate_limit.decision LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     t rate_limit._target;
@@ -2936,6 +2953,7 @@ $$;
 CREATE FUNCTION rate_limit.take_many(policies text[], keys text[], cost integer DEFAULT 1)
 RETURNS rate_limit.decision LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     c bigint;
@@ -2993,6 +3011,7 @@ $$;
 CREATE FUNCTION rate_limit.wait(policy text, key text, cost integer DEFAULT 1, timeout interval DEFAULT NULL)
 RETURNS rate_limit.decision LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     max_us bigint := rate_limit._interval_us(rate_limit.max_wait());
@@ -3036,6 +3055,7 @@ $$;
 CREATE FUNCTION rate_limit.refund(policy text, key text, tokens bigint) RETURNS rate_limit.decision
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);
@@ -3078,6 +3098,7 @@ $$;
 CREATE FUNCTION rate_limit.charge(policy text, key text, cost bigint) RETURNS rate_limit.decision
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);
@@ -3122,6 +3143,7 @@ $$;
 CREATE FUNCTION rate_limit.reset(policy text, key text) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);
@@ -3135,6 +3157,7 @@ $$;
 CREATE FUNCTION rate_limit.reset_ad_hoc(key text) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 BEGIN
     PERFORM rate_limit._key_arg('key', key);
@@ -3343,6 +3366,7 @@ $$;
 CREATE FUNCTION rate_limit.acquire(policy text, key text) RETURNS rate_limit.decision
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._lease_policy(policy);
@@ -3375,6 +3399,7 @@ $$;
 CREATE FUNCTION rate_limit.release(policy text, key text, lease bigint) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._lease_policy(policy);
@@ -3412,6 +3437,7 @@ $$;
 CREATE FUNCTION rate_limit.block(policy text, key text, duration interval) RETURNS rate_limit.decision
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._policy_named(policy);
@@ -3441,6 +3467,7 @@ $$;
 CREATE FUNCTION rate_limit.unblock(policy text, key text) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._policy_named(policy);
@@ -3535,6 +3562,7 @@ CREATE FUNCTION rate_limit.reserve(policy text, key text, estimate bigint, hold 
 RETURNS rate_limit.decision
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);
@@ -3574,6 +3602,7 @@ CREATE FUNCTION rate_limit.settle(policy text, key text, reservation bigint, act
 RETURNS rate_limit.decision
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);
@@ -3645,6 +3674,7 @@ CREATE FUNCTION rate_limit.book(policy text, key text, cost bigint DEFAULT 1, ma
 RETURNS rate_limit.decision
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);
@@ -3708,6 +3738,7 @@ CREATE FUNCTION rate_limit.cancel_booking(policy text, key text, booking bigint)
 RETURNS rate_limit.decision
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);
@@ -3866,6 +3897,7 @@ CREATE FUNCTION rate_limit.take_batch(policy text, keys text[], costs integer[] 
 RETURNS TABLE (ordinality integer, key text, allowed boolean, remaining bigint, retry_after interval)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy;
@@ -4007,6 +4039,7 @@ $$;
 CREATE FUNCTION rate_limit.limit_writes() RETURNS trigger
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     usage text := 'Use CREATE TRIGGER ... BEFORE INSERT OR UPDATE ON t FOR EACH ROW EXECUTE FUNCTION rate_limit.limit_writes(''policy'', ''key_column'' [, ''cost'']).';

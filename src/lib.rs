@@ -23,6 +23,7 @@ pub mod decision;
 pub mod error;
 pub mod gucs;
 pub mod hooks;
+pub mod kept_plans;
 pub mod name_map;
 pub mod persist;
 pub mod policies;

@@ -697,6 +697,7 @@ CREATE FUNCTION rate_limit.set_override(
     action text DEFAULT 'limit', until timestamptz DEFAULT NULL, note text DEFAULT NULL)
 RETURNS void LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._policy_named(policy);
@@ -743,6 +744,7 @@ $$;
 CREATE FUNCTION rate_limit.clear_override(policy text, key text) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 BEGIN
     IF policy IS NULL THEN PERFORM rate_limit._null_argument('policy', 'Pass the policy''s name.'); END IF;

@@ -28,6 +28,14 @@
 -- qualified with its schema (or is SQL syntax: bigint, integer, interval, LEAST, EXTRACT), so no caller's
 -- search_path can redirect them. The generic path they call sets its own search_path.
 --
+-- Their one SET, enable_seqscan = off (as on every entry point that reaches buckets by key): PL/pgSQL keeps
+-- each statement's plan for the session's life, costed with the state table's size when it was planned.
+-- Planned while the table was empty (a new installation, or after a purge deleted every bucket and VACUUM
+-- truncated it), a read by key and an UPDATE by ctid are sequential scans, and every later call of that
+-- session read the whole table as it grew back (tests/integration/tests/plans.rs). With sequential scans
+-- off the planner takes the primary key or the ctid whatever the size. The SET costs about 1 µs a call
+-- (a nest level of settings saved and restored), against whole-table reads.
+--
 -- Concurrency: a grant writes the row version it read; under READ COMMITTED a concurrent writer makes that
 -- UPDATE wait and then write nothing (the call then takes the generic path, which reads the newest version
 -- and holds it); under REPEATABLE READ and SERIALIZABLE PostgreSQL raises 40001, as for the compiled
@@ -64,6 +72,7 @@ $$;
 CREATE FUNCTION rate_limiting_request(id pg_catalog.text, refill_per_sec integer DEFAULT 2,
                                       window_seconds integer DEFAULT 60)
 RETURNS integer LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET enable_seqscan = off
 AS $$
 DECLARE
     now_ts pg_catalog.timestamptz := pg_catalog.clock_timestamp();
@@ -168,6 +177,7 @@ CREATE TRIGGER keep_fast_policies_truncate AFTER TRUNCATE ON rate_limit.policies
 
 CREATE FUNCTION rate_limit.take(policy pg_catalog.text, key pg_catalog.text, cost integer DEFAULT 1)
 RETURNS rate_limit.decision LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET enable_seqscan = off
 AS $$
 DECLARE
     now_ts pg_catalog.timestamptz := pg_catalog.clock_timestamp();

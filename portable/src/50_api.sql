@@ -151,6 +151,7 @@ $$;
 CREATE FUNCTION rate_limit.peek_request(id text, refill_per_sec integer DEFAULT 2, window_seconds integer DEFAULT 60)
 RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     t rate_limit._target := rate_limit._request_target(id, refill_per_sec, window_seconds, 0);
@@ -162,6 +163,7 @@ $$;
 CREATE FUNCTION rate_limit.tokens(id text, refill_per_sec integer DEFAULT 2, window_seconds integer DEFAULT 60)
 RETURNS numeric LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     t rate_limit._target := rate_limit._request_target(id, refill_per_sec, window_seconds, 0);
@@ -174,6 +176,7 @@ $$;
 CREATE FUNCTION rate_limit.reset_request(id text) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 BEGIN
     PERFORM rate_limit._key_arg('id', id);
@@ -223,12 +226,14 @@ $$;
 CREATE FUNCTION rate_limit.peek(policy text, key text) RETURNS rate_limit.decision
 LANGUAGE sql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$ SELECT rate_limit._take_policy(policy, key, 0) $$;
 
 CREATE FUNCTION rate_limit.take_ad_hoc(key text, rate bigint, per interval, burst bigint DEFAULT NULL,
                                        cost integer DEFAULT 1)
 RETURNS rate_limit.decision LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     t rate_limit._target;
@@ -253,6 +258,7 @@ $$;
 CREATE FUNCTION rate_limit.take_many(policies text[], keys text[], cost integer DEFAULT 1)
 RETURNS rate_limit.decision LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     c bigint;
@@ -310,6 +316,7 @@ $$;
 CREATE FUNCTION rate_limit.wait(policy text, key text, cost integer DEFAULT 1, timeout interval DEFAULT NULL)
 RETURNS rate_limit.decision LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     max_us bigint := rate_limit._interval_us(rate_limit.max_wait());
@@ -353,6 +360,7 @@ $$;
 CREATE FUNCTION rate_limit.refund(policy text, key text, tokens bigint) RETURNS rate_limit.decision
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);
@@ -395,6 +403,7 @@ $$;
 CREATE FUNCTION rate_limit.charge(policy text, key text, cost bigint) RETURNS rate_limit.decision
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);
@@ -439,6 +448,7 @@ $$;
 CREATE FUNCTION rate_limit.reset(policy text, key text) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);
@@ -452,6 +462,7 @@ $$;
 CREATE FUNCTION rate_limit.reset_ad_hoc(key text) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 BEGIN
     PERFORM rate_limit._key_arg('key', key);
@@ -660,6 +671,7 @@ $$;
 CREATE FUNCTION rate_limit.acquire(policy text, key text) RETURNS rate_limit.decision
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._lease_policy(policy);
@@ -692,6 +704,7 @@ $$;
 CREATE FUNCTION rate_limit.release(policy text, key text, lease bigint) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._lease_policy(policy);
@@ -729,6 +742,7 @@ $$;
 CREATE FUNCTION rate_limit.block(policy text, key text, duration interval) RETURNS rate_limit.decision
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._policy_named(policy);
@@ -758,6 +772,7 @@ $$;
 CREATE FUNCTION rate_limit.unblock(policy text, key text) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._policy_named(policy);
@@ -852,6 +867,7 @@ CREATE FUNCTION rate_limit.reserve(policy text, key text, estimate bigint, hold 
 RETURNS rate_limit.decision
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);
@@ -891,6 +907,7 @@ CREATE FUNCTION rate_limit.settle(policy text, key text, reservation bigint, act
 RETURNS rate_limit.decision
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);
@@ -962,6 +979,7 @@ CREATE FUNCTION rate_limit.book(policy text, key text, cost bigint DEFAULT 1, ma
 RETURNS rate_limit.decision
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);
@@ -1025,6 +1043,7 @@ CREATE FUNCTION rate_limit.cancel_booking(policy text, key text, booking bigint)
 RETURNS rate_limit.decision
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);

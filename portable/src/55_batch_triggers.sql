@@ -101,6 +101,7 @@ CREATE FUNCTION rate_limit.take_batch(policy text, keys text[], costs integer[] 
 RETURNS TABLE (ordinality integer, key text, allowed boolean, remaining bigint, retry_after interval)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy;
@@ -242,6 +243,7 @@ $$;
 CREATE FUNCTION rate_limit.limit_writes() RETURNS trigger
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
 AS $$
 DECLARE
     usage text := 'Use CREATE TRIGGER ... BEFORE INSERT OR UPDATE ON t FOR EACH ROW EXECUTE FUNCTION rate_limit.limit_writes(''policy'', ''key_column'' [, ''cost'']).';

@@ -12,6 +12,7 @@ use std::cell::Cell;
 
 use super::{key_arg, policy_arg};
 use crate::error;
+use crate::kept_plans;
 use crate::policies;
 use crate::policies::overrides::{self, Effect, Stored, ACTIONS};
 use crate::time::clock;
@@ -169,10 +170,12 @@ mod rate_limit {
             set_at.into(),
             note.into(),
         ];
-        Spi::connect_mut(|client| {
-            let plan = kept(client, &SET, UPSERT, &SET_TYPES)?;
-            client.update(plan, None, &args)?;
-            Ok::<_, pgrx::spi::SpiError>(())
+        kept_plans::by_key(|| {
+            Spi::connect_mut(|client| {
+                let plan = kept(client, &SET, UPSERT, &SET_TYPES)?;
+                client.update(plan, None, &args)?;
+                Ok::<_, pgrx::spi::SpiError>(())
+            })
         })
         .map_err(|e| error::internal(F, e))
     }
@@ -186,10 +189,12 @@ mod rate_limit {
             policy.ok_or_else(|| error::null_argument(F, "policy", "Pass the policy's name."))?;
         let key = key_arg(F, "key", key)?;
         let args: [DatumWithOid<'_>; 2] = [policy.into(), key.into()];
-        let deleted = Spi::connect_mut(|client| {
-            let plan = kept(client, &CLEAR, DELETE, &CLEAR_TYPES)?;
-            let t = client.update(plan, None, &args)?;
-            Ok::<_, pgrx::spi::SpiError>(t.len())
+        let deleted = kept_plans::by_key(|| {
+            Spi::connect_mut(|client| {
+                let plan = kept(client, &CLEAR, DELETE, &CLEAR_TYPES)?;
+                let t = client.update(plan, None, &args)?;
+                Ok::<_, pgrx::spi::SpiError>(t.len())
+            })
         })
         .map_err(|e| error::internal(F, e))?;
         Ok(deleted > 0)

@@ -25,6 +25,7 @@ use pgrx::{FromDatum, IntoDatum};
 use super::Stored;
 use crate::cluster::installed::citus_installed;
 use crate::error;
+use crate::kept_plans;
 use crate::policies::with_latest_snapshot;
 
 /// One key's override, by the primary key: `$1` policy, `$2` key, `$3` the policy's `created_at` (an
@@ -294,10 +295,12 @@ fn of_key_by_statement(
     let args: [DatumWithOid<'_>; 3] = [name.into(), key.into(), created_at.into()];
     // the call's snapshot, as the direct read
     as_table_owner(function, || {
-        Spi::connect(|client| {
-            let plan = of_key_plan(client)?;
-            let mut rows = client.select(plan, Some(1), &args)?;
-            rows.next().map(|row| stored(&row)).transpose()
+        kept_plans::by_key(|| {
+            Spi::connect(|client| {
+                let plan = of_key_plan(client)?;
+                let mut rows = client.select(plan, Some(1), &args)?;
+                rows.next().map(|row| stored(&row)).transpose()
+            })
         })
         .map_err(|e: SpiError| error::internal(function, e))
     })

@@ -24,11 +24,12 @@
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::pg_sys::panic::ErrorReport;
-use pgrx::spi::Spi;
 use siphasher::sip128::{Hasher128, SipHasher13};
 use std::hash::Hasher;
 
-use super::{one_key, plans_for, read, read_only, read_with, row_args, spi, timestamptz, write};
+use super::{
+    connect, one_key, plans_for, read, read_only, read_with, row_args, spi, timestamptz, write,
+};
 use crate::error;
 use crate::time::clock;
 use rate_limit_model::algorithm::{lease_id, State};
@@ -78,7 +79,7 @@ pub fn acquire(
     slots: &[Target<'_>],
     random: u64,
 ) -> Result<(Vec<State>, Option<State>, i64), ErrorReport> {
-    Spi::connect_mut(|client| {
+    connect(|client| {
         let plans = plans_for(function, client, one_key(slots))?;
         let now = clock::table_now_us();
         let ro = read_only();

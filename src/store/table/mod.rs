@@ -5,8 +5,9 @@
 //! operator with its schema (`OPERATOR(pg_catalog.=)`, as PostgreSQL's RI triggers build their queries), so
 //! no caller's `search_path`, whoever prepared the plan first, can redirect it; the SQL functions that run
 //! them are `SECURITY DEFINER` without any `SET` clause. Every kept statement touches one row through the
-//! primary key: no plan depends on planner settings or on the table's size when it was prepared (a
-//! batch's statements, [`batch`], name many rows and are planned for each batch). Statements that
+//! primary key and runs with sequential scans off ([`connect`], [`kept_plans`]): no plan depends on the
+//! table's size when it was planned (a batch's statements, [`batch`], name many rows and are planned for
+//! each batch). Statements that
 //! may write are prepared as mutating (SPI runs them in a fresh snapshot) but run with `SpiClient::select`:
 //! pgrx's `update` would force a transaction id, so that every denied call would commit a WAL record.
 //!
@@ -53,6 +54,7 @@ use pgrx::spi::{OwnedPreparedStatement, Spi, SpiClient, SpiError};
 use pgrx::PgSqlErrorCode;
 
 use crate::error;
+use crate::kept_plans;
 use crate::time::clock;
 use rate_limit_model::algorithm::{Algorithm, Outcome, Policy, State};
 use rate_limit_model::target::{evaluate_all, granted, Namespace, Stored, Target};
@@ -79,6 +81,14 @@ const INSERT: &str = "INSERT INTO rate_limit.bucket_state \
 const SET_STATE: &str = "UPDATE rate_limit.bucket_state SET \
      level = $3, updated_at = $4, algorithm = $5, rate = $6, per_us = $7, burst = $8";
 const DELETE: &str = "DELETE FROM rate_limit.bucket_state";
+/// `Spi::connect_mut` for statements run with the kept [`plans`], which the planner plans for lookups by
+/// key ([`kept_plans::by_key`]).
+fn connect<R>(
+    f: impl FnOnce(&mut SpiClient<'_>) -> Result<R, ErrorReport>,
+) -> Result<R, ErrorReport> {
+    kept_plans::by_key(|| Spi::connect_mut(f))
+}
+
 /// An SPI failure as XX000 (only a bug or a damaged installation can cause one).
 fn spi<T>(function: &'static str, r: Result<T, SpiError>) -> Result<T, ErrorReport> {
     r.map_err(|e| error::internal(function, e))
@@ -223,7 +233,7 @@ pub fn take(
     targets: &[Target<'_>],
     cost: i64,
 ) -> Result<Vec<Outcome>, ErrorReport> {
-    Spi::connect_mut(|client| {
+    connect(|client| {
         let plans = plans_for(function, client, one_key(targets))?;
         if cost == 0 || read_only() {
             let plan = if cost == 0 {
@@ -256,7 +266,7 @@ pub fn peek_fresh(
     function: &'static str,
     targets: &[Target<'_>],
 ) -> Result<Vec<Outcome>, ErrorReport> {
-    Spi::connect_mut(|client| {
+    connect(|client| {
         let plans = plans_for(function, client, one_key(targets))?;
         let mut stored = Vec::with_capacity(targets.len());
         for t in targets {
@@ -399,7 +409,7 @@ pub fn update<R>(
     if read_only() {
         return Err(error::read_only(function));
     }
-    Spi::connect_mut(|client| {
+    connect(|client| {
         let plans = plans_for(function, client, Some(target.key))?;
         let stored = read(client, &plans.lock, function, target)?;
         let (state, result) = step(stored, clock::table_now_us());
@@ -413,7 +423,7 @@ pub fn update<R>(
 /// Locks the row of `target`'s bucket (`FOR UPDATE`, until the transaction ends; waits for a transaction
 /// that holds it), if it has one: the first step of the seam's lock order before its block bucket.
 pub fn lock_row(function: &'static str, target: &Target<'_>) -> Result<(), ErrorReport> {
-    Spi::connect_mut(|client| {
+    connect(|client| {
         let plans = plans_for(function, client, Some(target.key))?;
         read(client, &plans.lock, function, target).map(|_| ())
     })
@@ -433,7 +443,7 @@ pub fn upsert(
     if read_only() {
         return Err(error::read_only(function));
     }
-    Spi::connect_mut(|client| {
+    connect(|client| {
         let plans = plans_for(function, client, Some(target.key))?;
         if target.policy.algorithm() == Algorithm::Reservation {
             let outcome = step(None, clock::table_now_us());
@@ -467,7 +477,7 @@ pub fn reset(
     if read_only() {
         return Err(error::read_only(function));
     }
-    Spi::connect_mut(|client| {
+    connect(|client| {
         let plans = plans_for(function, client, Some(key))?;
         let args: [DatumWithOid<'_>; 2] = [namespace.stored_name().into(), key.into()];
         Ok(!spi(function, client.select(&plans.delete, None, &args))?.is_empty())
