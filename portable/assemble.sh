@@ -25,18 +25,18 @@ HEADER
   compiled_comments
 }
 
-# The compiled edition's COMMENT ON FUNCTION statements (../sql/finalize.sql, written once there) of the
-# functions src/ creates and does not comment itself.
+# The compiled edition's COMMENT ON FUNCTION and PROCEDURE statements (../sql/finalize.sql, written once
+# there) of the functions and procedures src/ creates and does not comment itself.
 compiled_comments() {
   local own
-  own=$(sed -n 's/^COMMENT ON FUNCTION \([a-z_.]*\)[( ].*/\1/p' src/*.sql | sort -u | tr '\n' ' ')
-  sed -n 's/^CREATE FUNCTION \([a-z_.]*\)(.*/\1/p' src/*.sql | sort -u |
+  own=$(sed -n 's/^COMMENT ON \(FUNCTION\|PROCEDURE\) \([a-z_.]*\)[( ].*/\2/p' src/*.sql | sort -u | tr '\n' ' ')
+  sed -n 's/^CREATE \(FUNCTION\|PROCEDURE\) \([a-z_.]*\)(.*/\2/p' src/*.sql | sort -u |
     awk -v own="$own" -v comments=../sql/finalize.sql '
       BEGIN { n = split(own, o, " "); for (i = 1; i <= n; i++) skip[o[i]] = 1 }
       !($0 in skip) { keep[$0] = 1 }
       END {
         while ((getline line < comments) > 0) {
-          if (line ~ /^COMMENT ON FUNCTION /) { name = line; sub(/^COMMENT ON FUNCTION /, "", name); sub(/[( ].*/, "", name); on = (name in keep) }
+          if (line ~ /^COMMENT ON (FUNCTION|PROCEDURE) /) { name = line; sub(/^COMMENT ON (FUNCTION|PROCEDURE) /, "", name); sub(/[( ].*/, "", name); on = (name in keep) }
           if (on) { print line; if (line ~ /;[[:space:]]*$/) on = 0 }
         }
       }'

@@ -28,6 +28,8 @@ CREATE FUNCTION rate_limit.node_metrics_rows() RETURNS TABLE(kind text, policy t
     VOLATILE STRICT PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'node_metrics_rows_wrapper';
 CREATE FUNCTION rate_limit.purge_rows() RETURNS TABLE(store text, finished_at timestamp with time zone, freed bigint)
     VOLATILE STRICT PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'purge_rows_wrapper';
+CREATE FUNCTION rate_limit.purge_span(idle interval, after_namespace text, after_key text) RETURNS TABLE(deleted bigint, next_namespace text, next_key text)
+    VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'purge_span_wrapper';
 CREATE FUNCTION rate_limit.metrics_top_keys_rows() RETURNS TABLE(kind text, policy text, rank integer, key text, denials bigint)
     VOLATILE STRICT PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'metrics_top_keys_rows_wrapper';
 
@@ -196,6 +198,34 @@ BEGIN
 END
 $$;
 
+-- rate_limit.purge_idle() (the purge for pg_cron, in short transactions): the procedure; its span function,
+-- rate_limit.purge_span, is in 000-new-functions.sql.
+-- The purge to schedule with pg_cron where no background worker runs (docs/operations.md): the full
+-- buckets untouched for idle, read 1 000 rows of the state table a transaction in the primary key's order,
+-- committing after each, so that a caller waits at most one short transaction for a row the purge locked
+-- and a bucket in use keeps its row (rate_limit.purge_span does each span). CALL it on its own, as pg_cron
+-- does: inside a transaction block its first COMMIT fails with 2D000. A procedure that commits can be
+-- neither SECURITY DEFINER nor carry a SET clause: it runs as its caller (owner only) and names everything
+-- with its schema.
+CREATE PROCEDURE rate_limit.purge_idle(idle pg_catalog.interval DEFAULT pg_catalog.interval '5 minutes')
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    span record;
+    after_namespace pg_catalog.text;
+    after_key pg_catalog.text;
+BEGIN
+    LOOP
+        SELECT s.deleted, s.next_namespace, s.next_key INTO span
+          FROM rate_limit.purge_span(idle, after_namespace, after_key) AS s;
+        COMMIT;
+        EXIT WHEN span.next_key IS NULL;
+        after_namespace := span.next_namespace;
+        after_key := span.next_key;
+    END LOOP;
+END
+$$;
+
 -- Every function's privileges and comment, as sql/finalize.sql gives a fresh install:
 -- BEGIN made from src/surface/ by scripts/generate-surface.sh: every function's privileges and comment
 COMMENT ON FUNCTION rate_limiting_request(text, integer, integer) IS
@@ -270,6 +300,9 @@ COMMENT ON FUNCTION rate_limit.clear_override(text, text) IS
 REVOKE EXECUTE ON FUNCTION rate_limit.purge() FROM PUBLIC;
 COMMENT ON FUNCTION rate_limit.purge() IS
     'Delete every bucket of both stores that is full now (lossless); returns how many; owner only';
+REVOKE EXECUTE ON PROCEDURE rate_limit.purge_idle(interval) FROM PUBLIC;
+COMMENT ON PROCEDURE rate_limit.purge_idle(interval) IS
+    'Delete the full buckets untouched for idle, 1000 rows a transaction (CALL it on its own, as pg_cron does); owner only';
 COMMENT ON FUNCTION rate_limit.clock_shift() IS
     'How far the table store''s clock is behind clock_timestamp() (non-zero after promoting a standby whose clock was off)';
 COMMENT ON FUNCTION rate_limit.memory_usage() IS
@@ -327,6 +360,9 @@ REVOKE EXECUTE ON FUNCTION rate_limit.purge_rows() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rate_limit.purge_rows() TO pg_monitor;
 COMMENT ON FUNCTION rate_limit.purge_rows() IS
     'Internal: the rows of rate_limit.metrics_purge';
+REVOKE EXECUTE ON FUNCTION rate_limit.purge_span(interval, text, text) FROM PUBLIC;
+COMMENT ON FUNCTION rate_limit.purge_span(interval, text, text) IS
+    'Internal: one transaction of rate_limit.purge_idle, the next 1000 rows after the one named';
 REVOKE EXECUTE ON FUNCTION rate_limit.metrics_top_keys_rows() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rate_limit.metrics_top_keys_rows() TO pg_monitor;
 COMMENT ON FUNCTION rate_limit.metrics_top_keys_rows() IS

@@ -36,7 +36,7 @@ use crate::time::{clock, clock_shift};
 
 /// Rows a database's purge reads per transaction (deleting the full, idle ones): the most a caller can
 /// wait for the worker is the time one such transaction takes, a few milliseconds.
-pub const SPAN: i64 = 1000;
+pub const SPAN: i64 = store::PURGE_SPAN_ROWS;
 
 /// Milliseconds a database's purge waits for a lock (`lock_timeout`) before it fails; the next round
 /// tries again.

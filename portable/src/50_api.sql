@@ -213,9 +213,96 @@ BEGIN
      WHERE rate_limit._is_full(ROW(s.algorithm, s.rate, s.per_us, s.burst, NULL, NULL, NULL, NULL, NULL)::rate_limit._limit,
                                s.level, rate_limit._us(s.updated_at), now);
     GET DIAGNOSTICS freed = ROW_COUNT;
-    INSERT INTO rate_limit.purges AS p (store, finished_at, freed) VALUES ('table', clock_timestamp(), freed)
-    ON CONFLICT ON CONSTRAINT purges_pkey DO UPDATE SET finished_at = EXCLUDED.finished_at, freed = EXCLUDED.freed;
+    PERFORM rate_limit._purge_finished(freed);
     RETURN freed;
+END
+$$;
+
+-- Records a finished purge (rate_limit.purge or purge_idle) for rate_limit.metrics_purge.
+CREATE FUNCTION rate_limit._purge_finished(freed bigint) RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+INSERT INTO rate_limit.purges AS p (store, finished_at, freed) VALUES ('table', clock_timestamp(), freed)
+ON CONFLICT ON CONSTRAINT purges_pkey DO UPDATE SET finished_at = EXCLUDED.finished_at, freed = EXCLUDED.freed
+$$;
+
+-- One transaction of rate_limit.purge_idle: the next 1 000 rows of the state table after
+-- (after_namespace, after_key) in the primary key's order (from its start when they are NULL); those full now
+-- and untouched for idle are locked with SKIP LOCKED (a row a caller holds is left for the next round) and
+-- deleted, checked again as they are. Returns how many it deleted and where the next span starts (NULL: the
+-- table's end). Planned at each call (EXECUTE), for the table as it is. The compiled edition's
+-- rate_limit.purge_span (src/store/table/purge.rs).
+CREATE FUNCTION rate_limit._purge_span(idle interval, after_namespace text, after_key text,
+                                       OUT deleted bigint, OUT next_namespace text, OUT next_key text)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    now bigint := rate_limit._now();
+    idle_since timestamptz;
+    read bigint;
+    idle_and_full constant text :=
+        '%1$s.updated_at <= $1 AND rate_limit._is_full(ROW(%1$s.algorithm, %1$s.rate, %1$s.per_us, %1$s.burst, '
+        'NULL, NULL, NULL, NULL, NULL)::rate_limit._limit, %1$s.level, rate_limit._us(%1$s.updated_at), $2)';
+BEGIN
+    IF idle IS NULL THEN
+        PERFORM rate_limit._null_argument('idle',
+            'Pass how long a full bucket must have been untouched, e.g. interval ''5 minutes''.');
+    END IF;
+    idle_since := rate_limit._ts(now - rate_limit._period_us('idle', idle));
+    EXECUTE format(
+        'WITH span AS MATERIALIZED (
+             SELECT s.ctid AS row_id, s.namespace, s.key FROM rate_limit.bucket_state AS s %s
+              ORDER BY s.namespace, s.key LIMIT 1000),
+         gone AS (
+             DELETE FROM rate_limit.bucket_state AS d
+              WHERE d.ctid = ANY (ARRAY(
+                    SELECT f.ctid FROM rate_limit.bucket_state AS f
+                     WHERE f.ctid = ANY (ARRAY(SELECT row_id FROM span)) AND %s
+                       FOR UPDATE SKIP LOCKED))
+                AND %s
+             RETURNING 1)
+         SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM span), last.namespace, last.key
+           FROM span AS last ORDER BY last.namespace DESC, last.key DESC LIMIT 1',
+        CASE WHEN after_namespace IS NULL OR after_key IS NULL THEN ''
+             ELSE 'WHERE ROW(s.namespace, s.key) > ROW($3::text, $4::text)' END,
+        format(idle_and_full, 'f'), format(idle_and_full, 'd'))
+    INTO deleted, read, next_namespace, next_key
+    USING idle_since, now, after_namespace, after_key;
+    deleted := coalesce(deleted, 0);
+    IF coalesce(read, 0) < 1000 THEN
+        next_namespace := NULL;
+        next_key := NULL;
+    END IF;
+END
+$$;
+
+-- The purge to schedule with pg_cron (docs/portable.md): the full buckets untouched for idle, read 1 000
+-- rows of the state table a transaction in the primary key's order, committing after each, so that a
+-- caller waits at most one short transaction for a row the purge locked and a bucket in use keeps its row;
+-- recorded for rate_limit.metrics_purge. CALL it on its own, as pg_cron does: inside a transaction block its
+-- first COMMIT fails with 2D000. A procedure that commits can be neither SECURITY DEFINER nor carry a SET
+-- clause: it runs as its caller (owner only) and names everything with its schema.
+CREATE PROCEDURE rate_limit.purge_idle(idle pg_catalog.interval DEFAULT pg_catalog.interval '5 minutes')
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    span record;
+    after_namespace pg_catalog.text;
+    after_key pg_catalog.text;
+    freed bigint := 0;
+BEGIN
+    LOOP
+        SELECT s.deleted, s.next_namespace, s.next_key INTO span
+          FROM rate_limit._purge_span(idle, after_namespace, after_key) AS s;
+        freed := freed OPERATOR(pg_catalog.+) span.deleted;
+        COMMIT;
+        EXIT WHEN span.next_key IS NULL;
+        after_namespace := span.next_namespace;
+        after_key := span.next_key;
+    END LOOP;
+    PERFORM rate_limit._purge_finished(freed);
 END
 $$;
 

@@ -44,13 +44,13 @@ LEFT JOIN rate_limit.leases_held_rows() AS l ON l.policy COLLATE "C" OPERATOR(pg
 COMMENT ON VIEW rate_limit.metrics_policies IS
     'Each policy''s rate, period, burst and shadow mode, and the leases held of a concurrency policy; owner and pg_monitor';
 
--- The last finished rate_limit.purge (the portable edition has no background worker: schedule the purge
--- with pg_cron).
+-- The last finished rate_limit.purge or purge_idle (the portable edition has no background worker:
+-- schedule CALL rate_limit.purge_idle() with pg_cron).
 CREATE VIEW rate_limit.metrics_purge AS
 SELECT pg_catalog.current_database()::text AS database, p.store, p.finished_at, p.freed
 FROM rate_limit.purges AS p;
 COMMENT ON VIEW rate_limit.metrics_purge IS
-    'When rate_limit.purge last finished and what it deleted; owner and pg_monitor';
+    'When rate_limit.purge or purge_idle last finished and what it deleted; owner and pg_monitor';
 
 -- Security model: any role may take, peek and wait, and read the policies; only the owner (the role that
 -- installed this edition, and roles it grants) may change policies, refund, reset, block, purge and list
@@ -62,6 +62,7 @@ REVOKE ALL ON TABLE rate_limit.bucket_state, rate_limit.key_overrides, rate_limi
 REVOKE ALL ON TABLE rate_limit.policies FROM PUBLIC;
 GRANT SELECT ON TABLE rate_limit.policies TO PUBLIC;
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA rate_limit FROM PUBLIC;
+REVOKE EXECUTE ON ALL PROCEDURES IN SCHEMA rate_limit FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     rate_limit.peek_request(text, integer, integer),
     rate_limit.tokens(text, integer, integer),

@@ -24,5 +24,7 @@ CREATE FUNCTION rate_limit.node_metrics_rows() RETURNS TABLE(kind text, policy t
     VOLATILE STRICT PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'node_metrics_rows_wrapper';
 CREATE FUNCTION rate_limit.purge_rows() RETURNS TABLE(store text, finished_at timestamp with time zone, freed bigint)
     VOLATILE STRICT PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'purge_rows_wrapper';
+CREATE FUNCTION rate_limit.purge_span(idle interval, after_namespace text, after_key text) RETURNS TABLE(deleted bigint, next_namespace text, next_key text)
+    VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'purge_span_wrapper';
 CREATE FUNCTION rate_limit.metrics_top_keys_rows() RETURNS TABLE(kind text, policy text, rank integer, key text, denials bigint)
     VOLATILE STRICT PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'metrics_top_keys_rows_wrapper';

@@ -16,6 +16,7 @@
 //! - `stats`: the statistics views' functions and their reset (owner only);
 //! - `metrics`: the monitoring views' functions (owner and `pg_monitor`);
 //! - `nodes_of`: under Citus, the node that holds each key;
+//! - `purge_idle`: the span function of `rate_limit.purge_idle()`, the purge for pg_cron;
 //! - `internal`: the memory store's reports and what the extension's views read (`memory_buckets`
 //!   and `memory_shares` are the owner's; `memory_usage`, sizes and counts only, is open to every role);
 //! - `materialized`: handing many rows of a set-returning function to the executor at once.
@@ -37,6 +38,7 @@ pub mod metrics;
 pub mod nodes_of;
 pub mod overrides;
 pub mod policies;
+pub mod purge_idle;
 pub mod request;
 pub mod reservations;
 pub mod stats;

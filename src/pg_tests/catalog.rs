@@ -7,7 +7,7 @@ mod tests {
     use pgrx::prelude::*;
 
     use crate::pg_tests::helpers::{int, text};
-    use crate::surface::{functions, Access, Body, Schema, Use};
+    use crate::surface::{functions, Access, Body, Kind, Schema, Use};
 
     /// Every function the extension owns is in the surface's table and nothing else is; each one's
     /// schema, EXECUTE for PUBLIC and pg_monitor, comment, key parameter, parameters, result, language,
@@ -23,6 +23,7 @@ mod tests {
                         pg_catalog.obj_description(p.oid, 'pg_proc'), \
                         coalesce(pg_catalog.array_to_string(p.proargnames, ','), ''), \
                         pg_catalog.pg_get_function_arguments(p.oid), \
+                        p.prokind = 'p', \
                         pg_catalog.pg_get_function_result(p.oid), \
                         CASE WHEN l.lanname = 'c' THEN p.prosrc END, \
                         CASE p.provolatile WHEN 'v' THEN 'VOLATILE' WHEN 's' THEN 'STABLE' \
@@ -47,6 +48,7 @@ mod tests {
             comment: Option<String>,
             names: String,
             parameters: String,
+            procedure: bool,
             result: String,
             symbol: Option<String>,
             attributes: String,
@@ -63,9 +65,10 @@ mod tests {
                         comment: r.get(5)?,
                         names: r.get(6)?.unwrap_or_default(),
                         parameters: r.get(7)?.unwrap_or_default(),
-                        result: r.get(8)?.unwrap_or_default(),
-                        symbol: r.get(9)?,
-                        attributes: r.get(10)?.unwrap_or_default(),
+                        procedure: r.get(8)?.unwrap_or_default(),
+                        result: r.get(9)?.unwrap_or_default(),
+                        symbol: r.get(10)?,
+                        attributes: r.get(11)?.unwrap_or_default(),
                     })
                 })
                 .collect::<Result<Vec<Row>, pgrx::spi::SpiError>>()
@@ -104,7 +107,22 @@ mod tests {
                 .comment
                 .unwrap_or_else(|| panic!("{signature} has no comment"));
             assert_eq!(comment, f.comment, "{signature}: comment");
-            assert_eq!(row.parameters, f.parameters, "{signature}: parameters");
+            assert_eq!(
+                row.procedure,
+                f.kind == Kind::Procedure,
+                "{signature}: a procedure"
+            );
+            // PostgreSQL 14 and later print a procedure's parameters with their mode (IN), 13 without
+            let parameters = if row.procedure {
+                row.parameters
+                    .split(", ")
+                    .map(|p| p.strip_prefix("IN ").unwrap_or(p))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            } else {
+                row.parameters
+            };
+            assert_eq!(parameters, f.parameters, "{signature}: parameters");
             assert_eq!(row.result, f.result, "{signature}: result");
             let body = row.symbol.map(|symbol| (symbol, row.attributes));
             match f.body {
@@ -183,7 +201,8 @@ mod tests {
         // that read shared memory only (memory usage, statistics, metrics: closed to PUBLIC instead), and
         // distribute (closed to PUBLIC; Citus checks the caller's own rights on what it distributes);
         // and allow, which runs as its owner by switching itself (api/allow.rs; tested by
-        // allow_runs_as_its_owner_for_a_role_without_rights)
+        // allow_runs_as_its_owner_for_a_role_without_rights); and purge_idle, a procedure that commits
+        // (which SECURITY DEFINER forbids), closed to PUBLIC, calling the SECURITY DEFINER purge_span
         assert_eq!(
             text(
                 "SELECT string_agg(DISTINCT p.proname, ' ' ORDER BY p.proname) FROM pg_proc p \
@@ -193,7 +212,7 @@ mod tests {
             Some(
                 "allow clock_shift distribute headers memory_shares memory_usage metrics_rows metrics_top_keys_rows \
                  node_metrics_rows node_stats_rows node_top_limited_rows policies_changed policies_dropped \
-                 purge_rows reset_stats state_after_take state_is_full state_tokens stats_rows top_limited_rows"
+                 purge_idle purge_rows reset_stats state_after_take state_is_full state_tokens stats_rows top_limited_rows"
             )
         );
     }

@@ -55,6 +55,7 @@ pub use table::evaluations as table_evaluations;
 pub use table::{Position as PurgePosition, Span as PurgeSpan};
 
 use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::PgSqlErrorCode;
 
 use buckets::{with_store, Buckets};
 
@@ -439,6 +440,47 @@ pub fn purge_table_span(
     idle_us: i64,
 ) -> Result<PurgeSpan, ErrorReport> {
     table::purge_span(function, table, after, rows, idle_us)
+}
+
+/// Rows one transaction of the table store's purge reads (the background worker's, and
+/// `rate_limit.purge_idle()`'s): the most a caller can wait for the purge is the time one such transaction
+/// takes, a few milliseconds.
+pub const PURGE_SPAN_ROWS: i64 = 1000;
+
+/// One transaction of `rate_limit.purge_idle()`: a span of the state table ([`PURGE_SPAN_ROWS`] rows after
+/// `after`, the full ones untouched for `idle_us` deleted) and, on the first span (`after` is `None`), the
+/// memory store's full buckets of this database. 0A000 under Citus, where the state table's shards are
+/// each node's background worker's to purge.
+pub fn purge_idle_span(
+    function: &'static str,
+    after: Option<&PurgePosition>,
+    idle_us: i64,
+) -> Result<PurgeSpan, ErrorReport> {
+    if table::purge_targets(function)? != [table::STATE_TABLE] {
+        return Err(ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+            "rate_limit.purge_idle() does not run on a distributed state table",
+            function,
+        )
+        .set_hint(
+            "Under Citus each node's background worker purges the shards it holds \
+             (rate_limit.purge_interval); rate_limit.purge() deletes every full bucket at once.",
+        ));
+    }
+    let memory = if after.is_none() {
+        purge_memory_of_database(function, true)?
+    } else {
+        0
+    };
+    let mut span = table::purge_span(
+        function,
+        table::STATE_TABLE,
+        after,
+        PURGE_SPAN_ROWS,
+        idle_us,
+    )?;
+    span.deleted = span.deleted.saturating_add(memory);
+    Ok(span)
 }
 
 /// Frees the memory buckets of the current database's dropped policies (see [`dropped`]) and, when

@@ -112,6 +112,20 @@ pub const ADMIN: &[Function] = &[
         only",
     ),
     call(
+        "purge_idle",
+        "interval",
+        Access::Owner,
+        Route::NotForwarded,
+        "#rate_limitpurge_idle",
+    )
+    .procedure()
+    .declared("idle interval DEFAULT '00:05:00'::interval", "")
+    .since("0.5.0")
+    .commented(
+        "Delete the full buckets untouched for idle, 1000 rows a transaction (CALL it on its own, as \
+        pg_cron does); owner only",
+    ),
+    call(
         "clock_shift",
         "",
         Access::Public,

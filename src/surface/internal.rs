@@ -88,6 +88,16 @@ pub const INTERNAL: &[Function] = &[
     .in_c("purge_rows_wrapper", "VOLATILE STRICT PARALLEL UNSAFE")
     .since("0.5.0")
     .commented("Internal: the rows of rate_limit.metrics_purge"),
+    internal("purge_span", "interval, text, text", Access::Owner)
+    .declared(
+        "idle interval, after_namespace text, after_key text",
+        "TABLE(deleted bigint, next_namespace text, next_key text)",
+    )
+    .in_c("purge_span_wrapper", "VOLATILE SECURITY DEFINER PARALLEL UNSAFE")
+    .since("0.5.0")
+    .commented(
+        "Internal: one transaction of rate_limit.purge_idle, the next 1000 rows after the one named",
+    ),
     internal("metrics_top_keys_rows", "", Access::Monitor)
     .declared("", "TABLE(kind text, policy text, rank integer, key text, denials bigint)")
     .in_c("metrics_top_keys_rows_wrapper", "VOLATILE STRICT PARALLEL UNSAFE")

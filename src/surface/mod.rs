@@ -86,9 +86,20 @@ pub enum Body {
     Sql,
 }
 
+/// What kind of routine an entry is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A function (`SELECT`).
+    Function,
+    /// A procedure (`CALL`), which can commit between its steps: no result, never forwarded.
+    Procedure,
+}
+
 /// One function of the SQL surface.
 #[derive(Clone, Copy, Debug)]
 pub struct Function {
+    /// A function, or a procedure.
+    pub kind: Kind,
     /// Its name.
     pub name: &'static str,
     /// Its argument types as `oidvectortypes(proargtypes)` prints them.
@@ -126,6 +137,7 @@ pub struct Function {
 impl Function {
     /// What an entry has before it states its declaration: the catalog check fails on any part left so.
     const UNDECLARED: Function = Function {
+        kind: Kind::Function,
         name: "",
         arguments: "",
         schema: Schema::RateLimit,
@@ -141,6 +153,14 @@ impl Function {
         takes_tokens: false,
         comment: "",
     };
+
+    /// The keyword SQL names it by in `GRANT`, `REVOKE` and `COMMENT ON`.
+    pub fn sql_kind(&self) -> &'static str {
+        match self.kind {
+            Kind::Function => "FUNCTION",
+            Kind::Procedure => "PROCEDURE",
+        }
+    }
 
     /// Its signature as `name(types)`, the form the catalog check compares.
     pub fn signature(&self) -> String {
@@ -196,6 +216,14 @@ impl Function {
     /// States the version that first created it.
     const fn since(self, since: &'static str) -> Function {
         Function { since, ..self }
+    }
+
+    /// States that it is a procedure.
+    const fn procedure(self) -> Function {
+        Function {
+            kind: Kind::Procedure,
+            ..self
+        }
     }
 
     /// States that a call takes tokens.

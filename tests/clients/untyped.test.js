@@ -96,6 +96,8 @@ test('every public function accepts untyped parameters', async () => {
     assert.equal((await one('SELECT rate_limit.reset_ad_hoc($1) AS r', ['k'])).r, true);
     assert.equal((await one('SELECT rate_limit.reset_request($1) AS r', ['u'])).r, true);
     assert.equal(typeof (await one('SELECT rate_limit.purge() AS r', [])).r, 'string');
+    // a procedure that commits between its transactions, through the extended protocol
+    assert.equal((await db.query('CALL rate_limit.purge_idle($1)', ['1 second'])).command, 'CALL');
     assert.equal((await one('SELECT slot_bytes FROM rate_limit.memory_usage()', [])).slot_bytes, '96');
     await one('SET rate_limit.store = memory', []);
     assert.equal((await one('SELECT rate_limiting_request($1, $2, $3) AS r', ['m', 1, 10])).r, 9);

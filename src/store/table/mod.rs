@@ -42,7 +42,7 @@ use plans::{one_key, plans_for, Plans};
 
 pub use batch::each_of_batch;
 pub use leases::acquire;
-pub use purge::{purge, purge_span, targets as purge_targets, Position, Span};
+pub use purge::{purge, purge_span, targets as purge_targets, Position, Span, STATE_TABLE};
 
 #[cfg(any(test, feature = "pg_test"))]
 pub use sql::evaluations;

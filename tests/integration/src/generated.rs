@@ -71,14 +71,15 @@ pub fn privileges_and_comments() -> String {
     let mut sql = String::new();
     for f in functions() {
         let function = format!("{}({})", sql_name(f), f.arguments);
+        let kind = f.sql_kind();
         if matches!(f.access, Access::Owner | Access::Monitor) {
-            sql += &format!("REVOKE EXECUTE ON FUNCTION {function} FROM PUBLIC;\n");
+            sql += &format!("REVOKE EXECUTE ON {kind} {function} FROM PUBLIC;\n");
         }
         if f.access == Access::Monitor {
-            sql += &format!("GRANT EXECUTE ON FUNCTION {function} TO pg_monitor;\n");
+            sql += &format!("GRANT EXECUTE ON {kind} {function} TO pg_monitor;\n");
         }
         sql += &format!(
-            "COMMENT ON FUNCTION {function} IS\n    {};\n",
+            "COMMENT ON {kind} {function} IS\n    {};\n",
             literal(f.comment)
         );
     }

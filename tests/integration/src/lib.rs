@@ -10,6 +10,7 @@ use std::time::Duration;
 pub mod surface;
 
 pub mod generated;
+pub mod purge;
 
 use postgres::error::SqlState;
 use postgres::{Client, IsolationLevel, NoTls};

@@ -1069,6 +1069,12 @@ fn each_nodes_worker_purges_only_the_shards_it_holds() {
     }
     assert_eq!(rows(&mut c, &on1), 0, "worker 1 purged its own shard");
     assert_eq!(rows(&mut c, &on2), 1, "and left worker 2's alone");
+    // the purge for pg_cron is each node's worker's here: refused on a distributed state table
+    let e = c
+        .batch_execute("CALL rate_limit.purge_idle('1 second')")
+        .expect_err("purge_idle under Citus");
+    assert_eq!(e.code(), Some(&SqlState::FEATURE_NOT_SUPPORTED), "{e:?}");
+    assert_eq!(rows(&mut c, &on2), 1, "nothing deleted");
 }
 
 /// Moves the shard that holds `key` (and the shards colocated with it) to the worker at `to`, a connection

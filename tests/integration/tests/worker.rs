@@ -13,6 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use postgres::Client;
+use rate_limit_integration::purge::{assert_idle_deleted_span_by_span, KeyInUse, RECORD_DELETIONS};
 use rate_limit_integration::TestDb;
 
 struct PurgeEverySecond(Client);
@@ -168,35 +169,15 @@ fn last_table_purge(c: &mut Client) -> f64 {
 fn a_bucket_in_use_keeps_its_row_and_each_purge_transaction_reads_one_span() {
     let db = TestDb::new("worker_in_use");
     let mut c = db.connect();
+    c.batch_execute(RECORD_DELETIONS)
+        .expect("the record of deletions");
     c.batch_execute(
-        "CREATE TABLE public.purged (namespace text, key text, xact bigint);
-         CREATE FUNCTION public.note_purged() RETURNS trigger LANGUAGE plpgsql AS
-           $$ BEGIN INSERT INTO public.purged VALUES (OLD.namespace, OLD.key, txid_current()); RETURN OLD; END $$;
-         CREATE TRIGGER note_purged AFTER DELETE ON rate_limit.bucket_state
-           FOR EACH ROW EXECUTE FUNCTION public.note_purged();
-         SELECT rate_limit.create_policy('refills', 1000, '1 second', burst => 1);
+        "SELECT rate_limit.create_policy('refills', 1000, '1 second', burst => 1);
          SELECT count(*) FROM generate_series(1, 3000) AS g, LATERAL rate_limit.take('refills', 'idle' || g);",
     )
-    .expect("the trigger and the idle buckets");
+    .expect("the idle buckets");
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let caller = {
-        let stop = stop.clone();
-        let mut c = db.connect();
-        thread::spawn(move || {
-            let mut calls = 0;
-            while !stop.load(Ordering::Relaxed) {
-                let allowed: bool = c
-                    .query_one("SELECT allowed FROM rate_limit.take('refills', 'hot')", &[])
-                    .expect("every call is answered during purges")
-                    .get(0);
-                assert!(allowed, "the hot bucket refills between calls");
-                calls += 1;
-                thread::sleep(Duration::from_millis(20));
-            }
-            calls
-        })
-    };
+    let hot = KeyInUse::start(db.connect(), "refills", "hot");
 
     let mut admin = db.connect();
     let before = last_table_purge(&mut admin);
@@ -215,41 +196,13 @@ fn a_bucket_in_use_keeps_its_row_and_each_purge_transaction_reads_one_span() {
         });
     }
     drop(guard);
-    stop.store(true, Ordering::Relaxed);
-    let calls = caller.join().expect("the hot key's caller");
+    let calls = hot.stop();
     assert!(
         calls > 50,
         "the hot key was called throughout: {calls} calls"
     );
 
-    assert_eq!(
-        count(
-            &mut admin,
-            "SELECT count(*) FROM public.purged WHERE key = 'hot'"
-        ),
-        0,
-        "the bucket in use was never deleted"
-    );
-    assert_eq!(
-        count(
-            &mut admin,
-            "SELECT count(DISTINCT key) FROM public.purged WHERE key LIKE 'idle%'"
-        ),
-        3000
-    );
-    let (transactions, most): (i64, i64) = {
-        let r = admin
-            .query_one(
-                "SELECT count(*), max(n) FROM (SELECT xact, count(*) AS n FROM public.purged GROUP BY xact) t",
-                &[],
-            )
-            .expect("deletions per transaction");
-        (r.get(0), r.get(1))
-    };
-    assert!(
-        most <= 1000 && transactions >= 3,
-        "{transactions} transactions deleted the 3000 idle buckets, up to {most} rows each"
-    );
+    assert_idle_deleted_span_by_span(&mut admin, 3000);
 }
 
 #[test]
