@@ -4,6 +4,8 @@
 # (100 000 keys of rate_limiting_request and of a token-bucket policy, and the seed's table):
 #   compiled   CREATE EXTENSION rate_limit (the table store: rate_limit.store = 'table')
 #   portable   portable/rate_limit_portable.sql, run by the database's owner (a role without superuser)
+#   portable_noset   the same file without its entry points' `SET enable_seqscan = off`: what that clause
+#              costs a call (the fast paths had no SET clause before it)
 # Every scenario runs in each round (pgbench -M prepared, BENCH_CLIENTS clients, synchronous_commit off,
 # BENCH_ROUNDS rounds of BENCH_SECONDS, the scenarios' order rotating by round): SELECT 1, then
 # rate_limiting_request and take on 100 000 random keys (mostly granted) and on one hot key (mostly
@@ -12,7 +14,7 @@
 # round; the goals are ratios of two scenarios of the same round, reported as the median with the lowest
 # and highest round. Writes bench/results/portable.md.
 #
-#   bench/run.sh portable                   (about 15 minutes, 5 of them compiling)
+#   bench/run.sh portable                   (about 20 minutes, 5 of them compiling)
 #   BENCH_ROUNDS=3 BENCH_SECONDS=5 bench/run.sh portable
 
 SECONDS_PER_ROUND=${BENCH_SECONDS:-10}
@@ -38,16 +40,19 @@ sql() { local db=$1; shift; psql_at portable_bench "$PORT" -d "$db" -q "$@"; }
 
 echo "== two databases, 100 000 keys each"
 sql postgres -c "CREATE ROLE bench_owner LOGIN" -c "CREATE DATABASE compiled" \
-  -c "CREATE DATABASE portable OWNER bench_owner"
+  -c "CREATE DATABASE portable OWNER bench_owner" -c "CREATE DATABASE portable_noset OWNER bench_owner"
 sql compiled -c "CREATE EXTENSION rate_limit"
 sql portable -U bench_owner -1 -f "$ROOT/portable/rate_limit_portable.sql" -f "$ROOT/bench/setup/portable_floors.sql"
+# the same edition without its entry points' SET enable_seqscan = off (what that clause costs a call)
+grep -vx 'SET enable_seqscan = off' "$ROOT/portable/rate_limit_portable.sql" |
+  sql portable_noset -U bench_owner -1 -v ON_ERROR_STOP=1 -f -
 # the seed's function, SECURITY DEFINER, over its own table (bench/setup/portable_floors.sql)
 sed -e 's/baseline_rate_limiting_request/rate_limit.bench_seed_definer/g' \
   -e 's/baseline_rate_limit\b/rate_limit.bench_seed_state/g' \
   -e 's/LANGUAGE plpgsql AS/LANGUAGE plpgsql SECURITY DEFINER AS/' "$ROOT/bench/setup/baseline.sql" |
   sql portable -U bench_owner -1 -v ON_ERROR_STOP=1 -f - \
     -c "SELECT count(rate_limit.bench_seed_definer('key' || g, 2, 60)) FROM generate_series(1, 100000) g"
-for db in compiled portable; do
+for db in compiled portable portable_noset; do
   sql "$db" -f "$ROOT/bench/setup/baseline.sql" \
     -c "SELECT rate_limit.create_policy('bench', 2, '1 second', 120)" \
     -c "SELECT count(baseline_rate_limiting_request('key' || g, 2, 60)) FROM generate_series(1, 100000) g" \
@@ -68,6 +73,10 @@ SCENARIOS=(
   "request_hot portable extension_hot.sql"
   "take_hot compiled take_hot.sql"
   "take_hot portable take_hot.sql"
+  "request_random portable_noset extension_random.sql"
+  "take_random portable_noset take_random.sql"
+  "request_hot portable_noset extension_hot.sql"
+  "take_hot portable_noset take_hot.sql"
   "baseline_random portable baseline_random.sql"
   "baseline_hot portable baseline_hot.sql"
   "take_floor_hot portable take_floor_hot.sql"
@@ -110,7 +119,7 @@ def ratios(a, b):
 rows = []
 for scenario in ["request_random", "take_random", "request_hot", "take_hot", "baseline_random", "baseline_hot",
                  "take_floor_hot", "seed_definer_random"]:
-    for db in ["compiled", "portable"]:
+    for db in ["compiled", "portable", "portable_noset"]:
         if (runs[0], scenario, db) in tps:
             rows.append(f"| {scenario} | {db} | {spread(ratios((scenario, db), ('select1', 'compiled')))} |")
 goals = [
@@ -138,6 +147,11 @@ with open(out, "w") as f:
             f"hot key | {spread(ratios(('take_floor_hot', 'portable'), ('baseline_hot', 'portable')))} |\n")
     f.write("| `bench_seed_definer` (the seed's function, `SECURITY DEFINER`), random keys | the compiled table "
             f"store's request, random keys | {spread(ratios(('seed_definer_random', 'portable'), ('request_random', 'compiled')))} |\n")
+    f.write("\nThe entry points' `SET enable_seqscan = off` (docs/operations.md: plans kept by a session reach a bucket by "
+            "its key whatever the table's size): the edition as shipped against the same file without that clause "
+            "(database portable_noset), same round:\n\n| call | with ÷ without |\n| --- | ---: |\n")
+    for scenario in ["request_random", "take_random", "request_hot", "take_hot"]:
+        f.write(f"| {scenario} | {spread(ratios((scenario, 'portable'), (scenario, 'portable_noset')))} |\n")
     f.write("\nEach scenario as a ratio to `SELECT 1` of its round:\n\n| scenario | database | ratio to SELECT 1 |\n"
             "| --- | --- | ---: |\n")
     f.write("\n".join(rows) + "\n")
