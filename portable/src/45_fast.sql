@@ -33,8 +33,12 @@
 -- Planned while the table was empty (a new installation, or after a purge deleted every bucket and VACUUM
 -- truncated it), a read by key and an UPDATE by ctid are sequential scans, and every later call of that
 -- session read the whole table as it grew back (tests/integration/tests/plans.rs). With sequential scans
--- off the planner takes the primary key or the ctid whatever the size. The SET costs about 1 µs a call
--- (a nest level of settings saved and restored), against whole-table reads.
+-- off the planner takes the primary key or the ctid whatever the size (and the overrides' primary key:
+-- planned on an empty rate_limit.key_overrides, the subquery was a sequential scan too). Its price is not
+-- the clause (SET enable_seqscan = on measured as fast as no clause) but the plans: index scans of the
+-- tiny rate_limit._fast_policies and key_overrides instead of reading their one page, 0.86-0.90 of the
+-- fast paths' throughput in bench/results/portable.md's run (0.94-0.99 by hand), against whole-table reads
+-- for as long as a session lives.
 --
 -- Concurrency: a grant writes the row version it read; under READ COMMITTED a concurrent writer makes that
 -- UPDATE wait and then write nothing (the call then takes the generic path, which reads the newest version
