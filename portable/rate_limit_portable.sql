@@ -2472,7 +2472,7 @@ $$;
 -- truncated it), a read by key and an UPDATE by ctid are sequential scans, and every later call of that
 -- session read the whole table as it grew back (tests/integration/tests/plans.rs). With sequential scans
 -- off the planner takes the primary key or the ctid whatever the size (and the overrides' primary key:
--- planned on an empty rate_limit.key_overrides, the subquery was a sequential scan too). Its price is not
+-- planned on rate_limit.key_overrides vacuumed empty, take's subquery read every override too). Its price is not
 -- the clause (SET enable_seqscan = on measured as fast as no clause) but the plans: index scans of the
 -- tiny rate_limit._fast_policies and key_overrides instead of reading their one page, 0.86-0.90 of the
 -- fast paths' throughput in bench/results/portable.md's run (0.94-0.99 by hand), against whole-table reads
