@@ -271,6 +271,10 @@ fn for_each_slot(function: &'static str, mut each: impl FnMut(&Slot, i64, i64)) 
     };
     let mut copied: Vec<Slot> = Vec::with_capacity(table.header.slots_per_partition as usize);
     let database = current_database();
+    // one mapping to the wall clock for the whole listing: read per partition, the two clocks' readings
+    // jittered by a few microseconds between partitions, and two instants a slot apart showed a gap a few
+    // microseconds off (bookings.rs)
+    let offset = table.wall_offset();
     for p in 0..table.header.partitions {
         copied.clear();
         let now = {
@@ -283,7 +287,6 @@ fn for_each_slot(function: &'static str, mut each: impl FnMut(&Slot, i64, i64)) 
             );
             table.now()
         };
-        let offset = table.wall_offset();
         for s in &copied {
             each(s, now, offset);
         }
