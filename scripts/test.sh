@@ -140,6 +140,12 @@ citus() { # citus VERSION: three fresh nodes with Citus and rate_limit preloaded
   RATE_LIMIT_TEST_CITUS_WORKER2_START="$(pg_ctl_command "$v" "$TEST_ROOT/${CITUS_NODES[2]}-$v" start)" \
     cargo test -p rate_limit_integration --test citus -- --test-threads=1 || status=$?
   for i in 0 1 2; do cluster_stop "$v" "$TEST_ROOT/${CITUS_NODES[i]}-$v"; done
+  if [ "$status" != 0 ]; then # what the nodes said last (a failure under load may be the server's)
+    for i in 0 1 2; do
+      echo "--- ${CITUS_NODES[i]}-$v: the last errors in its server.log"
+      grep -E -A2 '(ERROR|FATAL|PANIC|WARNING): ' "$TEST_ROOT/${CITUS_NODES[i]}-$v/server.log" | tail -n 30 || true
+    done
+  fi
   return "$status"
 }
 

@@ -208,8 +208,9 @@ impl TestDb {
             Edition::Portable => {
                 admin
                     .batch_execute(&format!(
+                        // two tests creating it at once: the loser sees the catalog's unique index
                         "DO $$ BEGIN CREATE ROLE {PORTABLE_OWNER} LOGIN; \
-                         EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+                         EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
                     ))
                     .expect("create the portable edition's owner");
                 format!(" OWNER {PORTABLE_OWNER}")

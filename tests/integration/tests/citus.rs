@@ -1086,6 +1086,16 @@ fn move_shard_of(coordinator: &mut Client, key: &str, to: &str) {
 /// [`move_shard_of`] in the transfer mode `mode`: `block_writes`, or `force_logical` (the rows copied while
 /// writes go on, logical replication catching up, writes blocked only at the cutover).
 fn move_shard_by(coordinator: &mut Client, key: &str, to: &str, mode: &str) {
+    try_move_shard_by(coordinator, key, to, mode).expect("move the key's shard");
+}
+
+/// [`move_shard_by`], its error returned.
+fn try_move_shard_by(
+    coordinator: &mut Client,
+    key: &str,
+    to: &str,
+    mode: &str,
+) -> Result<(), postgres::Error> {
     coordinator
         .query(
             "SELECT citus_move_shard_placement(s.shardid, n.nodename, n.nodeport, $2, $3::int, \
@@ -1094,7 +1104,7 @@ fn move_shard_by(coordinator: &mut Client, key: &str, to: &str, mode: &str) {
              JOIN pg_dist_placement p USING (shardid) JOIN pg_dist_node n USING (groupid)",
             &[&key, &part(to, "host"), &part(to, "port").parse::<i32>().expect("port"), &mode],
         )
-        .expect("move the key's shard");
+        .map(drop)
 }
 
 /// The burst of a key hammered while its shard moves: 5 seconds of [`RATE`], longer than a move blocks its
@@ -1128,8 +1138,10 @@ fn hammer_while_the_shard_moves(nodes: &[String], store: &str, mode: &str) {
         thread::spawn(move || {
             thread::sleep(Duration::from_secs(1));
             let started = Instant::now();
-            move_shard_by(&mut connect(&coordinator), &key, &to, &mode);
-            started.elapsed()
+            // the error, if any, is reported by the test's own thread (its message first in the output)
+            try_move_shard_by(&mut connect(&coordinator), &key, &to, &mode)
+                .map(|()| started.elapsed())
+                .map_err(|e| format!("{e:?}"))
         })
     };
     let allowance = Allowance {
@@ -1146,7 +1158,10 @@ fn hammer_while_the_shard_moves(nodes: &[String], store: &str, mode: &str) {
     };
     let ways = [Way::TopLevel, Way::InTransaction];
     hammer_is_exact_within(nodes, &policy, &key, &ways, 3, &allowance);
-    let took = mover.join().expect("the move");
+    let took = mover
+        .join()
+        .expect("the mover thread")
+        .unwrap_or_else(|e| panic!("the move under load failed ({mode}, {store} store): {e}"));
     assert!(
         took < Duration::from_secs(SECONDS),
         "the move ended under load: {took:?}"

@@ -9,7 +9,11 @@
 use postgres::GenericClient;
 use rate_limit_integration::TestDb;
 
-/// The sequential scans of `table` in this session's current transaction, and the rows they read.
+/// The sequential scans of `table` counted so far in this session's statistics not yet sent, and the rows
+/// they read. The `pg_stat_xact_*` counters are a backend's pending statistics, which PostgreSQL sends
+/// when the session goes idle at most once a second (half a second before 15): they may still hold
+/// earlier transactions' counts, so a measure is the difference of two readings inside one transaction
+/// (nothing is sent while a transaction is open).
 fn seq_scans(client: &mut impl GenericClient, table: &str) -> (i64, i64) {
     let row = client
         .query_one(
@@ -19,6 +23,17 @@ fn seq_scans(client: &mut impl GenericClient, table: &str) -> (i64, i64) {
         )
         .expect("read this transaction's table statistics");
     (row.get(0), row.get(1))
+}
+
+/// The sequential scans of `table` that `calls` made, and the rows they read, measured in one transaction
+/// of `session` (committed).
+fn seq_scans_by(session: &mut postgres::Client, table: &str, calls: &str) -> (i64, i64) {
+    let mut check = session.transaction().expect("begin");
+    let before = seq_scans(&mut check, table);
+    check.batch_execute(calls).expect("the calls measured");
+    let after = seq_scans(&mut check, table);
+    check.commit().expect("commit");
+    (after.0 - before.0, after.1 - before.1)
 }
 
 /// One session makes its plans while the state table is empty and vacuumed (0 pages: the planner knows it
@@ -75,22 +90,19 @@ fn plans_made_on_an_empty_table_still_reach_one_row_by_its_key() {
         )
         .expect("make 20 000 buckets from another session");
 
-    let mut check = session.transaction().expect("begin");
-    check
-        .batch_execute(
-            "SELECT rate_limit.take('plans', 'early-1');
-             SELECT rate_limit.take('plans', 'new-key');
-             SELECT rate_limiting_request('early-1', 1000, 60);
-             SELECT rate_limiting_request('new-key', 1000, 60)",
-        )
-        .expect("call again once the table has grown");
-    let (scans, rows) = seq_scans(&mut check, "rate_limit.bucket_state");
+    let measured = seq_scans_by(
+        &mut session,
+        "rate_limit.bucket_state",
+        "SELECT rate_limit.take('plans', 'early-1');
+         SELECT rate_limit.take('plans', 'new-key');
+         SELECT rate_limiting_request('early-1', 1000, 60);
+         SELECT rate_limiting_request('new-key', 1000, 60)",
+    );
     assert_eq!(
-        (scans, rows),
+        measured,
         (0, 0),
         "the calls scanned the whole state table (sequential scans, rows read)"
     );
-    check.commit().expect("commit");
 }
 
 /// One session makes its plans while no key has an override (the table vacuumed empty); the owner then
@@ -136,17 +148,15 @@ fn plans_made_without_overrides_still_reach_one_override_by_its_key() {
             .batch_execute(&format!("SELECT rate_limit.take('plans', '{warm_up}')"))
             .expect("a call before the one measured");
     }
-    let mut check = session.transaction().expect("begin");
-    check
-        .batch_execute(
-            "SELECT rate_limit.take('plans', 'early-1');
-             SELECT rate_limit.take('plans', 'new-key')",
-        )
-        .expect("call again once the overrides exist");
+    let measured = seq_scans_by(
+        &mut session,
+        "rate_limit.key_overrides",
+        "SELECT rate_limit.take('plans', 'early-1');
+         SELECT rate_limit.take('plans', 'new-key')",
+    );
     assert_eq!(
-        seq_scans(&mut check, "rate_limit.key_overrides"),
+        measured,
         (0, 0),
         "the calls scanned every override (sequential scans, rows read)"
     );
-    check.commit().expect("commit");
 }
