@@ -24,6 +24,7 @@
 
 use std::fmt;
 
+pub mod adaptive;
 pub mod block;
 pub mod booking;
 pub mod calendar;
