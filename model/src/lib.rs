@@ -3,7 +3,8 @@
 //! with no server). The extension's stores load, lock and save state; every number comes from here.
 //!
 //! - [`algorithm`]: the algorithms (token bucket, fixed, sliding and calendar windows) and the lease and
-//!   block buckets, on one state shape,
+//!   block buckets, on one state shape, and [`algorithm::adaptive`], a concurrency limit that adapts to
+//!   what releases report (not yet used by the stores),
 //!   carry-over when a policy's numbers change, refunds, charges after the fact with bounded debt; [`algorithm::token_bucket`] is the token
 //!   bucket's exact arithmetic (integer fractions of a token, rebasing on a clock that went back), and the
 //!   limit given as rate per second and window;
@@ -15,6 +16,8 @@
 //!   shadow mode and all-or-nothing, over a narrow store trait (property tests with an in-memory store);
 //! - [`decision`]: combining the outcomes of a call's buckets into one decision (shadow-mode denials
 //!   included);
+//! - [`hierarchy`]: how a parent's tokens are shared among its children by weight, work-conserving, with
+//!   a stated fairness bound (the sharing half of hierarchical quotas; not yet used by the stores);
 //! - [`http`]: the RateLimit, RateLimit-Policy and Retry-After field values;
 //! - [`summary`]: the Space-Saving summary of the keys denied most; [`denials`]: when a backend adds its
 //!   denials to it;
@@ -28,9 +31,12 @@ pub mod algorithm;
 pub mod bounds;
 pub mod decision;
 pub mod denials;
+pub mod hierarchy;
 pub mod http;
 pub mod pipeline;
 pub mod shares;
 pub mod skew;
 pub mod summary;
 pub mod target;
+#[cfg(test)]
+mod test_support;

@@ -4,6 +4,7 @@
 //! dropping calls.
 
 use super::*;
+use crate::test_support::Lcg;
 use proptest::prelude::*;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -11,19 +12,6 @@ use std::collections::BinaryHeap;
 const MS: i64 = 1000;
 /// The latency target of every simulation.
 const TARGET: i64 = 100 * MS;
-
-/// A small deterministic generator (the simulation's jitter), seeded by the property's input.
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: i64) -> i64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        i64::try_from((self.0 >> 33) % u64::try_from(n).unwrap_or(1)).unwrap_or(0)
-    }
-}
 
 /// What a client does next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
