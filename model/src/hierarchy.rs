@@ -60,13 +60,6 @@ pub struct Fairness {
     pub demand_us: i64,
 }
 
-/// Why a child's call was refused by the sharing (the parent's bucket is the caller's to take from).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
-    /// Its tag is more than `lead` above the floor: others that want more have had less.
-    Ahead,
-}
-
 impl Fairness {
     /// The most two demanding children's normalized grants (tokens ÷ weight) can differ by over any
     /// interval during which both stay demanding, for calls of at most `cost` tokens and weights
@@ -96,14 +89,11 @@ impl Fairness {
     }
 
     /// Whether a child with tag `mine` may take from the parent now (`tags`: every child's, its own
-    /// included; `front`: the parent's).
-    pub fn admit(&self, mine: Tag, tags: &[Tag], front: i64, now: i64) -> Result<(), Refusal> {
-        match self.floor(tags, front, now) {
-            Some(floor) if self.effective(mine, front) > floor.saturating_add(self.lead) => {
-                Err(Refusal::Ahead)
-            }
-            _ => Ok(()),
-        }
+    /// included; `front`: the parent's): false when its tag is more than `lead` above the floor (others
+    /// that want more have had less).
+    pub fn admit(&self, mine: Tag, tags: &[Tag], front: i64, now: i64) -> bool {
+        self.floor(tags, front, now)
+            .is_none_or(|floor| self.effective(mine, front) <= floor.saturating_add(self.lead))
     }
 
     /// A grant of `cost` tokens to a child of weight `weight` with tag `mine`: its tag and the parent's
