@@ -17,6 +17,7 @@
 #     allow_instructions  what allow and take add to that lookup, in instructions (callgrind) (allow_instructions.md)
 #     allow_server_cpu    what allow adds to that lookup's server CPU, kernel included (allow_server_cpu.md)
 #     reservations      reserve and settle against take, call by call, both stores (reservations.md)
+#     adaptive          adaptive concurrency's acquire and release against fixed leases and takes (adaptive.md)
 #     purge_ab          the background worker's purge under load, this build against a revision (purge_ab.md)
 #
 # Each suite's settings (BENCH_SECONDS, BENCH_ROUNDS, BENCH_CLIENTS, BENCH_BASELINE_REV, ...) are described

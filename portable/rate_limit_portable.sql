@@ -66,6 +66,8 @@ CREATE TABLE rate_limit.policies (
     block_for  interval CHECK (block_for > interval '0'),
     blocks_by_hand boolean NOT NULL DEFAULT false,
     description text CHECK (pg_catalog.length(description) <= 1000),
+    adaptive_min bigint CHECK (adaptive_min >= 1),
+    latency_target interval CHECK (latency_target > interval '0'),
     CONSTRAINT policies_calendar_check
         CHECK ((algorithm = 'calendar_window') = (time_zone IS NOT NULL) AND (anchor IS NULL OR time_zone IS NOT NULL)),
     CONSTRAINT policies_block_check CHECK ((block_after IS NULL) = (block_for IS NULL))
@@ -340,7 +342,11 @@ AS $$ SELECT a.algorithm = b.algorithm AND a.rate = b.rate AND a.per_us = b.per_
 -- The state of a key never seen: a full bucket.
 CREATE FUNCTION rate_limit._full_level(l rate_limit._limit) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$ SELECT CASE WHEN l.algorithm = 'token_bucket' THEN l.burst * l.per_us ELSE 0 END $$;
+AS $$
+SELECT CASE WHEN l.algorithm = 'token_bucket' THEN l.burst * l.per_us
+            WHEN l.algorithm = 'adaptive_limit' THEN l.rate * 1000
+            ELSE 0 END
+$$;
 
 ------------------------------------------------------------------------------------------------------------
 -- Token bucket (model/src/algorithm/token_bucket.rs): the level in ticks, one token = per_us ticks.
@@ -869,6 +875,75 @@ END
 $$;
 
 ------------------------------------------------------------------------------------------------------------
+-- Adaptive limits (model/src/algorithm/adaptive.rs): a key's limit, level in thousandths of a lease, at its
+-- last decrease; numbers: rate (and burst) the most leases, per_us the lease TTL. At its most, or one TTL
+-- after its last decrease, it is full (a missing one).
+
+CREATE FUNCTION rate_limit._limit_in_force(l rate_limit._limit, level bigint, at bigint, now bigint)
+RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT level < l.rate * 1000 AND now::numeric < at::numeric + l.per_us $$;
+
+-- A limit reported (Policy::limit_outcome): remaining the leases it allows.
+CREATE FUNCTION rate_limit._limit_outcome(l rate_limit._limit, level bigint, at bigint, now bigint)
+RETURNS rate_limit._outcome LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+BEGIN
+    IF rate_limit._limit_in_force(l, level, at, now) THEN
+        RETURN ROW(true, level, at, level / 1000, NULL, rate_limit._until(at::numeric + l.per_us, now))::rate_limit._outcome;
+    END IF;
+    RETURN ROW(true, l.rate * 1000, now, l.rate, NULL, 0)::rate_limit._outcome;
+END
+$$;
+
+-- The leases a key may hold with limit state (level, at) at now, between min_leases and l.rate
+-- (Adaptive::limit).
+CREATE FUNCTION rate_limit._limit_leases(l rate_limit._limit, level bigint, at bigint, now bigint,
+                                         min_leases bigint)
+RETURNS bigint LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT CASE WHEN level IS NOT NULL AND rate_limit._limit_in_force(l, level, at, now)
+            THEN LEAST(GREATEST(level / 1000, min_leases), l.rate) ELSE l.rate END
+$$;
+
+-- A release's report at now (Policy::adapt, Adaptive::after_release): allowed with the state to write
+-- when the limit changed. A good call adds 1/limit lease; a bad one (not 'ok', or slower than target_us)
+-- cuts it to 9/10, never below min_leases, unless its lease was acquired before the last decrease.
+CREATE FUNCTION rate_limit._adapt(l rate_limit._limit, level bigint, at bigint, now bigint, min_leases bigint,
+                                  target_us bigint, acquired_at bigint, latency_us bigint, outcome text)
+RETURNS rate_limit._outcome LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+    top bigint := l.rate * 1000;
+    cur bigint := top;
+    last_decrease bigint;  -- NULL: none in force
+    o rate_limit._outcome;
+BEGIN
+    IF rate_limit._limit_in_force(l, level, at, now) THEN
+        cur := LEAST(GREATEST(level, min_leases * 1000), top);
+        last_decrease := at;
+    END IF;
+    IF outcome <> 'ok' OR latency_us > target_us THEN
+        IF acquired_at < last_decrease THEN
+            o := rate_limit._limit_outcome(l, level, at, now);
+            o.allowed := false;
+            RETURN o;
+        END IF;
+        o := rate_limit._limit_outcome(l, GREATEST(cur * 9 / 10, min_leases * 1000), now, now);
+        o.allowed := true;
+        RETURN o;
+    END IF;
+    IF cur >= top THEN
+        o := rate_limit._limit_outcome(l, level, at, now);
+        o.allowed := false;
+        RETURN o;
+    END IF;
+    o := rate_limit._limit_outcome(l, LEAST(cur + GREATEST(1000000 / cur, 1), top), last_decrease, now);
+    o.allowed := true;
+    RETURN o;
+END
+$$;
+
+------------------------------------------------------------------------------------------------------------
 -- Every algorithm.
 
 -- Asks for cost (>= 0) tokens at now (Policy::take); cost 0 grants nothing and reports.
@@ -887,6 +962,8 @@ BEGIN
         RETURN rate_limit._slot_outcome(l, level, at, now);
     WHEN 'reservation' THEN
         RETURN rate_limit._take_reservation(l, level, at, now, cost);
+    WHEN 'adaptive_limit' THEN
+        RETURN rate_limit._limit_outcome(l, level, at, now);
     ELSE
         RETURN rate_limit._block_outcome(l, level, at, now);
     END CASE;
@@ -921,6 +998,10 @@ BEGIN
         num := (rate_limit._slot_outcome(l, level, at, now)).remaining;
     WHEN 'reservation' THEN
         num := (rate_limit._reservation_outcome(l, level, at, now)).remaining;
+    WHEN 'adaptive_limit' THEN
+        -- the limit in force, in leases
+        num := (rate_limit._limit_outcome(l, level, at, now)).level;
+        den := 1000;
     ELSE
         num := (rate_limit._block_outcome(l, level, at, now)).remaining;
     END CASE;
@@ -989,6 +1070,7 @@ SELECT CASE l.algorithm
     WHEN 'concurrency' THEN 0
     WHEN 'block' THEN 0
     WHEN 'reservation' THEN 0
+    WHEN 'adaptive_limit' THEN 0
     ELSE 2147483647 - l.burst END
 $$;
 
@@ -1029,6 +1111,8 @@ BEGIN
     WHEN 'reservation' THEN
         -- a reservation is settled, not charged: a charge reports it
         RETURN rate_limit._reservation_outcome(l, level, at, now);
+    WHEN 'adaptive_limit' THEN
+        RETURN rate_limit._limit_outcome(l, level, at, now);
     ELSE
         RETURN rate_limit._block_outcome(l, level, at, now);
     END CASE;
@@ -1091,6 +1175,14 @@ BEGIN
         ELSE
             new_level := 0;
         END IF;
+    WHEN 'adaptive_limit' THEN
+        IF s.algorithm = 'adaptive_limit' THEN
+            -- a limit keeps its level (within the new most leases) and its last decrease
+            new_level := LEAST(level, l.rate * 1000);
+            new_at := at;
+        ELSE
+            new_level := rate_limit._full_level(l);
+        END IF;
     ELSE -- calendar_window
         available := LEAST(GREATEST(rate_limit._fdiv(e.num, e.den), l.burst - 2147483647), l.burst)::bigint;
         -- a count from a calendar window stays in the window it was counted in while it is open at t
@@ -1138,7 +1230,7 @@ CREATE FUNCTION rate_limit._longest_short_us(l rate_limit._limit, max_debt bigin
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $$
 BEGIN
-    IF l.algorithm IN ('concurrency', 'block', 'reservation') THEN
+    IF l.algorithm IN ('concurrency', 'block', 'reservation', 'adaptive_limit') THEN
         RETURN l.per_us;
     END IF;
     RETURN (rate_limit._charge(l, rate_limit._full_level(l), 0, 0,
@@ -1190,7 +1282,10 @@ CREATE TYPE rate_limit._policy AS (
     per            interval,
     burst          bigint,
     time_zone      text,
-    anchor         timestamp
+    anchor         timestamp,
+    -- an adaptive concurrency policy's settings (NULL: fixed leases)
+    adaptive_min   bigint,
+    latency_target_us bigint
 );
 
 -- 22023 for numbers that do not make a policy (PolicyError), with its hint.
@@ -1510,6 +1605,25 @@ BEGIN
         p.block_after := r.block_after;
         p.penalty_for := rate_limit._block_duration_us('block_for', r.block_for);
     END IF;
+    -- checks::adaptive
+    IF r.latency_target IS NULL THEN
+        IF r.adaptive_min IS NOT NULL THEN
+            PERFORM rate_limit._raise('22023', 'policy option "adaptive_min" needs "latency_target"',
+                'Make the policy adaptive with options => ''{"latency_target": "250 milliseconds", "adaptive_min": 2}'', or clear adaptive_min with null.');
+        END IF;
+    ELSE
+        IF l.algorithm <> 'concurrency' THEN
+            PERFORM rate_limit._raise('22023', 'policy option "latency_target" adapts a concurrency policy''s leases; this policy''s algorithm is ' || l.algorithm,
+                'Use it with algorithm => ''concurrency'', or clear it with options => ''{"latency_target": null, "adaptive_min": null}''.');
+        END IF;
+        p.latency_target_us := rate_limit._period_us('latency_target', r.latency_target);
+        p.adaptive_min := COALESCE(r.adaptive_min, 1);
+        IF p.adaptive_min < 1 OR p.adaptive_min > l.rate THEN
+            PERFORM rate_limit._raise('22023', 'policy option "adaptive_min" must be from 1 to the policy''s rate ('
+                || l.rate || '), got ' || p.adaptive_min,
+                'The limit of an adaptive policy stays between adaptive_min and the policy''s rate (its most leases).');
+        END IF;
+    END IF;
     p.rate := l.rate;
     p.per := r.per;
     p.burst := l.burst;
@@ -1635,31 +1749,56 @@ BEGIN
     END LOOP;
     IF deepest > 16 THEN
         PERFORM rate_limit._raise('22023', 'options are nested ' || deepest || ' levels deep; at most 16 are accepted',
-            'Pass a flat JSON object of options, e.g. options => ''{"description": "…"}''; known options: description.');
+            'Pass a flat JSON object of options, e.g. options => ''{"description": "…"}''; known options: description, latency_target, adaptive_min.');
     END IF;
     IF pg_catalog.jsonb_typeof(options) <> 'object' THEN
         PERFORM rate_limit._raise('22023', 'options must be a JSON object, got ' || pg_catalog.jsonb_typeof(options),
-            'Pass options by name, e.g. options => ''{"description": "…"}''; known options: description.');
+            'Pass options by name, e.g. options => ''{"description": "…"}''; known options: description, latency_target, adaptive_min.');
     END IF;
     FOR option IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(options) AS e LOOP
-        IF option.key <> 'description' THEN
+        IF option.key NOT IN ('description', 'latency_target', 'adaptive_min') THEN
             PERFORM rate_limit._raise('22023', 'unknown policy option "'
                 || pg_catalog.left(option.key, 64) || CASE WHEN pg_catalog.length(option.key) > 64 THEN '…' ELSE '' END || '"',
-                'Known options: description.');
+                'Known options: description, latency_target, adaptive_min.');
         END IF;
-        CASE pg_catalog.jsonb_typeof(option.value)
-        WHEN 'null' THEN
-            r.description := NULL;
-        WHEN 'string' THEN
-            IF pg_catalog.length(option.value #>> '{}') > 1000 THEN
-                PERFORM rate_limit._raise('22023', 'policy option "description" takes at most 1000 characters, got '
-                    || pg_catalog.length(option.value #>> '{}'), 'Shorten it; link to a longer text if needed.');
+        CASE option.key
+        WHEN 'description' THEN
+            CASE pg_catalog.jsonb_typeof(option.value)
+            WHEN 'null' THEN
+                r.description := NULL;
+            WHEN 'string' THEN
+                IF pg_catalog.length(option.value #>> '{}') > 1000 THEN
+                    PERFORM rate_limit._raise('22023', 'policy option "description" takes at most 1000 characters, got '
+                        || pg_catalog.length(option.value #>> '{}'), 'Shorten it; link to a longer text if needed.');
+                END IF;
+                r.description := option.value #>> '{}';
+            ELSE
+                PERFORM rate_limit._raise('22023', 'policy option "description" takes a string of at most 1000 characters, or null, got a '
+                    || pg_catalog.jsonb_typeof(option.value),
+                    'Pass e.g. options => ''{"description": "Partner API, owned by the integrations team"}''.');
+            END CASE;
+        WHEN 'latency_target' THEN
+            CASE pg_catalog.jsonb_typeof(option.value)
+            WHEN 'null' THEN
+                r.latency_target := NULL;
+            WHEN 'string' THEN
+                r.latency_target := (option.value #>> '{}')::interval;
+            ELSE
+                PERFORM rate_limit._raise('22023', 'policy option "latency_target" takes an interval as a string (a concurrency policy''s), or null, got a '
+                    || pg_catalog.jsonb_typeof(option.value),
+                    'Pass e.g. options => ''{"latency_target": "250 milliseconds"}''.');
+            END CASE;
+        ELSE -- adaptive_min
+            IF pg_catalog.jsonb_typeof(option.value) = 'null' THEN
+                r.adaptive_min := NULL;
+            ELSIF pg_catalog.jsonb_typeof(option.value) = 'number' AND option.value::text ~ '^-?[0-9]{1,19}$'
+                  AND option.value::text::numeric BETWEEN -9223372036854775808 AND 9223372036854775807 THEN
+                r.adaptive_min := option.value::text::bigint;
+            ELSE
+                PERFORM rate_limit._raise('22023', 'policy option "adaptive_min" takes a whole number of leases from 1 to the policy''s rate, or null (1), got a '
+                    || pg_catalog.jsonb_typeof(option.value),
+                    'Pass e.g. options => ''{"adaptive_min": 2}''.');
             END IF;
-            r.description := option.value #>> '{}';
-        ELSE
-            PERFORM rate_limit._raise('22023', 'policy option "description" takes a string of at most 1000 characters, or null, got a '
-                || pg_catalog.jsonb_typeof(option.value),
-                'Pass e.g. options => ''{"description": "Partner API, owned by the integrations team"}''.');
         END CASE;
     END LOOP;
     RETURN r;
@@ -1778,7 +1917,8 @@ BEGIN
        SET algorithm = r.algorithm, rate = p.rate, per = r.per, burst = p.burst, store = r.store,
            changed_at = r.changed_at, shadow = r.shadow, max_debt = r.max_debt, time_zone = p.time_zone,
            anchor = p.anchor, block_after = r.block_after, block_for = r.block_for,
-           blocks_by_hand = r.blocks_by_hand, description = r.description
+           blocks_by_hand = r.blocks_by_hand, description = r.description,
+           adaptive_min = r.adaptive_min, latency_target = r.latency_target
      WHERE u.name OPERATOR(pg_catalog.=) alter_policy.name;
 END
 $$;
@@ -3344,11 +3484,72 @@ SELECT ROW(t.ns || pg_catalog.chr(31) || slot, t.key, t.lim, t.changed_at, false
            NULL, NULL)::rate_limit._target
 $$;
 
+-- The adaptive limit of t's key (model/src/algorithm/adaptive.rs): a bucket of namespace policy U+001F
+-- adaptive limit, numbers rate leases per lease TTL.
+CREATE FUNCTION rate_limit._limit_target(t rate_limit._target) RETURNS rate_limit._target
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT ROW(t.ns || pg_catalog.chr(31) || 'adaptive limit', t.key,
+           rate_limit._numbers('adaptive_limit', (t.lim).rate, (t.lim).per_us, (t.lim).rate), t.changed_at, false,
+           t.policy, NULL, NULL, false, NULL, NULL)::rate_limit._target
+$$;
+
+-- The leases t's key may hold under adaptive policy p: its limit, read (not locked).
+CREATE FUNCTION rate_limit._key_limit(p rate_limit._policy, t rate_limit._target) RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    lt rate_limit._target := rate_limit._limit_target(t);
+    r rate_limit._row := rate_limit._read(lt.ns, lt.key);
+    now bigint := rate_limit._now();
+    c record := rate_limit._current(lt.lim, r.level, r.at, r.numbers, lt.changed_at, now);
+BEGIN
+    RETURN rate_limit._limit_leases(lt.lim, c.new_level, c.new_at, now, LEAST(p.adaptive_min, (t.lim).rate));
+END
+$$;
+
+-- A released lease of t's key, acquired at acquired_at, adapts its limit under policy p (single::release):
+-- the limit is read, and locked (after the slot) and written only when the report changes it.
+CREATE FUNCTION rate_limit._adapt_limit(p rate_limit._policy, t rate_limit._target, acquired_at bigint,
+                                        now bigint, latency_us bigint, outcome text)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    lt rate_limit._target := rate_limit._limit_target(t);
+    min_leases bigint := LEAST(p.adaptive_min, (t.lim).rate);
+    latency bigint := COALESCE(latency_us, GREATEST(now::numeric - acquired_at, 0)::bigint);
+    r rate_limit._row := rate_limit._read(lt.ns, lt.key);
+    c record := rate_limit._current(lt.lim, r.level, r.at, r.numbers, lt.changed_at, now);
+    o rate_limit._outcome;
+BEGIN
+    -- most reports of a healthy key change nothing (a limit at its most): read before locking
+    IF NOT (rate_limit._adapt(lt.lim, c.new_level, c.new_at, now, min_leases, p.latency_target_us, acquired_at,
+                              latency, outcome)).allowed THEN
+        RETURN;
+    END IF;
+    FOR attempt IN 1..16 LOOP
+        r := rate_limit._lock(lt, 'release a lease');
+        c := rate_limit._current(lt.lim, r.level, r.at, r.numbers, lt.changed_at, now);
+        o := rate_limit._adapt(lt.lim, c.new_level, c.new_at, now, min_leases, p.latency_target_us, acquired_at,
+                               latency, outcome);
+        IF r.level IS NOT NULL THEN
+            PERFORM rate_limit._write(lt, o.level, o.at);
+            RETURN;
+        END IF;
+        IF rate_limit._insert(lt, o.level, o.at) THEN
+            RETURN;
+        END IF;
+    END LOOP;
+    PERFORM rate_limit._gave_up();
+END
+$$;
+
 -- Acquires a lease in the first free slot of t's key: the decision's outcome, and the lease when granted.
 -- An acquire never waits for another transaction: a slot another one is changing counts as held; a slot
 -- without a row is created in a subtransaction that waits at most 1 ms for another creator of the same
 -- slot (its lock_timeout), then counts it as held.
-CREATE FUNCTION rate_limit._acquire(t rate_limit._target, OUT outcome rate_limit._outcome, OUT lease bigint)
+CREATE FUNCTION rate_limit._acquire(t rate_limit._target, slots bigint, OUT outcome rate_limit._outcome,
+                                    OUT lease bigint)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
 DECLARE
@@ -3369,7 +3570,8 @@ DECLARE
     inserted boolean;
     c record;
 BEGIN
-    FOR slot IN 0 .. (t.lim).rate - 1 LOOP
+    -- the key's slots, or those below its adaptive limit
+    FOR slot IN 0 .. slots - 1 LOOP
         s := rate_limit._slot_target(t, slot);
         IF granted_level IS NOT NULL OR ro THEN
             -- report only
@@ -3447,7 +3649,7 @@ BEGIN
         END IF;
     END LOOP;
     outcome := ROW(granted_level IS NOT NULL, COALESCE(granted_level, 0), COALESCE(granted_at, now),
-                   GREATEST((t.lim).rate - held_n, 0),
+                   GREATEST(slots - held_n, 0),
                    CASE WHEN granted_level IS NULL THEN rate_limit._until(first_expiry::numeric, now) END,
                    COALESCE(rate_limit._until(last_expiry::numeric, now), 0))::rate_limit._outcome;
     lease := granted_level;
@@ -3479,7 +3681,8 @@ BEGIN
     ELSE
         blocked := ARRAY[NULL::rate_limit._outcome];
     END IF;
-    a := rate_limit._acquire(t);
+    a := rate_limit._acquire(t, CASE WHEN p.latency_target_us IS NULL THEN (t.lim).rate
+                                     ELSE rate_limit._key_limit(p, t) END);
     outcomes := rate_limit._count_denials(ARRAY[t], ARRAY[a.outcome], blocked);
     d := rate_limit._combine(ARRAY[t], outcomes);
     d.lease := a.lease;
@@ -3487,7 +3690,8 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION rate_limit.release(policy text, key text, lease bigint) RETURNS boolean
+CREATE FUNCTION rate_limit.release(policy text, key text, lease bigint, outcome text DEFAULT 'ok',
+                                   latency interval DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
@@ -3501,9 +3705,23 @@ DECLARE
     now bigint;
     c record;
     o rate_limit._outcome;
+    latency_us bigint;
 BEGIN
     PERFORM rate_limit._key_arg('key', key);
     IF lease IS NULL THEN PERFORM rate_limit._null_argument('lease', 'Pass the lease that rate_limit.acquire returned.'); END IF;
+    IF outcome IS NULL THEN
+        PERFORM rate_limit._null_argument('outcome', 'Pass ''ok'', ''dropped'' or ''timeout'', or leave it out (''ok'').');
+    ELSIF outcome NOT IN ('ok', 'dropped', 'timeout') THEN
+        PERFORM rate_limit._raise('22023', 'outcome must be ''ok'', ''dropped'' or ''timeout'', got "' || pg_catalog.left(outcome, 64) || '"',
+            '''ok'': the backend served the call; ''dropped'': it refused or shed it (a 429, a 503); ''timeout'': the caller gave up waiting.');
+    END IF;
+    IF latency IS NOT NULL THEN
+        IF rate_limit._interval_months(latency) <> 0 OR latency < interval '0' THEN
+            PERFORM rate_limit._raise('22023', 'latency must be an interval of zero or more, without months',
+                'Pass how long the call took, e.g. interval ''120 milliseconds'', or leave it out (the time the lease was held).');
+        END IF;
+        latency_us := COALESCE(rate_limit._interval_us(latency), 9223372036854775807);
+    END IF;
     PERFORM rate_limit._check_session_store(p.store);
     t := rate_limit._policy_target(p, key, false);
     slot := lease & 1023;
@@ -3517,8 +3735,11 @@ BEGIN
     o := rate_limit._release_in(s.lim, c.new_level, c.new_at, now, lease);
     IF o.allowed AND r.level IS NOT NULL THEN
         PERFORM rate_limit._write(s, o.level, o.at);
+        IF p.latency_target_us IS NOT NULL THEN
+            PERFORM rate_limit._adapt_limit(p, t, c.new_at, now, latency_us, outcome);
+        END IF;
     END IF;
-    RETURN o.allowed;
+    RETURN o.allowed AND r.level IS NOT NULL;
 END
 $$;
 
@@ -4262,7 +4483,7 @@ GRANT EXECUTE ON FUNCTION
     rate_limit.wait(text, text, integer, interval),
     rate_limit.charge(text, text, bigint),
     rate_limit.acquire(text, text),
-    rate_limit.release(text, text, bigint),
+    rate_limit.release(text, text, bigint, text, interval),
     rate_limit.reserve(text, text, bigint, interval),
     rate_limit.settle(text, text, bigint, bigint),
     rate_limit.book(text, text, bigint, interval),
@@ -4323,8 +4544,8 @@ COMMENT ON FUNCTION rate_limit.charge(text, text, bigint) IS
     'Charge cost tokens to bucket key of a policy after the fact: always taken, down to its max_debt below zero';
 COMMENT ON FUNCTION rate_limit.acquire(text, text) IS
     'Acquire a lease of key under a concurrency policy: the decision, with the lease id when allowed';
-COMMENT ON FUNCTION rate_limit.release(text, text, bigint) IS
-    'Release a lease acquired with rate_limit.acquire: true if it was held and is now free';
+COMMENT ON FUNCTION rate_limit.release(text, text, bigint, text, interval) IS
+    'Release a lease acquired with rate_limit.acquire: true if it was held and is now free; an adaptive policy''s limit follows the outcome and latency reported';
 COMMENT ON FUNCTION rate_limit.reserve(text, text, bigint, interval) IS
     'Reserve estimate tokens of key under a policy until settled or hold ends: the decision, with the reservation id in lease when allowed';
 COMMENT ON FUNCTION rate_limit.settle(text, text, bigint, bigint) IS

@@ -68,6 +68,9 @@ CREATE TABLE rate_limit.policies (
     blocks_by_hand boolean NOT NULL DEFAULT false,
     -- options (create_policy / alter_policy's options jsonb, one column each):
     description text CHECK (pg_catalog.length(description) <= 1000), -- for the people who run it
+    -- an adaptive concurrency policy: each key's limit between adaptive_min (NULL: 1) and rate
+    adaptive_min bigint CHECK (adaptive_min >= 1),
+    latency_target interval CHECK (latency_target > interval '0'), -- NULL: fixed leases
     CONSTRAINT policies_calendar_check
         CHECK ((algorithm = 'calendar_window') = (time_zone IS NOT NULL) AND (anchor IS NULL OR time_zone IS NOT NULL)),
     CONSTRAINT policies_block_check CHECK ((block_after IS NULL) = (block_for IS NULL))

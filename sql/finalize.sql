@@ -250,8 +250,8 @@ COMMENT ON FUNCTION rate_limit.charge(text, text, bigint) IS
     'Charge cost tokens to bucket key of a policy after the fact: always taken, down to its max_debt below zero';
 COMMENT ON FUNCTION rate_limit.acquire(text, text) IS
     'Acquire a lease of key under a concurrency policy: the decision, with the lease id when allowed';
-COMMENT ON FUNCTION rate_limit.release(text, text, bigint) IS
-    'Release a lease acquired with rate_limit.acquire: true if it was held and is now free';
+COMMENT ON FUNCTION rate_limit.release(text, text, bigint, text, interval) IS
+    'Release a lease acquired with rate_limit.acquire: true if it was held and is now free; an adaptive policy''s limit follows the outcome and latency reported';
 COMMENT ON FUNCTION rate_limit.reserve(text, text, bigint, interval) IS
     'Reserve estimate tokens of key under a policy until settled or hold ends: the decision, with the reservation id in lease when allowed';
 COMMENT ON FUNCTION rate_limit.settle(text, text, bigint, bigint) IS

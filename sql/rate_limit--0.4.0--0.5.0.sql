@@ -2,12 +2,18 @@
 -- one fragment per change: edit those, then assemble again. Frozen once 0.5.0 is in sql/RELEASED.
 \echo Use "ALTER EXTENSION rate_limit UPDATE TO '0.5.0'" to load this file. \quit
 
+-- Functions whose arguments changed in 0.5.0, dropped before 000-new-functions.sql creates them again:
+-- rate_limit.release takes how the call went (outcome, latency) for adaptive concurrency policies.
+DROP FUNCTION rate_limit.release(text, text, bigint);
+
 -- The functions new in 0.5.0, made from src/surface/ by scripts/generate-surface.sh (do not
 -- edit): each as pgrx's schema creates it. Their privileges and comments end the upgrade script.
 CREATE FUNCTION rate_limit.allow(policy text, key text, cost integer DEFAULT 1) RETURNS boolean
     VOLATILE PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'allow_wrapper';
 CREATE FUNCTION rate_limit.take_batch(policy text, keys text[], costs integer[] DEFAULT NULL::integer[], all_or_nothing boolean DEFAULT false) RETURNS TABLE(ordinality integer, key text, allowed boolean, remaining bigint, retry_after interval)
     VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'take_batch_wrapper';
+CREATE FUNCTION rate_limit.release(policy text, key text, lease bigint, outcome text DEFAULT 'ok'::text, latency interval DEFAULT NULL::interval) RETURNS boolean
+    VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'release_wrapper';
 CREATE FUNCTION rate_limit.reserve(policy text, key text, estimate bigint, hold interval DEFAULT '00:05:00'::interval) RETURNS rate_limit.decision
     VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'reserve_wrapper';
 CREATE FUNCTION rate_limit.settle(policy text, key text, reservation bigint, actual bigint) RETURNS rate_limit.decision
@@ -226,6 +232,12 @@ BEGIN
 END
 $$;
 
+-- Adaptive concurrency (create_policy / alter_policy options latency_target and adaptive_min): a
+-- concurrency policy with a latency target adapts each key's limit between adaptive_min and its rate.
+ALTER TABLE rate_limit.policies
+    ADD COLUMN adaptive_min bigint CHECK (adaptive_min >= 1),
+    ADD COLUMN latency_target interval CHECK (latency_target > interval '0');
+
 -- Every function's privileges and comment, as sql/finalize.sql gives a fresh install:
 -- BEGIN made from src/surface/ by scripts/generate-surface.sh: every function's privileges and comment
 COMMENT ON FUNCTION rate_limiting_request(text, integer, integer) IS
@@ -255,8 +267,8 @@ COMMENT ON FUNCTION rate_limit.charge(text, text, bigint) IS
     'Charge cost tokens to bucket key of a policy after the fact: always taken, down to its max_debt below zero';
 COMMENT ON FUNCTION rate_limit.acquire(text, text) IS
     'Acquire a lease of key under a concurrency policy: the decision, with the lease id when allowed';
-COMMENT ON FUNCTION rate_limit.release(text, text, bigint) IS
-    'Release a lease acquired with rate_limit.acquire: true if it was held and is now free';
+COMMENT ON FUNCTION rate_limit.release(text, text, bigint, text, interval) IS
+    'Release a lease acquired with rate_limit.acquire: true if it was held and is now free; an adaptive policy''s limit follows the outcome and latency reported';
 COMMENT ON FUNCTION rate_limit.reserve(text, text, bigint, interval) IS
     'Reserve estimate tokens of key under a policy until settled or hold ends: the decision, with the reservation id in lease when allowed';
 COMMENT ON FUNCTION rate_limit.settle(text, text, bigint, bigint) IS

@@ -127,6 +127,16 @@ FROM rate_limit.acquire('exports', 'tenant_1');
 SELECT rate_limit.release('exports', 'tenant_1', lease) FROM my_lease;
 SELECT allowed, remaining FROM rate_limit.acquire('exports', 'tenant_1');
 
+--@ block reference-adaptive
+--@ hide
+SELECT rate_limit.create_policy('payments', 10, '1 minute', algorithm => 'concurrency',
+    options => '{"latency_target": "250 milliseconds", "adaptive_min": 2}');
+--@ hide
+CREATE TEMP TABLE payment AS SELECT lease FROM rate_limit.acquire('payments', 'acme');
+-- the backend answered 503 after 40 ms
+SELECT rate_limit.release('payments', 'acme', lease, outcome => 'dropped', latency => '40 ms') FROM payment;
+SELECT tokens AS leases FROM rate_limit.buckets WHERE policy = 'payments' AND algorithm = 'adaptive_limit';
+
 --@ block reference-reservations
 --@ hide
 SELECT rate_limit.create_policy('llm', 100000, '1 day', max_debt => 20000);

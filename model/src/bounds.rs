@@ -90,6 +90,13 @@ pub const BOUNDS: &[Bound] = &[
         test: "leases.rs: advisory_locks_cannot_squat_a_keys_leases",
     },
     Bound {
+        resource: "adaptive limit of a key",
+        who: "any role (`release` of a lease it holds, adaptive concurrency policies)",
+        bound: "one bucket beside the key's lease slots; a report moves it once per call: up by 1/limit, or down to 9/10 at most once per round and never below the policy's `adaptive_min` (the owner's); forgotten (full, so purged) one lease TTL (`per`) after its last cut; only the holder of a lease (its id) can report on it, and a role that may acquire a key's leases can lower its limit as it can hold them all",
+        enforced_by: "the model's adaptive limit (`rate_limit_model::algorithm::adaptive`)",
+        test: "adaptive.rs: reports_move_the_limit_exactly_and_an_idle_limit_is_forgotten",
+    },
+    Bound {
         resource: "sleep, snapshot and lock of `wait`",
         who: "any role (`wait`)",
         bound: "`rate_limit.max_wait` (30 s) per statement, however many waits it chains",
@@ -192,8 +199,12 @@ impl Policy {
                 max_debt,
             ),
             // a slot holds a lease `per` after its acquire, a reservation's bucket its reservation `per`
-            // after it was made; a block bucket's own bound is its block
-            Algorithm::Concurrency | Algorithm::Block | Algorithm::Reservation => {
+            // after it was made, an adaptive limit is forgotten `per` after its last decrease; a block
+            // bucket's own bound is its block
+            Algorithm::Concurrency
+            | Algorithm::Block
+            | Algorithm::Reservation
+            | Algorithm::AdaptiveLimit => {
                 return self.period_us();
             }
         };

@@ -52,7 +52,8 @@ pub fn window_seconds(p: &Policy) -> i128 {
         | Algorithm::CalendarWindow
         | Algorithm::Concurrency
         | Algorithm::Block
-        | Algorithm::Reservation => ceil_seconds(i128::from(p.period_us())).max(1),
+        | Algorithm::Reservation
+        | Algorithm::AdaptiveLimit => ceil_seconds(i128::from(p.period_us())).max(1),
     }
 }
 

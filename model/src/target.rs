@@ -167,6 +167,18 @@ pub enum Ask {
         /// The lease's id.
         lease: i64,
     },
+    /// Adapt this bucket, an adaptive concurrency policy's limit, to a released call's report (see
+    /// [`Policy::adapt`](crate::algorithm::Policy::adapt)); allowed when the limit changed.
+    Adapt {
+        /// The policy's adaptive settings.
+        settings: crate::algorithm::Adaptive,
+        /// When the released lease was acquired, in µs.
+        acquired_at: i64,
+        /// The call's latency, in µs.
+        latency_us: i64,
+        /// How the call went.
+        report: crate::algorithm::Report,
+    },
     /// Count one denial of the key in this bucket, a block bucket, blocking the key for `block_for` µs at
     /// the penalty box's limit (see [`Policy::count_denial`](crate::algorithm::Policy::count_denial)).
     CountDenial {
@@ -349,6 +361,19 @@ impl Target<'_> {
             Ask::Release { lease } => self
                 .policy
                 .release_in(self.current(stored, now), now, lease),
+            Ask::Adapt {
+                settings,
+                acquired_at,
+                latency_us,
+                report,
+            } => self.policy.adapt(
+                self.current(stored, now),
+                now,
+                settings,
+                acquired_at,
+                latency_us,
+                report,
+            ),
             Ask::CountDenial { block_for } => {
                 self.policy
                     .count_denial(self.current(stored, now), now, block_for)

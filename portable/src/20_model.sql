@@ -42,7 +42,11 @@ AS $$ SELECT a.algorithm = b.algorithm AND a.rate = b.rate AND a.per_us = b.per_
 -- The state of a key never seen: a full bucket.
 CREATE FUNCTION rate_limit._full_level(l rate_limit._limit) RETURNS bigint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-AS $$ SELECT CASE WHEN l.algorithm = 'token_bucket' THEN l.burst * l.per_us ELSE 0 END $$;
+AS $$
+SELECT CASE WHEN l.algorithm = 'token_bucket' THEN l.burst * l.per_us
+            WHEN l.algorithm = 'adaptive_limit' THEN l.rate * 1000
+            ELSE 0 END
+$$;
 
 ------------------------------------------------------------------------------------------------------------
 -- Token bucket (model/src/algorithm/token_bucket.rs): the level in ticks, one token = per_us ticks.
@@ -571,6 +575,75 @@ END
 $$;
 
 ------------------------------------------------------------------------------------------------------------
+-- Adaptive limits (model/src/algorithm/adaptive.rs): a key's limit, level in thousandths of a lease, at its
+-- last decrease; numbers: rate (and burst) the most leases, per_us the lease TTL. At its most, or one TTL
+-- after its last decrease, it is full (a missing one).
+
+CREATE FUNCTION rate_limit._limit_in_force(l rate_limit._limit, level bigint, at bigint, now bigint)
+RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT level < l.rate * 1000 AND now::numeric < at::numeric + l.per_us $$;
+
+-- A limit reported (Policy::limit_outcome): remaining the leases it allows.
+CREATE FUNCTION rate_limit._limit_outcome(l rate_limit._limit, level bigint, at bigint, now bigint)
+RETURNS rate_limit._outcome LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+BEGIN
+    IF rate_limit._limit_in_force(l, level, at, now) THEN
+        RETURN ROW(true, level, at, level / 1000, NULL, rate_limit._until(at::numeric + l.per_us, now))::rate_limit._outcome;
+    END IF;
+    RETURN ROW(true, l.rate * 1000, now, l.rate, NULL, 0)::rate_limit._outcome;
+END
+$$;
+
+-- The leases a key may hold with limit state (level, at) at now, between min_leases and l.rate
+-- (Adaptive::limit).
+CREATE FUNCTION rate_limit._limit_leases(l rate_limit._limit, level bigint, at bigint, now bigint,
+                                         min_leases bigint)
+RETURNS bigint LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT CASE WHEN level IS NOT NULL AND rate_limit._limit_in_force(l, level, at, now)
+            THEN LEAST(GREATEST(level / 1000, min_leases), l.rate) ELSE l.rate END
+$$;
+
+-- A release's report at now (Policy::adapt, Adaptive::after_release): allowed with the state to write
+-- when the limit changed. A good call adds 1/limit lease; a bad one (not 'ok', or slower than target_us)
+-- cuts it to 9/10, never below min_leases, unless its lease was acquired before the last decrease.
+CREATE FUNCTION rate_limit._adapt(l rate_limit._limit, level bigint, at bigint, now bigint, min_leases bigint,
+                                  target_us bigint, acquired_at bigint, latency_us bigint, outcome text)
+RETURNS rate_limit._outcome LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+    top bigint := l.rate * 1000;
+    cur bigint := top;
+    last_decrease bigint;  -- NULL: none in force
+    o rate_limit._outcome;
+BEGIN
+    IF rate_limit._limit_in_force(l, level, at, now) THEN
+        cur := LEAST(GREATEST(level, min_leases * 1000), top);
+        last_decrease := at;
+    END IF;
+    IF outcome <> 'ok' OR latency_us > target_us THEN
+        IF acquired_at < last_decrease THEN
+            o := rate_limit._limit_outcome(l, level, at, now);
+            o.allowed := false;
+            RETURN o;
+        END IF;
+        o := rate_limit._limit_outcome(l, GREATEST(cur * 9 / 10, min_leases * 1000), now, now);
+        o.allowed := true;
+        RETURN o;
+    END IF;
+    IF cur >= top THEN
+        o := rate_limit._limit_outcome(l, level, at, now);
+        o.allowed := false;
+        RETURN o;
+    END IF;
+    o := rate_limit._limit_outcome(l, LEAST(cur + GREATEST(1000000 / cur, 1), top), last_decrease, now);
+    o.allowed := true;
+    RETURN o;
+END
+$$;
+
+------------------------------------------------------------------------------------------------------------
 -- Every algorithm.
 
 -- Asks for cost (>= 0) tokens at now (Policy::take); cost 0 grants nothing and reports.
@@ -589,6 +662,8 @@ BEGIN
         RETURN rate_limit._slot_outcome(l, level, at, now);
     WHEN 'reservation' THEN
         RETURN rate_limit._take_reservation(l, level, at, now, cost);
+    WHEN 'adaptive_limit' THEN
+        RETURN rate_limit._limit_outcome(l, level, at, now);
     ELSE
         RETURN rate_limit._block_outcome(l, level, at, now);
     END CASE;
@@ -623,6 +698,10 @@ BEGIN
         num := (rate_limit._slot_outcome(l, level, at, now)).remaining;
     WHEN 'reservation' THEN
         num := (rate_limit._reservation_outcome(l, level, at, now)).remaining;
+    WHEN 'adaptive_limit' THEN
+        -- the limit in force, in leases
+        num := (rate_limit._limit_outcome(l, level, at, now)).level;
+        den := 1000;
     ELSE
         num := (rate_limit._block_outcome(l, level, at, now)).remaining;
     END CASE;
@@ -691,6 +770,7 @@ SELECT CASE l.algorithm
     WHEN 'concurrency' THEN 0
     WHEN 'block' THEN 0
     WHEN 'reservation' THEN 0
+    WHEN 'adaptive_limit' THEN 0
     ELSE 2147483647 - l.burst END
 $$;
 
@@ -731,6 +811,8 @@ BEGIN
     WHEN 'reservation' THEN
         -- a reservation is settled, not charged: a charge reports it
         RETURN rate_limit._reservation_outcome(l, level, at, now);
+    WHEN 'adaptive_limit' THEN
+        RETURN rate_limit._limit_outcome(l, level, at, now);
     ELSE
         RETURN rate_limit._block_outcome(l, level, at, now);
     END CASE;
@@ -793,6 +875,14 @@ BEGIN
         ELSE
             new_level := 0;
         END IF;
+    WHEN 'adaptive_limit' THEN
+        IF s.algorithm = 'adaptive_limit' THEN
+            -- a limit keeps its level (within the new most leases) and its last decrease
+            new_level := LEAST(level, l.rate * 1000);
+            new_at := at;
+        ELSE
+            new_level := rate_limit._full_level(l);
+        END IF;
     ELSE -- calendar_window
         available := LEAST(GREATEST(rate_limit._fdiv(e.num, e.den), l.burst - 2147483647), l.burst)::bigint;
         -- a count from a calendar window stays in the window it was counted in while it is open at t
@@ -840,7 +930,7 @@ CREATE FUNCTION rate_limit._longest_short_us(l rate_limit._limit, max_debt bigin
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 AS $$
 BEGIN
-    IF l.algorithm IN ('concurrency', 'block', 'reservation') THEN
+    IF l.algorithm IN ('concurrency', 'block', 'reservation', 'adaptive_limit') THEN
         RETURN l.per_us;
     END IF;
     RETURN (rate_limit._charge(l, rate_limit._full_level(l), 0, 0,

@@ -40,7 +40,10 @@ CREATE TYPE rate_limit._policy AS (
     per            interval,
     burst          bigint,
     time_zone      text,
-    anchor         timestamp
+    anchor         timestamp,
+    -- an adaptive concurrency policy's settings (NULL: fixed leases)
+    adaptive_min   bigint,
+    latency_target_us bigint
 );
 
 -- 22023 for numbers that do not make a policy (PolicyError), with its hint.
@@ -360,6 +363,25 @@ BEGIN
         p.block_after := r.block_after;
         p.penalty_for := rate_limit._block_duration_us('block_for', r.block_for);
     END IF;
+    -- checks::adaptive
+    IF r.latency_target IS NULL THEN
+        IF r.adaptive_min IS NOT NULL THEN
+            PERFORM rate_limit._raise('22023', 'policy option "adaptive_min" needs "latency_target"',
+                'Make the policy adaptive with options => ''{"latency_target": "250 milliseconds", "adaptive_min": 2}'', or clear adaptive_min with null.');
+        END IF;
+    ELSE
+        IF l.algorithm <> 'concurrency' THEN
+            PERFORM rate_limit._raise('22023', 'policy option "latency_target" adapts a concurrency policy''s leases; this policy''s algorithm is ' || l.algorithm,
+                'Use it with algorithm => ''concurrency'', or clear it with options => ''{"latency_target": null, "adaptive_min": null}''.');
+        END IF;
+        p.latency_target_us := rate_limit._period_us('latency_target', r.latency_target);
+        p.adaptive_min := COALESCE(r.adaptive_min, 1);
+        IF p.adaptive_min < 1 OR p.adaptive_min > l.rate THEN
+            PERFORM rate_limit._raise('22023', 'policy option "adaptive_min" must be from 1 to the policy''s rate ('
+                || l.rate || '), got ' || p.adaptive_min,
+                'The limit of an adaptive policy stays between adaptive_min and the policy''s rate (its most leases).');
+        END IF;
+    END IF;
     p.rate := l.rate;
     p.per := r.per;
     p.burst := l.burst;
@@ -485,31 +507,56 @@ BEGIN
     END LOOP;
     IF deepest > 16 THEN
         PERFORM rate_limit._raise('22023', 'options are nested ' || deepest || ' levels deep; at most 16 are accepted',
-            'Pass a flat JSON object of options, e.g. options => ''{"description": "…"}''; known options: description.');
+            'Pass a flat JSON object of options, e.g. options => ''{"description": "…"}''; known options: description, latency_target, adaptive_min.');
     END IF;
     IF pg_catalog.jsonb_typeof(options) <> 'object' THEN
         PERFORM rate_limit._raise('22023', 'options must be a JSON object, got ' || pg_catalog.jsonb_typeof(options),
-            'Pass options by name, e.g. options => ''{"description": "…"}''; known options: description.');
+            'Pass options by name, e.g. options => ''{"description": "…"}''; known options: description, latency_target, adaptive_min.');
     END IF;
     FOR option IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(options) AS e LOOP
-        IF option.key <> 'description' THEN
+        IF option.key NOT IN ('description', 'latency_target', 'adaptive_min') THEN
             PERFORM rate_limit._raise('22023', 'unknown policy option "'
                 || pg_catalog.left(option.key, 64) || CASE WHEN pg_catalog.length(option.key) > 64 THEN '…' ELSE '' END || '"',
-                'Known options: description.');
+                'Known options: description, latency_target, adaptive_min.');
         END IF;
-        CASE pg_catalog.jsonb_typeof(option.value)
-        WHEN 'null' THEN
-            r.description := NULL;
-        WHEN 'string' THEN
-            IF pg_catalog.length(option.value #>> '{}') > 1000 THEN
-                PERFORM rate_limit._raise('22023', 'policy option "description" takes at most 1000 characters, got '
-                    || pg_catalog.length(option.value #>> '{}'), 'Shorten it; link to a longer text if needed.');
+        CASE option.key
+        WHEN 'description' THEN
+            CASE pg_catalog.jsonb_typeof(option.value)
+            WHEN 'null' THEN
+                r.description := NULL;
+            WHEN 'string' THEN
+                IF pg_catalog.length(option.value #>> '{}') > 1000 THEN
+                    PERFORM rate_limit._raise('22023', 'policy option "description" takes at most 1000 characters, got '
+                        || pg_catalog.length(option.value #>> '{}'), 'Shorten it; link to a longer text if needed.');
+                END IF;
+                r.description := option.value #>> '{}';
+            ELSE
+                PERFORM rate_limit._raise('22023', 'policy option "description" takes a string of at most 1000 characters, or null, got a '
+                    || pg_catalog.jsonb_typeof(option.value),
+                    'Pass e.g. options => ''{"description": "Partner API, owned by the integrations team"}''.');
+            END CASE;
+        WHEN 'latency_target' THEN
+            CASE pg_catalog.jsonb_typeof(option.value)
+            WHEN 'null' THEN
+                r.latency_target := NULL;
+            WHEN 'string' THEN
+                r.latency_target := (option.value #>> '{}')::interval;
+            ELSE
+                PERFORM rate_limit._raise('22023', 'policy option "latency_target" takes an interval as a string (a concurrency policy''s), or null, got a '
+                    || pg_catalog.jsonb_typeof(option.value),
+                    'Pass e.g. options => ''{"latency_target": "250 milliseconds"}''.');
+            END CASE;
+        ELSE -- adaptive_min
+            IF pg_catalog.jsonb_typeof(option.value) = 'null' THEN
+                r.adaptive_min := NULL;
+            ELSIF pg_catalog.jsonb_typeof(option.value) = 'number' AND option.value::text ~ '^-?[0-9]{1,19}$'
+                  AND option.value::text::numeric BETWEEN -9223372036854775808 AND 9223372036854775807 THEN
+                r.adaptive_min := option.value::text::bigint;
+            ELSE
+                PERFORM rate_limit._raise('22023', 'policy option "adaptive_min" takes a whole number of leases from 1 to the policy''s rate, or null (1), got a '
+                    || pg_catalog.jsonb_typeof(option.value),
+                    'Pass e.g. options => ''{"adaptive_min": 2}''.');
             END IF;
-            r.description := option.value #>> '{}';
-        ELSE
-            PERFORM rate_limit._raise('22023', 'policy option "description" takes a string of at most 1000 characters, or null, got a '
-                || pg_catalog.jsonb_typeof(option.value),
-                'Pass e.g. options => ''{"description": "Partner API, owned by the integrations team"}''.');
         END CASE;
     END LOOP;
     RETURN r;
@@ -628,7 +675,8 @@ BEGIN
        SET algorithm = r.algorithm, rate = p.rate, per = r.per, burst = p.burst, store = r.store,
            changed_at = r.changed_at, shadow = r.shadow, max_debt = r.max_debt, time_zone = p.time_zone,
            anchor = p.anchor, block_after = r.block_after, block_for = r.block_for,
-           blocks_by_hand = r.blocks_by_hand, description = r.description
+           blocks_by_hand = r.blocks_by_hand, description = r.description,
+           adaptive_min = r.adaptive_min, latency_target = r.latency_target
      WHERE u.name OPERATOR(pg_catalog.=) alter_policy.name;
 END
 $$;

@@ -645,11 +645,72 @@ SELECT ROW(t.ns || pg_catalog.chr(31) || slot, t.key, t.lim, t.changed_at, false
            NULL, NULL)::rate_limit._target
 $$;
 
+-- The adaptive limit of t's key (model/src/algorithm/adaptive.rs): a bucket of namespace policy U+001F
+-- adaptive limit, numbers rate leases per lease TTL.
+CREATE FUNCTION rate_limit._limit_target(t rate_limit._target) RETURNS rate_limit._target
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT ROW(t.ns || pg_catalog.chr(31) || 'adaptive limit', t.key,
+           rate_limit._numbers('adaptive_limit', (t.lim).rate, (t.lim).per_us, (t.lim).rate), t.changed_at, false,
+           t.policy, NULL, NULL, false, NULL, NULL)::rate_limit._target
+$$;
+
+-- The leases t's key may hold under adaptive policy p: its limit, read (not locked).
+CREATE FUNCTION rate_limit._key_limit(p rate_limit._policy, t rate_limit._target) RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    lt rate_limit._target := rate_limit._limit_target(t);
+    r rate_limit._row := rate_limit._read(lt.ns, lt.key);
+    now bigint := rate_limit._now();
+    c record := rate_limit._current(lt.lim, r.level, r.at, r.numbers, lt.changed_at, now);
+BEGIN
+    RETURN rate_limit._limit_leases(lt.lim, c.new_level, c.new_at, now, LEAST(p.adaptive_min, (t.lim).rate));
+END
+$$;
+
+-- A released lease of t's key, acquired at acquired_at, adapts its limit under policy p (single::release):
+-- the limit is read, and locked (after the slot) and written only when the report changes it.
+CREATE FUNCTION rate_limit._adapt_limit(p rate_limit._policy, t rate_limit._target, acquired_at bigint,
+                                        now bigint, latency_us bigint, outcome text)
+RETURNS void LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    lt rate_limit._target := rate_limit._limit_target(t);
+    min_leases bigint := LEAST(p.adaptive_min, (t.lim).rate);
+    latency bigint := COALESCE(latency_us, GREATEST(now::numeric - acquired_at, 0)::bigint);
+    r rate_limit._row := rate_limit._read(lt.ns, lt.key);
+    c record := rate_limit._current(lt.lim, r.level, r.at, r.numbers, lt.changed_at, now);
+    o rate_limit._outcome;
+BEGIN
+    -- most reports of a healthy key change nothing (a limit at its most): read before locking
+    IF NOT (rate_limit._adapt(lt.lim, c.new_level, c.new_at, now, min_leases, p.latency_target_us, acquired_at,
+                              latency, outcome)).allowed THEN
+        RETURN;
+    END IF;
+    FOR attempt IN 1..16 LOOP
+        r := rate_limit._lock(lt, 'release a lease');
+        c := rate_limit._current(lt.lim, r.level, r.at, r.numbers, lt.changed_at, now);
+        o := rate_limit._adapt(lt.lim, c.new_level, c.new_at, now, min_leases, p.latency_target_us, acquired_at,
+                               latency, outcome);
+        IF r.level IS NOT NULL THEN
+            PERFORM rate_limit._write(lt, o.level, o.at);
+            RETURN;
+        END IF;
+        IF rate_limit._insert(lt, o.level, o.at) THEN
+            RETURN;
+        END IF;
+    END LOOP;
+    PERFORM rate_limit._gave_up();
+END
+$$;
+
 -- Acquires a lease in the first free slot of t's key: the decision's outcome, and the lease when granted.
 -- An acquire never waits for another transaction: a slot another one is changing counts as held; a slot
 -- without a row is created in a subtransaction that waits at most 1 ms for another creator of the same
 -- slot (its lock_timeout), then counts it as held.
-CREATE FUNCTION rate_limit._acquire(t rate_limit._target, OUT outcome rate_limit._outcome, OUT lease bigint)
+CREATE FUNCTION rate_limit._acquire(t rate_limit._target, slots bigint, OUT outcome rate_limit._outcome,
+                                    OUT lease bigint)
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
 DECLARE
@@ -670,7 +731,8 @@ DECLARE
     inserted boolean;
     c record;
 BEGIN
-    FOR slot IN 0 .. (t.lim).rate - 1 LOOP
+    -- the key's slots, or those below its adaptive limit
+    FOR slot IN 0 .. slots - 1 LOOP
         s := rate_limit._slot_target(t, slot);
         IF granted_level IS NOT NULL OR ro THEN
             -- report only
@@ -748,7 +810,7 @@ BEGIN
         END IF;
     END LOOP;
     outcome := ROW(granted_level IS NOT NULL, COALESCE(granted_level, 0), COALESCE(granted_at, now),
-                   GREATEST((t.lim).rate - held_n, 0),
+                   GREATEST(slots - held_n, 0),
                    CASE WHEN granted_level IS NULL THEN rate_limit._until(first_expiry::numeric, now) END,
                    COALESCE(rate_limit._until(last_expiry::numeric, now), 0))::rate_limit._outcome;
     lease := granted_level;
@@ -780,7 +842,8 @@ BEGIN
     ELSE
         blocked := ARRAY[NULL::rate_limit._outcome];
     END IF;
-    a := rate_limit._acquire(t);
+    a := rate_limit._acquire(t, CASE WHEN p.latency_target_us IS NULL THEN (t.lim).rate
+                                     ELSE rate_limit._key_limit(p, t) END);
     outcomes := rate_limit._count_denials(ARRAY[t], ARRAY[a.outcome], blocked);
     d := rate_limit._combine(ARRAY[t], outcomes);
     d.lease := a.lease;
@@ -788,7 +851,8 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION rate_limit.release(policy text, key text, lease bigint) RETURNS boolean
+CREATE FUNCTION rate_limit.release(policy text, key text, lease bigint, outcome text DEFAULT 'ok',
+                                   latency interval DEFAULT NULL) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off
@@ -802,9 +866,23 @@ DECLARE
     now bigint;
     c record;
     o rate_limit._outcome;
+    latency_us bigint;
 BEGIN
     PERFORM rate_limit._key_arg('key', key);
     IF lease IS NULL THEN PERFORM rate_limit._null_argument('lease', 'Pass the lease that rate_limit.acquire returned.'); END IF;
+    IF outcome IS NULL THEN
+        PERFORM rate_limit._null_argument('outcome', 'Pass ''ok'', ''dropped'' or ''timeout'', or leave it out (''ok'').');
+    ELSIF outcome NOT IN ('ok', 'dropped', 'timeout') THEN
+        PERFORM rate_limit._raise('22023', 'outcome must be ''ok'', ''dropped'' or ''timeout'', got "' || pg_catalog.left(outcome, 64) || '"',
+            '''ok'': the backend served the call; ''dropped'': it refused or shed it (a 429, a 503); ''timeout'': the caller gave up waiting.');
+    END IF;
+    IF latency IS NOT NULL THEN
+        IF rate_limit._interval_months(latency) <> 0 OR latency < interval '0' THEN
+            PERFORM rate_limit._raise('22023', 'latency must be an interval of zero or more, without months',
+                'Pass how long the call took, e.g. interval ''120 milliseconds'', or leave it out (the time the lease was held).');
+        END IF;
+        latency_us := COALESCE(rate_limit._interval_us(latency), 9223372036854775807);
+    END IF;
     PERFORM rate_limit._check_session_store(p.store);
     t := rate_limit._policy_target(p, key, false);
     slot := lease & 1023;
@@ -818,8 +896,11 @@ BEGIN
     o := rate_limit._release_in(s.lim, c.new_level, c.new_at, now, lease);
     IF o.allowed AND r.level IS NOT NULL THEN
         PERFORM rate_limit._write(s, o.level, o.at);
+        IF p.latency_target_us IS NOT NULL THEN
+            PERFORM rate_limit._adapt_limit(p, t, c.new_at, now, latency_us, outcome);
+        END IF;
     END IF;
-    RETURN o.allowed;
+    RETURN o.allowed AND r.level IS NOT NULL;
 END
 $$;
 

@@ -74,7 +74,7 @@ GRANT EXECUTE ON FUNCTION
     rate_limit.wait(text, text, integer, interval),
     rate_limit.charge(text, text, bigint),
     rate_limit.acquire(text, text),
-    rate_limit.release(text, text, bigint),
+    rate_limit.release(text, text, bigint, text, interval),
     rate_limit.reserve(text, text, bigint, interval),
     rate_limit.settle(text, text, bigint, bigint),
     rate_limit.book(text, text, bigint, interval),

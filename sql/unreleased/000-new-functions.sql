@@ -4,6 +4,8 @@ CREATE FUNCTION rate_limit.allow(policy text, key text, cost integer DEFAULT 1) 
     VOLATILE PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'allow_wrapper';
 CREATE FUNCTION rate_limit.take_batch(policy text, keys text[], costs integer[] DEFAULT NULL::integer[], all_or_nothing boolean DEFAULT false) RETURNS TABLE(ordinality integer, key text, allowed boolean, remaining bigint, retry_after interval)
     VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'take_batch_wrapper';
+CREATE FUNCTION rate_limit.release(policy text, key text, lease bigint, outcome text DEFAULT 'ok'::text, latency interval DEFAULT NULL::interval) RETURNS boolean
+    VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'release_wrapper';
 CREATE FUNCTION rate_limit.reserve(policy text, key text, estimate bigint, hold interval DEFAULT '00:05:00'::interval) RETURNS rate_limit.decision
     VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'reserve_wrapper';
 CREATE FUNCTION rate_limit.settle(policy text, key text, reservation bigint, actual bigint) RETURNS rate_limit.decision

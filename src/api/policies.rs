@@ -177,6 +177,8 @@ mod rate_limit {
             block_for,
             blocks_by_hand: false,
             description: None,
+            adaptive_min: None,
+            latency_target: None,
         };
         let options = options.map(|o| options::parse(F, &o.0)).transpose()?;
         options::apply(F, &mut row, options.as_ref())?;

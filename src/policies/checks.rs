@@ -9,8 +9,10 @@ use super::{Named, MAX_NAME_BYTES};
 use crate::error;
 use crate::gucs::Store;
 use crate::time::calendar;
+use rate_limit_model::algorithm::adaptive::AdaptiveError;
 use rate_limit_model::algorithm::{
-    Algorithm, DebtError, Policy, PolicyError, MAX_BLOCK_US, MAX_HOLD_US, MAX_WINDOW_COUNT,
+    Adaptive, Algorithm, DebtError, Policy, PolicyError, MAX_BLOCK_US, MAX_HOLD_US, MAX_LEASES,
+    MAX_WINDOW_COUNT,
 };
 use rate_limit_model::target::Blocking;
 
@@ -111,6 +113,54 @@ pub fn block_duration_us(
         ));
     }
     Ok(us)
+}
+
+/// The adaptive settings of `policy` from its options `adaptive_min` and `latency_target`: none without a
+/// latency target; 22023 for a target on another algorithm than a concurrency policy's, a minimum
+/// without a target or outside 1..=rate, a target that is not a positive interval without months.
+pub fn adaptive(
+    function: &'static str,
+    policy: &Policy,
+    min: Option<i64>,
+    target: Option<Interval>,
+) -> Result<Option<Adaptive>, ErrorReport> {
+    let Some(target) = target else {
+        if min.is_some() {
+            return Err(error::invalid_value(
+                function,
+                "policy option \"adaptive_min\" needs \"latency_target\"".to_string(),
+                "Make the policy adaptive with options => '{\"latency_target\": \"250 milliseconds\", \"adaptive_min\": 2}', or clear adaptive_min with null.",
+            ));
+        }
+        return Ok(None);
+    };
+    if policy.algorithm() != Algorithm::Concurrency {
+        return Err(error::invalid_value(
+            function,
+            format!(
+                "policy option \"latency_target\" adapts a concurrency policy's leases; this policy's algorithm is {}",
+                policy.algorithm().name()
+            ),
+            "Use it with algorithm => 'concurrency', or clear it with options => '{\"latency_target\": null, \"adaptive_min\": null}'.",
+        ));
+    }
+    let target_us = period_us(function, "latency_target", target)?;
+    let min = min.unwrap_or(1);
+    Adaptive::new(min, policy.rate(), target_us).map(Some).map_err(|e| {
+        let what = match e {
+            AdaptiveError::Min => format!(
+                "policy option \"adaptive_min\" must be from 1 to the policy's rate ({}), got {min}",
+                policy.rate()
+            ),
+            AdaptiveError::Max => format!("a concurrency policy allows at most {MAX_LEASES} leases"),
+            AdaptiveError::Target => "latency_target must be a positive interval".to_string(),
+        };
+        error::invalid_value(
+            function,
+            what,
+            "The limit of an adaptive policy stays between adaptive_min and the policy's rate (its most leases).",
+        )
+    })
 }
 
 /// A reservation's hold in microseconds: positive, at most [`MAX_HOLD_US`] (one day); 22023 otherwise.

@@ -28,7 +28,7 @@ use pgrx::PgSqlErrorCode;
 use crate::gucs::Store;
 use crate::name_map::{self, NameMap};
 use crate::time::calendar;
-use rate_limit_model::algorithm::Policy;
+use rate_limit_model::algorithm::{Adaptive, Policy};
 use rate_limit_model::target::Blocking;
 
 mod checks;
@@ -37,7 +37,7 @@ pub mod overrides;
 pub mod row;
 
 pub use checks::{
-    block_duration_us, blocking, build, check_name, debt_error, hold_us, parse_algorithm,
+    adaptive, block_duration_us, blocking, build, check_name, debt_error, hold_us, parse_algorithm,
     parse_store, period_us, policy_error, wrong_kind,
 };
 pub use row::{Lock, Row};
@@ -64,6 +64,8 @@ pub struct Named {
     pub max_debt: i64,
     /// How its keys are blocked: their block buckets' numbers and its penalty box, if any.
     pub blocking: Blocking,
+    /// Its adaptive settings, for a concurrency policy whose limit adapts (option `latency_target`).
+    pub adaptive: Option<Adaptive>,
     /// Its row as stored (an override's missing numbers are this row's, [`overrides::resolve`]).
     pub row: Row,
 }
@@ -241,6 +243,7 @@ pub fn checked(function: &'static str, row: Row) -> Result<(Named, Row), ErrorRe
         row.block_for,
         row.blocks_by_hand,
     )?;
+    let adaptive = adaptive(function, &policy, row.adaptive_min, row.latency_target)?;
     let (time_zone, anchor) = match policy.calendar_of() {
         Some(c) => (Some(c.zone_name().to_string()), row.anchor),
         None => (None, None),
@@ -261,6 +264,7 @@ pub fn checked(function: &'static str, row: Row) -> Result<(Named, Row), ErrorRe
         shadow: row.shadow,
         max_debt: row.max_debt,
         blocking,
+        adaptive,
         row: row.clone(),
     };
     Ok((named, row))

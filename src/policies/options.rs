@@ -22,12 +22,35 @@ pub struct PolicyOption {
     pub takes: &'static str,
     /// A value it takes, as JSON, for hints.
     example: &'static str,
-    /// Sets it on a row from its JSON value (`null` clears it); 22023 for a value it does not take.
-    set: fn(&'static str, &mut Row, &Value) -> Result<(), ErrorReport>,
+    /// Sets it on a row from its JSON value (`null` clears it), reading intervals with the [`Readers`]
+    /// given; 22023 for a value it does not take.
+    set: fn(&'static str, &mut Row, &Value, &Readers) -> Result<(), ErrorReport>,
+}
+
+/// How option values are read that only the server can read, passed to the setters rather than called
+/// by them, so that the setters (and [`OPTIONS`], which the plain unit tests read) link without PostgreSQL.
+pub struct Readers {
+    /// A string PostgreSQL reads as an interval (22007 for one it cannot read).
+    pub interval: fn(&'static str, &str) -> Result<pgrx::datum::Interval, ErrorReport>,
+}
+
+/// The readers of a call inside the server: PostgreSQL's own input functions, through SPI.
+const SERVER_READERS: Readers = Readers {
+    interval: read_interval,
+};
+
+/// `text` read by PostgreSQL as an interval.
+fn read_interval(function: &'static str, text: &str) -> Result<pgrx::datum::Interval, ErrorReport> {
+    pgrx::spi::Spi::get_one_with_args::<pgrx::datum::Interval>(
+        "SELECT $1::pg_catalog.interval",
+        &[text.into()],
+    )
+    .map_err(|e| error::internal(function, e))?
+    .ok_or_else(|| error::bug(function, "an interval read as NULL"))
 }
 
 /// Every option `options` takes, in the order the reference lists them.
-pub const OPTIONS: &[PolicyOption] = &[DESCRIPTION];
+pub const OPTIONS: &[PolicyOption] = &[DESCRIPTION, LATENCY_TARGET, ADAPTIVE_MIN];
 
 /// Free text for the people who run a policy (why it exists, who owns it); no effect on decisions.
 const DESCRIPTION: PolicyOption = PolicyOption {
@@ -35,6 +58,23 @@ const DESCRIPTION: PolicyOption = PolicyOption {
     takes: "a string of at most 1000 characters, or null",
     example: "\"Partner API, owned by the integrations team\"",
     set: set_description,
+};
+
+/// Makes a concurrency policy adaptive: a call slower than this counts as trouble for its key's limit
+/// (see [`rate_limit_model::algorithm::adaptive`]).
+const LATENCY_TARGET: PolicyOption = PolicyOption {
+    name: "latency_target",
+    takes: "an interval as a string (a concurrency policy's), or null",
+    example: "\"250 milliseconds\"",
+    set: set_latency_target,
+};
+
+/// The fewest leases an adaptive concurrency policy's limit falls to.
+const ADAPTIVE_MIN: PolicyOption = PolicyOption {
+    name: "adaptive_min",
+    takes: "a whole number of leases from 1 to the policy's rate, or null (1)",
+    example: "2",
+    set: set_adaptive_min,
 };
 
 /// The most characters of a policy's description.
@@ -71,7 +111,7 @@ pub fn apply(
                 &format!("Known options: {}.", known()),
             ));
         };
-        (option.set)(function, row, value)?;
+        (option.set)(function, row, value, &SERVER_READERS)?;
     }
     Ok(())
 }
@@ -187,6 +227,7 @@ fn set_description(
     function: &'static str,
     row: &mut Row,
     value: &Value,
+    _: &Readers,
 ) -> Result<(), ErrorReport> {
     row.description = match value {
         Value::Null => None,
@@ -202,6 +243,39 @@ fn set_description(
             ))
         }
         other => return Err(wrong_value(function, &DESCRIPTION, other)),
+    };
+    Ok(())
+}
+
+/// Sets [`LATENCY_TARGET`]: a string PostgreSQL reads as an interval (22007 for one it cannot read).
+fn set_latency_target(
+    function: &'static str,
+    row: &mut Row,
+    value: &Value,
+    readers: &Readers,
+) -> Result<(), ErrorReport> {
+    row.latency_target = match value {
+        Value::Null => None,
+        Value::String(s) => Some((readers.interval)(function, s)?),
+        other => return Err(wrong_value(function, &LATENCY_TARGET, other)),
+    };
+    Ok(())
+}
+
+/// Sets [`ADAPTIVE_MIN`] (its range is checked with the policy's rate, [`super::checked`]).
+fn set_adaptive_min(
+    function: &'static str,
+    row: &mut Row,
+    value: &Value,
+    _: &Readers,
+) -> Result<(), ErrorReport> {
+    row.adaptive_min = match value {
+        Value::Null => None,
+        Value::Number(n) => Some(
+            n.as_i64()
+                .ok_or_else(|| wrong_value(function, &ADAPTIVE_MIN, value))?,
+        ),
+        other => return Err(wrong_value(function, &ADAPTIVE_MIN, other)),
     };
     Ok(())
 }

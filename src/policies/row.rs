@@ -18,7 +18,8 @@ use rate_limit_model::algorithm::Algorithm;
 /// The columns of `rate_limit.policies`, in the order of [`Row`]'s fields and of its writer's parameters.
 const COLUMNS: &str =
     "name, algorithm, rate, per, burst, store, created_at, changed_at, shadow, max_debt, \
-                       time_zone, anchor, block_after, block_for, blocks_by_hand, description";
+                       time_zone, anchor, block_after, block_for, blocks_by_hand, description, \
+                       adaptive_min, latency_target";
 
 /// A policy as stored: each column with its type. Read from the table it is as the table's constraints
 /// allow; made by a caller it is checked by [`super::checked`] before it is written.
@@ -57,6 +58,11 @@ pub struct Row {
     pub blocks_by_hand: bool,
     /// Free text for the people who run it (option `description`, see [`super::options`]).
     pub description: Option<String>,
+    /// An adaptive concurrency policy's fewest leases (option `adaptive_min`); `None`: 1.
+    pub adaptive_min: Option<i64>,
+    /// An adaptive concurrency policy's latency target (option `latency_target`); `None`: the policy's
+    /// leases are fixed.
+    pub latency_target: Option<Interval>,
 }
 
 /// Whether a read locks the row against concurrent changes.
@@ -89,7 +95,7 @@ impl Row {
                 return Ok(None);
             }
             let row = table.first();
-            Ok::<_, pgrx::spi::SpiError>(Some((columns(&row)?, row.get::<pg_sys::Oid>(17)?)))
+            Ok::<_, pgrx::spi::SpiError>(Some((columns(&row)?, row.get::<pg_sys::Oid>(19)?)))
         };
         // a plain read runs read-only, on the active snapshot (the cache pushes the latest one); a locking
         // read is a write to SPI
@@ -113,7 +119,7 @@ impl Row {
     pub fn insert(&self, function: &'static str) -> Result<bool, ErrorReport> {
         let query = format!(
             "INSERT INTO rate_limit.policies ({COLUMNS}) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) \
              ON CONFLICT (name) DO NOTHING RETURNING 1"
         );
         Ok(self.write(function, &query)? > 0)
@@ -125,7 +131,7 @@ impl Row {
             "UPDATE rate_limit.policies SET algorithm = $2, rate = $3, per = $4, burst = $5, \
                      store = $6, changed_at = $8, shadow = $9, max_debt = $10, time_zone = $11, \
                      anchor = $12, block_after = $13, block_for = $14, blocks_by_hand = $15, \
-                     description = $16 \
+                     description = $16, adaptive_min = $17, latency_target = $18 \
                      WHERE name OPERATOR(pg_catalog.=) $1 RETURNING 1";
         match self.write(function, query)? {
             0 => Err(unknown(function, &self.name)),
@@ -133,10 +139,10 @@ impl Row {
         }
     }
 
-    /// Runs `query` with the row's columns as `$1` … `$16`, in [`COLUMNS`]' order; the rows it returned.
+    /// Runs `query` with the row's columns as `$1` … `$18`, in [`COLUMNS`]' order; the rows it returned.
     fn write(&self, function: &'static str, query: &str) -> Result<usize, ErrorReport> {
         let store = self.store.map(|s| s.name());
-        let args: [DatumWithOid<'_>; 16] = [
+        let args: [DatumWithOid<'_>; 18] = [
             self.name.as_str().into(),
             self.algorithm.name().into(),
             self.rate.into(),
@@ -153,6 +159,8 @@ impl Row {
             self.block_for.into(),
             self.blocks_by_hand.into(),
             self.description.as_deref().into(),
+            self.adaptive_min.into(),
+            self.latency_target.into(),
         ];
         Spi::connect_mut(|client| client.update(query, None, &args).map(|t| t.len()))
             .map_err(|e| error::internal(function, e))
@@ -195,6 +203,8 @@ impl Row {
                 .blocks_by_hand
                 .ok_or_else(required("policy blocks_by_hand is NULL"))?,
             description: c.description,
+            adaptive_min: c.adaptive_min,
+            latency_target: c.latency_target,
         })
     }
 }
@@ -217,9 +227,11 @@ struct Columns {
     block_for: Option<Interval>,
     blocks_by_hand: Option<bool>,
     description: Option<String>,
+    adaptive_min: Option<i64>,
+    latency_target: Option<Interval>,
 }
 
-/// The first 16 columns of the row `row` is on, in [`COLUMNS`]' order.
+/// The first 18 columns of the row `row` is on, in [`COLUMNS`]' order.
 fn columns(row: &SpiTupleTable<'_>) -> SpiResult<Columns> {
     Ok(Columns {
         name: row.get(1)?,
@@ -238,6 +250,8 @@ fn columns(row: &SpiTupleTable<'_>) -> SpiResult<Columns> {
         block_for: row.get(14)?,
         blocks_by_hand: row.get(15)?,
         description: row.get(16)?,
+        adaptive_min: row.get(17)?,
+        latency_target: row.get(18)?,
     })
 }
 

@@ -63,6 +63,7 @@ use crate::gucs::Store;
 use crate::stats;
 use rate_limit_model::algorithm::{Outcome, State};
 use rate_limit_model::pipeline::batch::Visit;
+use rate_limit_model::pipeline::single::{CallReport, KeyLimit};
 use rate_limit_model::pipeline::{self, Answer, Memo, PerTarget};
 use rate_limit_model::target::{Ask, Kind, Namespace, Stored, Target};
 
@@ -229,15 +230,16 @@ pub fn charge(
 /// lease id `lease_id(random, slot)`. Returns the decision's outcome over every slot and the lease when
 /// granted. The table store writes the slot in the caller's transaction (a ROLLBACK releases it) and never
 /// waits for another transaction's slot; the memory store swaps one slot at a time. Counted in the
-/// statistics like a take of one token.
+/// statistics like a take of one token. Under an adaptive policy (`limit`) only the slots below the key's
+/// limit are tried.
 pub fn acquire(
     function: &'static str,
     store: Store,
     target: &Target<'_>,
     random: u64,
+    limit: Option<&KeyLimit<'_>>,
 ) -> Result<(Outcome, Option<i64>), ErrorReport> {
-    let (answer, lease) =
-        with_store!(store, s => pipeline::single::acquire(&Seam { s, function }, target, random))?;
+    let (answer, lease) = with_store!(store, s => pipeline::single::acquire(&Seam { s, function }, target, random, limit))?;
     // counted like a take of one token, a block's refusal in `blocked` too
     apply(store, std::slice::from_ref(target), &[answer], 1);
     Ok((answer.outcome, lease))
@@ -246,14 +248,16 @@ pub fn acquire(
 /// Releases lease `lease` of the key of `target` (a concurrency policy's bucket,
 /// [`pipeline::single::release`]): true if it was held and is now free; false if it had expired, was
 /// released already, or is not this key's. The table store writes in the caller's transaction; the slot is
-/// locked, read, and written only when released.
+/// locked, read, and written only when released. Under an adaptive policy (`report`) the release adapts
+/// the key's limit, locked after the slot.
 pub fn release(
     function: &'static str,
     store: Store,
     target: &Target<'_>,
     lease: i64,
+    report: Option<&CallReport<'_>>,
 ) -> Result<bool, ErrorReport> {
-    with_store!(store, s => pipeline::single::release(&Seam { s, function }, target, lease))
+    with_store!(store, s => pipeline::single::release(&Seam { s, function }, target, lease, report))
 }
 
 /// Reserves `estimate` tokens of the key of `target` (a named policy's bucket) as [`take`] would, and

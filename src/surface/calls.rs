@@ -200,15 +200,21 @@ pub const CALLS: &[Function] = &[
     ),
     keyed(
         "release",
-        "text, text, bigint",
+        "text, text, bigint, text, interval",
         Access::Public,
         "key",
         "#rate_limitacquire-rate_limitrelease",
     )
-    .declared("policy text, key text, lease bigint", "boolean")
+    .declared(
+        "policy text, key text, lease bigint, outcome text DEFAULT 'ok'::text, latency interval DEFAULT NULL::interval",
+        "boolean",
+    )
     .in_c("release_wrapper", "VOLATILE SECURITY DEFINER PARALLEL UNSAFE")
-    .since("0.4.0")
-    .commented("Release a lease acquired with rate_limit.acquire: true if it was held and is now free"),
+    .since("0.5.0")
+    .commented(
+        "Release a lease acquired with rate_limit.acquire: true if it was held and is now free; an \
+        adaptive policy's limit follows the outcome and latency reported",
+    ),
     keyed(
         "reserve",
         "text, text, bigint, interval",

@@ -115,6 +115,16 @@ test('every public function accepts untyped parameters', async () => {
     assert.deepEqual([d.allowed, d.remaining], [true, '1']);
     assert.equal((await one('SELECT rate_limit.release($1, $2, $3) AS r', ['jobs', 'alice', d.lease])).r, true);
     assert.equal((await one('SELECT rate_limit.release($1, $2, $3) AS r', ['jobs', 'alice', d.lease])).r, false);
+    // an adaptive policy: the options and the release's report, all untyped
+    await one('SELECT rate_limit.create_policy($1, $2, $3, algorithm => $4, options => $5)',
+      ['calls', 4, '1 minute', 'concurrency', '{"latency_target": "100 ms", "adaptive_min": 2}']);
+    d = await one('SELECT * FROM rate_limit.acquire($1, $2)', ['calls', 'alice']);
+    assert.equal((await one('SELECT rate_limit.release($1, $2, $3, $4, $5) AS r',
+      ['calls', 'alice', d.lease, 'dropped', '250 ms'])).r, true);
+    d = await one('SELECT * FROM rate_limit.acquire($1, $2)', ['calls', 'alice']);
+    assert.deepEqual([d.allowed, d.remaining], [true, '2']);
+    assert.equal((await one('SELECT rate_limit.release($1, $2, $3, outcome => $4, latency => $5) AS r',
+      ['calls', 'alice', d.lease, 'ok', null])).r, true);
     // a reservation: its id comes back as a string (bigint), and goes back untyped
     d = await one('SELECT * FROM rate_limit.reserve($1, $2, $3, $4)', ['llm', 'bob', 8, '1 minute']);
     assert.deepEqual([d.allowed, d.remaining], [true, '2']);

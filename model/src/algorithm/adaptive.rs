@@ -12,18 +12,31 @@
 //!   last decrease can decrease it again, so the calls that were already running at the older, higher
 //!   limit (and are slow for that very reason) do not each cut it once more.
 //!
-//! The limit lives in a bucket of its own beside the key's lease slots (its state below), shared by every
-//! backend and every application server that calls the database, as every other bucket is. A missing
-//! limit bucket is at `max` (as a missing bucket is full for every algorithm): a new key behaves as a
-//! fixed concurrency policy of `max` leases until its calls report trouble, and the purge may delete a
-//! limit that is back at `max`.
+//! The limit lives in a bucket of its own beside the key's lease slots (namespace [`limit_namespace`], its
+//! state below, algorithm [`Algorithm::AdaptiveLimit`] with the numbers `max` leases per lease TTL),
+//! shared by every backend and every application server that calls the database, as every other bucket
+//! is. A missing limit bucket is at `max` (as a missing bucket is full for every algorithm): a new key
+//! behaves as a fixed concurrency policy of `max` leases until its calls report trouble, and the purge may
+//! delete a limit that is back at `max`.
+//!
+//! A limit is also forgotten (back at `max`, full, so that the purge deletes it) one lease TTL after its
+//! last decrease, as TCP restarts its window after an idle spell: a key whose calls still meet trouble is
+//! cut again within one round (every round is shorter than the TTL, which bounds how long a call may hold
+//! its lease), and a key without trouble for that long would have climbed back by itself if it had load.
+//! Without it a limit cut once would stay in the store for ever, a row per key that any caller of the
+//! policy could leave behind (docs/security.md's bounds table).
+//!
+//! A decrease applies to the leases acquired after it: an acquire takes only a slot below the key's
+//! limit, so the leases in slots below it never exceed it; a lease held in a slot above a lowered limit is
+//! kept until it is released or expires (the calls already running finish), and its slot is not taken
+//! again while the limit stays below it.
 //!
 //! | field   | meaning                                                                              |
 //! | ------- | ------------------------------------------------------------------------------------ |
 //! | `level` | the limit in thousandths of a lease ([`UNITS`]), so that `1 / limit` adds up exactly |
 //! | `at`    | the instant of the limit's last decrease (every stored limit has had one)            |
 
-use super::State;
+use super::{until, Algorithm, Outcome, Policy, State};
 
 /// Thousandths of a lease: the limit's unit in its state.
 pub const UNITS: i64 = 1000;
@@ -146,6 +159,80 @@ impl Adaptive {
             level: (level + step).min(top),
             at: last_decrease,
         })
+    }
+}
+
+/// The namespace of the adaptive limits of policy `policy`'s keys: the policy's name, U+001F and
+/// `adaptive limit` (the key stays the caller's, so that a key's limit lives where its slots do).
+pub fn limit_namespace(policy: &str) -> String {
+    crate::target::policy_part(policy, "adaptive limit")
+}
+
+impl Policy {
+    /// The numbers of the limit buckets of an adaptive concurrency policy of `max` leases expiring
+    /// `lease_ttl_us` after their acquisition.
+    pub fn adaptive_limit(max: i64, lease_ttl_us: i64) -> Result<Policy, super::PolicyError> {
+        Policy::new(Algorithm::AdaptiveLimit, max, lease_ttl_us, max)
+    }
+
+    /// Limit bucket `state` as it counts at `now`: `None` when it is at its most leases or forgotten (one
+    /// lease TTL after its last decrease), as a missing one.
+    pub fn limit_in_force(&self, state: State, now: i64) -> Option<State> {
+        let top = self.rate().saturating_mul(UNITS);
+        let forgotten = now >= state.at.saturating_add(self.period_us());
+        (state.level < top && !forgotten).then_some(state)
+    }
+
+    /// Limit bucket `state` at `now`, as one bucket's outcome: always allowed, `remaining` the leases the
+    /// limit allows, `reset_after` until it is forgotten (0 when it is at its most, a full bucket).
+    pub fn limit_outcome(&self, state: State, now: i64) -> Outcome {
+        match self.limit_in_force(state, now) {
+            Some(held) => Outcome {
+                allowed: true,
+                state: held,
+                remaining: held.level / UNITS,
+                retry_after: None,
+                reset_after: until(i128::from(held.at) + i128::from(self.period_us()), now),
+            },
+            None => Outcome {
+                allowed: true,
+                state: self.full(now),
+                remaining: self.rate(),
+                retry_after: None,
+                reset_after: 0,
+            },
+        }
+    }
+
+    /// The limit bucket `state` after a release at `now` of a lease acquired at `acquired_at` reported
+    /// `report` with a latency of `latency_us`, under `settings` ([`Adaptive::after_release`]), as one
+    /// bucket's outcome: allowed with the state to write when the limit changed, denied with the bucket
+    /// as it is when nothing changes (a store writes nothing then).
+    pub fn adapt(
+        &self,
+        state: State,
+        now: i64,
+        settings: Adaptive,
+        acquired_at: i64,
+        latency_us: i64,
+        report: Report,
+    ) -> Outcome {
+        let stored = self.limit_in_force(state, now);
+        match settings.after_release(stored, acquired_at, now, latency_us, report) {
+            Some(new) if new.level < self.rate().saturating_mul(UNITS) => Outcome {
+                allowed: true,
+                ..self.limit_outcome(new, now)
+            },
+            // back at its most: full, as a missing limit
+            Some(_) => Outcome {
+                allowed: true,
+                ..self.limit_outcome(self.full(now), now)
+            },
+            None => Outcome {
+                allowed: false,
+                ..self.limit_outcome(state, now)
+            },
+        }
     }
 }
 

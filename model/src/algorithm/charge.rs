@@ -46,7 +46,10 @@ impl Policy {
             Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::CalendarWindow => {
                 MAX_WINDOW_COUNT - self.burst()
             }
-            Algorithm::Concurrency | Algorithm::Block | Algorithm::Reservation => 0,
+            Algorithm::Concurrency
+            | Algorithm::Block
+            | Algorithm::Reservation
+            | Algorithm::AdaptiveLimit => 0,
         }
     }
 
@@ -101,6 +104,8 @@ impl Policy {
             Algorithm::Block => self.block_outcome(state, now),
             // a reservation is settled, not charged: a charge reports it
             Algorithm::Reservation => self.reservation_outcome(state, now),
+            // a limit adapts to releases, it is not charged
+            Algorithm::AdaptiveLimit => self.limit_outcome(state, now),
         }
     }
 }

@@ -119,8 +119,9 @@ pub fn slot_namespace(policy: &str, slot: i64) -> String {
     crate::target::policy_part(policy, &slot.to_string())
 }
 
-/// The decision of an acquire (or a report) over every slot of a key as it left them at `now`: `allowed`
-/// whether this call got a lease; `remaining` the slots still free; `retry_after` (denied) until the first
+/// The decision of an acquire (or a report) over the slots of a key it tried (every one, or those below
+/// an adaptive limit) as it left them at `now`: `allowed` whether this call got a lease; `remaining` the
+/// slots of those still free; `retry_after` (denied) until the first
 /// lease expires, the latest a slot frees if nobody releases one; `reset_after` until the last one expires.
 /// `state` is the granted slot's (for the caller's lease id and expiry) or a free slot's.
 pub fn leases_outcome(
@@ -141,7 +142,7 @@ pub fn leases_outcome(
     Outcome {
         allowed,
         state: granted.unwrap_or(State { level: 0, at: now }),
-        remaining: (policy.rate() - held).max(0),
+        remaining: (i64::try_from(slots.len()).unwrap_or(i64::MAX) - held).max(0),
         retry_after: if allowed { None } else { first },
         reset_after: last,
     }

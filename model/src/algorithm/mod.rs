@@ -34,6 +34,7 @@ pub mod reservation;
 pub mod token_bucket;
 mod window;
 
+pub use adaptive::{limit_namespace, Adaptive, Report};
 pub use block::{block_namespace, shadow_block_namespace, MAX_BLOCK_US};
 pub use booking::{booking_namespace, Booking};
 pub use calendar::{Calendar, Step, Zone};
@@ -71,11 +72,15 @@ pub enum Algorithm {
     /// One reservation of a key's tokens, until it is settled or expires (see [`reservation`]): never a
     /// policy's own algorithm, only that of a reservation's bucket beside a key's bucket.
     Reservation,
+    /// The adaptive limit of a key of an adaptive concurrency policy (see [`adaptive`]): never a policy's
+    /// own algorithm, only that of the limit bucket beside a key's lease slots. Its numbers: `rate` and
+    /// `burst` the most leases, `period_us` the latency target.
+    AdaptiveLimit,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order the documentation lists them.
-    pub const ALL: [Algorithm; 7] = [
+    pub const ALL: [Algorithm; 8] = [
         Algorithm::TokenBucket,
         Algorithm::FixedWindow,
         Algorithm::SlidingWindow,
@@ -83,16 +88,21 @@ impl Algorithm {
         Algorithm::Concurrency,
         Algorithm::Block,
         Algorithm::Reservation,
+        Algorithm::AdaptiveLimit,
     ];
 
-    /// Whether a policy may be made with this algorithm (every one but [`Algorithm::Block`] and
-    /// [`Algorithm::Reservation`], which only the buckets beside a key's have).
+    /// Whether a policy may be made with this algorithm (every one but [`Algorithm::Block`],
+    /// [`Algorithm::Reservation`] and [`Algorithm::AdaptiveLimit`], which only the buckets beside a key's
+    /// have).
     pub fn makes_policies(self) -> bool {
-        !matches!(self, Algorithm::Block | Algorithm::Reservation)
+        !matches!(
+            self,
+            Algorithm::Block | Algorithm::Reservation | Algorithm::AdaptiveLimit
+        )
     }
 
     /// The SQL name: `token_bucket`, `fixed_window`, `sliding_window`, `calendar_window`, `concurrency`,
-    /// `block` or `reservation`.
+    /// `block`, `reservation` or `adaptive_limit`.
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::TokenBucket => "token_bucket",
@@ -102,6 +112,7 @@ impl Algorithm {
             Algorithm::Concurrency => "concurrency",
             Algorithm::Block => "block",
             Algorithm::Reservation => "reservation",
+            Algorithm::AdaptiveLimit => "adaptive_limit",
         }
     }
 
@@ -124,6 +135,7 @@ impl Algorithm {
             Algorithm::Concurrency => 4,
             Algorithm::Block => 5,
             Algorithm::Reservation => 6,
+            Algorithm::AdaptiveLimit => 7,
         }
     }
 
@@ -260,7 +272,9 @@ impl Policy {
                 return Err(PolicyError::WindowTooLarge);
             }
         }
-        if algorithm == Algorithm::Concurrency && rate > MAX_LEASES {
+        if matches!(algorithm, Algorithm::Concurrency | Algorithm::AdaptiveLimit)
+            && rate > MAX_LEASES
+        {
             return Err(PolicyError::TooManyLeases);
         }
         Ok(Policy {
@@ -335,6 +349,10 @@ impl Policy {
             | Algorithm::Concurrency
             | Algorithm::Block
             | Algorithm::Reservation => State { level: 0, at: now },
+            Algorithm::AdaptiveLimit => State {
+                level: self.rate().saturating_mul(adaptive::UNITS),
+                at: now,
+            },
         }
     }
 
@@ -349,6 +367,8 @@ impl Policy {
             // a block bucket only reports; denials are counted with `count_denial`
             Algorithm::Block => self.block_outcome(state, now),
             Algorithm::Reservation => self.take_reservation(state, now, cost),
+            // a limit changes only with a release's report (`adapt`): any take reports it
+            Algorithm::AdaptiveLimit => self.limit_outcome(state, now),
         }
     }
 
@@ -425,6 +445,11 @@ impl Policy {
                 i128::from(self.reservation_outcome(state, now).remaining),
                 1,
             ),
+            // the limit in force, in leases
+            Algorithm::AdaptiveLimit => (
+                i128::from(self.limit_outcome(state, now).state.level),
+                i128::from(adaptive::UNITS),
+            ),
         }
     }
 
@@ -465,7 +490,10 @@ impl Policy {
             Algorithm::CalendarWindow => self.refund_calendar(state, now, tokens),
             // a lease is given back by releasing it, a reservation by settling it; a block is lifted by
             // deleting it
-            Algorithm::Concurrency | Algorithm::Block | Algorithm::Reservation => state,
+            Algorithm::Concurrency
+            | Algorithm::Block
+            | Algorithm::Reservation
+            | Algorithm::AdaptiveLimit => state,
         }
     }
 
@@ -532,6 +560,16 @@ impl Policy {
                     .saturating_sub(self.period_us()),
             },
             Algorithm::Reservation => self.full(t),
+            // a limit keeps its level (within the new most leases) and its last decrease
+            Algorithm::AdaptiveLimit if stored_policy.algorithm == Algorithm::AdaptiveLimit => {
+                State {
+                    level: stored
+                        .level
+                        .min(self.rate().saturating_mul(adaptive::UNITS)),
+                    at: stored.at,
+                }
+            }
+            Algorithm::AdaptiveLimit => self.full(t),
             Algorithm::CalendarWindow => {
                 let available = num.div_euclid(den).clamp(
                     i128::from(self.burst() - MAX_WINDOW_COUNT),

@@ -144,11 +144,15 @@ fn carry_over_never_grants_more() {
 #[test]
 fn refund_is_capped_at_the_capacity() {
     // a lease slot is given back by releasing its lease, not by a refund: see the lease tests; a block is
-    // lifted by deleting it: see the block tests; a reservation is settled: see the reservation tests
+    // lifted by deleting it: see the block tests; a reservation is settled: see the reservation tests; an
+    // adaptive limit follows releases: see the adaptive tests
     for a in Algorithm::ALL.into_iter().filter(|&a| {
         !matches!(
             a,
-            Algorithm::Concurrency | Algorithm::Block | Algorithm::Reservation
+            Algorithm::Concurrency
+                | Algorithm::Block
+                | Algorithm::Reservation
+                | Algorithm::AdaptiveLimit
         )
     }) {
         let p = policy(a, 5, 10 * S, 5);
@@ -164,7 +168,7 @@ fn refund_is_capped_at_the_capacity() {
 #[test]
 fn backward_clock_grants_nothing() {
     // a calendar window ends when the wall clock reads its boundary: see the calendar tests; a lease slot,
-    // a block bucket and a reservation's bucket hold no tokens to take: see their tests
+    // a block bucket, a reservation's bucket and an adaptive limit hold no tokens to take: see their tests
     for a in Algorithm::ALL.into_iter().filter(|&a| {
         !matches!(
             a,
@@ -172,6 +176,7 @@ fn backward_clock_grants_nothing() {
                 | Algorithm::Concurrency
                 | Algorithm::Block
                 | Algorithm::Reservation
+                | Algorithm::AdaptiveLimit
         )
     }) {
         let p = policy(a, 2, 10 * S, 2);

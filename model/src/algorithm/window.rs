@@ -26,7 +26,8 @@ impl Policy {
             | Algorithm::CalendarWindow
             | Algorithm::Concurrency
             | Algorithm::Block
-            | Algorithm::Reservation => (0, 0),
+            | Algorithm::Reservation
+            | Algorithm::AdaptiveLimit => (0, 0),
         }
     }
 

@@ -123,7 +123,7 @@ proptest! {
                     let t = world.target(KEYS[key], shadow);
                     let was_blocked = !shadow && blocked(&store, &t);
                     let random = u64::try_from(n + 1).expect("small") << 12;
-                    let (answer, lease) = single::acquire(&store, &t, random)
+                    let (answer, lease) = single::acquire(&store, &t, random, None)
                         .map_err(|_| TestCaseError::fail("store error"))?;
                     check_lock_order(&store.locks.borrow())?;
                     let free = i64::try_from(held[key].len()).expect("small") < rate;
@@ -153,7 +153,7 @@ proptest! {
                         None => granted_ids.get(pick).copied().unwrap_or(lease_id(u64::MAX, 0)),
                     };
                     let expected = held[key].iter().any(|&(id, _)| id == lease);
-                    let released = single::release(&store, &t, lease)
+                    let released = single::release(&store, &t, lease, None)
                         .map_err(|_| TestCaseError::fail("store error"))?;
                     check_lock_order(&store.locks.borrow())?;
                     prop_assert_eq!(released, expected, "release of {}", lease);
@@ -180,4 +180,82 @@ proptest! {
             }
         }
     }
+}
+
+/// An adaptive concurrency policy through the pipeline: an acquire tries only the slots below the key's
+/// limit; a release's report cuts the limit (written after the slot, in the lock order) or, at its most,
+/// writes nothing; a lease held above a lowered limit is kept and can still be released.
+#[test]
+fn an_adaptive_limit_bounds_the_slots_an_acquire_tries() {
+    use crate::algorithm::adaptive::UNITS;
+    use crate::algorithm::{limit_namespace, Adaptive, Report};
+    use single::{CallReport, KeyLimit};
+    let store = TestStore {
+        now: std::cell::Cell::new(10 * S),
+        ..TestStore::default()
+    };
+    let world = Leases {
+        policy: Policy::new(Algorithm::Concurrency, 5, 30 * S, 5).expect("valid"),
+        penalty: None,
+    };
+    let t = world.target("k1", false);
+    let name = limit_namespace("jobs");
+    let limit = KeyLimit {
+        bucket: Target {
+            namespace: Namespace::Policy {
+                name: &name,
+                created_at: 0,
+            },
+            policy: Policy::adaptive_limit(5, 30 * S).expect("numbers"),
+            blocking: None,
+            ..t
+        },
+        settings: Adaptive::new(2, 5, S / 10).expect("settings"),
+    };
+    let acquire = |random| single::acquire(&store, &t, random, Some(&limit)).expect("acquire");
+    let mut leases: Vec<i64> = (0..5)
+        .map(|n| acquire(n << 12).1.expect("a lease below the limit of 5"))
+        .collect();
+    assert!(acquire(99 << 12).1.is_none(), "five held");
+    // a good call at the most writes no limit
+    let good = CallReport {
+        limit,
+        report: Report::Ok,
+        latency_us: Some(S / 20),
+    };
+    let first = leases.remove(0);
+    assert!(single::release(&store, &t, first, Some(&good)).expect("release"));
+    assert!(store.stored(&limit.bucket).is_none());
+    // a dropped call cuts it to 4 (90% of 5 = 4.5 leases): slots 0..4 only
+    let dropped = CallReport {
+        report: Report::Dropped,
+        ..good
+    };
+    let second = leases.remove(0);
+    store.locks.borrow_mut().clear();
+    assert!(single::release(&store, &t, second, Some(&dropped)).expect("release"));
+    assert!(
+        check_lock_order(&store.locks.borrow()).is_ok(),
+        "locks in order"
+    );
+    assert_eq!(
+        store.stored(&limit.bucket).map(|s| s.state.level),
+        Some(4 * UNITS + UNITS / 2)
+    );
+    // slots 0 and 1 are free, 2..4 held: acquires try slots 0..3 only (the limit is 4)
+    let (answer, lease) = acquire(7 << 12);
+    assert_eq!(lease.map(slot_of), Some(0));
+    assert_eq!(answer.outcome.remaining, 1, "slot 1 free of 0..3");
+    let (answer, lease) = acquire(8 << 12);
+    assert_eq!(lease.map(slot_of), Some(1));
+    assert_eq!(answer.outcome.remaining, 0);
+    // slot 4's lease, acquired under the older limit, is kept (five held for now) but not replaced
+    assert!(
+        acquire(9 << 12).1.is_none(),
+        "four held below the limit of 4"
+    );
+    let above = leases[2];
+    assert_eq!(slot_of(above), 4);
+    assert!(single::release(&store, &t, above, Some(&good)).expect("release"));
+    assert!(acquire(10 << 12).1.is_none(), "slot 4 is not tried again");
 }

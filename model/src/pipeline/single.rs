@@ -4,8 +4,10 @@
 //! backend's memory of short buckets should do); the caller counts the statistics.
 
 use super::{blocks, take, Answer, Memo, PerTarget, Store};
-use crate::algorithm::{leases_outcome, slot_namespace, slot_of, Outcome, Policy, MAX_HOLD_US};
-use crate::target::{Ask, Namespace, Target};
+use crate::algorithm::{
+    leases_outcome, slot_namespace, slot_of, Adaptive, Outcome, Policy, Report, MAX_HOLD_US,
+};
+use crate::target::{Ask, Namespace, Stored, Target};
 
 /// Charges `cost` tokens to the bucket of `target`, whatever it holds, down to `max_debt` tokens below
 /// zero ([`crate::algorithm::Policy::charge`]), creating the bucket when missing: always allowed; the
@@ -41,15 +43,39 @@ pub fn refund<S: Store>(s: &S, target: &Target<'_>, tokens: i64) -> Result<Answe
     })
 }
 
+/// The adaptive limit of one key of an adaptive concurrency policy ([`crate::algorithm::adaptive`]): its
+/// bucket (namespace [`crate::algorithm::limit_namespace`], the key's own key, numbers
+/// [`Policy::adaptive_limit`]) and the policy's settings.
+#[derive(Clone, Copy, Debug)]
+pub struct KeyLimit<'a> {
+    /// The limit's bucket.
+    pub bucket: Target<'a>,
+    /// The policy's adaptive settings.
+    pub settings: Adaptive,
+}
+
+/// How a released call went, for its key's adaptive limit.
+#[derive(Clone, Copy, Debug)]
+pub struct CallReport<'a> {
+    /// The key's limit.
+    pub limit: KeyLimit<'a>,
+    /// The outcome the caller reported.
+    pub report: Report,
+    /// The latency the caller reported, in µs; `None`: how long the lease was held.
+    pub latency_us: Option<i64>,
+}
+
 /// Acquires a lease of the key of `target` (a concurrency policy's): its first free slot takes lease id
 /// `lease_id(random, slot)` ([`Store::acquire`]). The answer over every slot
 /// ([`crate::algorithm::leases_outcome`]) and the lease when granted. A blocked key gets no lease (in
 /// shadow mode blocks are not read: an acquire in shadow mode never denies for them); a denial is counted
-/// in the policy's penalty box, as a take's is.
+/// in the policy's penalty box, as a take's is. Under an adaptive policy (`limit`), the key's limit is
+/// read (not locked) and only the slots below it are tried and reported.
 pub fn acquire<S: Store>(
     s: &S,
     target: &Target<'_>,
     random: u64,
+    limit: Option<&KeyLimit<'_>>,
 ) -> Result<(Answer, Option<i64>), S::Error> {
     let one = std::slice::from_ref(target);
     if !target.shadow {
@@ -62,7 +88,12 @@ pub fn acquire<S: Store>(
         }
     }
     let names = slot_names(target);
-    let slots = slot_targets(target, &names);
+    let mut slots = slot_targets(target, &names);
+    if let Some(l) = limit {
+        let read = s.read(std::slice::from_ref(&l.bucket))?;
+        let allowed = l.settings.limit(read.first().map(|o| o.state));
+        slots.truncate(usize::try_from(allowed).unwrap_or(0));
+    }
     let (states, granted, now) = s.acquire(&slots, random)?;
     let outcome = leases_outcome(&target.policy, &states, now, granted.is_some(), granted);
     let mut answers = [Answer::of(outcome)];
@@ -73,8 +104,15 @@ pub fn acquire<S: Store>(
 
 /// Releases lease `lease` of the key of `target` (a concurrency policy's): true if it was held and is now
 /// free; false if it had expired, was released already, or is not one of this key's slots. Only the slot
-/// the lease names is locked and read, and written only when released.
-pub fn release<S: Store>(s: &S, target: &Target<'_>, lease: i64) -> Result<bool, S::Error> {
+/// the lease names is locked and read, and written only when released. Under an adaptive policy
+/// (`report`), a lease released adapts its key's limit: the limit is read, and locked and written (after
+/// the slot, the lock order) only when the report changes it.
+pub fn release<S: Store>(
+    s: &S,
+    target: &Target<'_>,
+    lease: i64,
+    report: Option<&CallReport<'_>>,
+) -> Result<bool, S::Error> {
     let slot = slot_of(lease);
     if lease <= 0 || slot >= target.policy.rate() {
         return Ok(false);
@@ -82,10 +120,44 @@ pub fn release<S: Store>(s: &S, target: &Target<'_>, lease: i64) -> Result<bool,
     let names = [slot_namespace(target.namespace.stored_name(), slot)];
     let slot = &slot_targets(target, &names)[0];
     let ask = Ask::Release { lease };
-    s.update(slot, |stored, now| {
+    let released = s.update(slot, |stored, now| {
+        let acquired_at = slot.current(stored, now).at;
         let o = slot.answer(stored, now, ask);
-        (o.allowed.then_some(o.state), o.allowed)
-    })
+        (
+            o.allowed.then_some(o.state),
+            o.allowed.then_some((acquired_at, now)),
+        )
+    })?;
+    let (Some((acquired_at, now)), Some(r)) = (released, report) else {
+        return Ok(released.is_some());
+    };
+    let ask = Ask::Adapt {
+        settings: r.limit.settings,
+        acquired_at,
+        latency_us: r
+            .latency_us
+            .unwrap_or_else(|| now.saturating_sub(acquired_at)),
+        report: r.report,
+    };
+    let bucket = &r.limit.bucket;
+    // most reports of a healthy key change nothing (a limit at its most): read before locking
+    let read = s.read(std::slice::from_ref(bucket))?;
+    let current = read.first().map(|o| o.state);
+    if current.is_some_and(|state| {
+        bucket
+            .answer(
+                Some(Stored {
+                    state,
+                    policy: bucket.policy,
+                }),
+                now,
+                ask,
+            )
+            .allowed
+    }) {
+        s.write(bucket, ask)?;
+    }
+    Ok(true)
 }
 
 /// Reserves `estimate` tokens of the key of `target` as a take of them would ([`super::take`], with the

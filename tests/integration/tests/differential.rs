@@ -43,7 +43,8 @@ impl Rng {
     }
 }
 
-/// The policies both databases start with: every algorithm, debt, a penalty box, shadow mode, leases.
+/// The policies both databases start with: every algorithm, debt, a penalty box, shadow mode, leases
+/// fixed and adaptive.
 const SETUP: &str = "
 SELECT rate_limit.create_policy('tb', 3, '7 seconds', burst => 5, max_debt => 4);
 SELECT rate_limit.create_policy('tb_fast', 1000, '1 second', burst => 50);
@@ -57,6 +58,8 @@ SELECT rate_limit.create_policy('pen_w', 3, '4 seconds', algorithm => 'sliding_w
                                 block_for => '9 seconds');
 SELECT rate_limit.create_policy('sh', 2, '10 seconds', shadow => true);
 SELECT rate_limit.create_policy('conc', 2, '30 seconds', algorithm => 'concurrency');
+SELECT rate_limit.create_policy('conc_a', 4, '20 seconds', algorithm => 'concurrency',
+                                options => '{\"latency_target\": \"1 second\", \"adaptive_min\": 1}');
 ";
 
 /// Policies that take tokens, and the keys every call picks from.
@@ -64,16 +67,26 @@ const TOKEN_POLICIES: &[&str] = &[
     "tb", "tb_fast", "fw", "sw", "cal", "cal_m", "pen", "pen_w", "sh",
 ];
 const KEYS: &[&str] = &["a", "b", "c", "d", "e"];
+/// The concurrency policies: fixed leases, and adaptive ones.
+const LEASE_POLICIES: &[&str] = &["conc", "conc_a"];
 
 /// One call of the plan: its SQL (one statement answering one text value) for both editions; a lease
 /// to release is named by its position among the leases each database holds, and a reservation to settle
 /// by its position among the reservations each database made.
 enum Call {
     Sql(String),
-    Acquire(String),
+    Acquire {
+        policy: &'static str,
+        key: String,
+    },
+    /// A release of the `nth` lease each database holds of the key, reporting an outcome and a latency
+    /// (`None`: NULL, the time the lease was held).
     Release {
+        policy: &'static str,
         key: String,
         nth: u64,
+        outcome: &'static str,
+        latency_ms: Option<u64>,
     },
     Reserve {
         policy: String,
@@ -196,11 +209,22 @@ fn draw(rng: &mut Rng) -> Call {
         ),
         64..=65 => format!("SELECT rate_limit.peek_request('{key}', 2, 3)::text"),
         66..=67 => format!("SELECT rate_limit.tokens('{key}', 2, 3)::text"),
-        68..=73 => return Call::Acquire(key.to_string()),
+        68..=72 => {
+            return Call::Acquire {
+                policy: rng.pick(LEASE_POLICIES),
+                key: key.to_string(),
+            }
+        }
+        73 => "SELECT coalesce(string_agg(b.key || ' ' || b.tokens, ',' ORDER BY b.key), 'none') \
+               FROM rate_limit.buckets AS b WHERE b.policy = 'conc_a' AND b.algorithm = 'adaptive_limit'"
+            .to_string(),
         74..=77 => {
             return Call::Release {
+                policy: rng.pick(LEASE_POLICIES),
                 key: key.to_string(),
                 nth: rng.next(),
+                outcome: rng.pick(&["ok", "ok", "dropped", "timeout"]),
+                latency_ms: rng.chance(70).then(|| rng.below(2000)),
             }
         }
         78..=79 => decision(&format!(
@@ -339,32 +363,43 @@ impl Side {
     fn run(&mut self, call: &Call) -> String {
         match call {
             Call::Sql(sql) => self.answer(sql),
-            Call::Acquire(key) => {
+            Call::Acquire { policy, key } => {
                 let row = self
                     .client
                     .query_one(
                         "SELECT (d.allowed, d.remaining, d.\"limit\", d.retry_after, d.reset_after, d.policy)::text, \
-                         d.lease FROM rate_limit.acquire('conc', $1) AS d",
-                        &[key],
+                         d.lease FROM rate_limit.acquire($1, $2) AS d",
+                        &[policy, key],
                     )
                     .expect("acquire");
                 if let Some(lease) = row.get::<_, Option<i64>>(1) {
-                    self.leases.push((key.clone(), lease));
+                    self.leases.push((format!("{policy} {key}"), lease));
                 }
                 row.get(0)
             }
-            Call::Release { key, nth } => {
+            Call::Release {
+                policy,
+                key,
+                nth,
+                outcome,
+                latency_ms,
+            } => {
+                let held_as = format!("{policy} {key}");
                 let mine: Vec<usize> = (0..self.leases.len())
-                    .filter(|&i| self.leases[i].0 == *key)
+                    .filter(|&i| self.leases[i].0 == held_as)
                     .collect();
                 if mine.is_empty() {
                     return "no lease".to_string();
                 }
                 let i = mine[(*nth % mine.len() as u64) as usize];
                 let (_, lease) = self.leases.remove(i);
+                let latency = latency_ms.map(|ms| ms as f64);
                 let released: bool = self
                     .client
-                    .query_one("SELECT rate_limit.release('conc', $1, $2)", &[key, &lease])
+                    .query_one(
+                        "SELECT rate_limit.release($1, $2, $3, $4, $5::float8 * interval '1 millisecond')",
+                        &[policy, key, &lease, outcome, &latency],
+                    )
                     .expect("release")
                     .get(0);
                 released.to_string()
@@ -517,8 +552,16 @@ fn a_hundred_thousand_random_calls_get_the_same_answers_from_both_editions() {
             for ((call, x), y) in segment.calls.iter().zip(&answers_a).zip(&answers_b) {
                 let shown = match call {
                     Call::Sql(sql) => sql.clone(),
-                    Call::Acquire(key) => format!("acquire('conc', '{key}')"),
-                    Call::Release { key, .. } => format!("release('conc', '{key}', ...)"),
+                    Call::Acquire { policy, key } => format!("acquire('{policy}', '{key}')"),
+                    Call::Release {
+                        policy,
+                        key,
+                        outcome,
+                        latency_ms,
+                        ..
+                    } => {
+                        format!("release('{policy}', '{key}', ..., '{outcome}', {latency_ms:?} ms)")
+                    }
                     Call::Reserve {
                         policy,
                         key,

@@ -299,3 +299,80 @@ fn print_settled_means() {
         );
     }
 }
+
+/// A limit bucket of at most 10 leases of 30 s.
+fn bucket() -> Policy {
+    Policy::adaptive_limit(10, 30 * 1_000_000).expect("numbers")
+}
+
+#[test]
+fn a_limit_bucket_is_full_at_its_most_and_forgotten_one_lease_ttl_after_its_last_decrease() {
+    let p = bucket();
+    let a = Adaptive::new(2, 10, TARGET).expect("settings");
+    let t = 1_000_000;
+    // a missing limit is at its most: a report of a good call changes nothing, a bad one cuts it
+    assert_eq!(p.full(t).level, 10 * UNITS);
+    assert!(p.is_full(p.full(t), t));
+    let ok = p.adapt(p.full(t), t, a, t - 1, TARGET, Report::Ok);
+    assert!(!ok.allowed);
+    assert_eq!(ok.remaining, 10);
+    let cut = p.adapt(p.full(t), t, a, t - 1, 0, Report::Dropped);
+    assert!(cut.allowed);
+    assert_eq!(
+        cut.state,
+        State {
+            level: 9 * UNITS,
+            at: t
+        }
+    );
+    assert_eq!(cut.remaining, 9);
+    assert!(!p.is_full(cut.state, t));
+    assert_eq!(p.take(cut.state, t, 0).reset_after, 30 * 1_000_000);
+    // one lease TTL after the decrease it is forgotten: full (the purge may delete it), at its most
+    let later = t + 30 * 1_000_000;
+    assert!(!p.is_full(cut.state, later - 1));
+    assert!(p.is_full(cut.state, later));
+    assert_eq!(p.take(cut.state, later, 0).remaining, 10);
+    assert_eq!(p.limit_in_force(cut.state, later), None);
+    // a bad call acquired before the forgotten decrease cuts again (its round is long over)
+    let again = p.adapt(cut.state, later, a, t - 1, 0, Report::TimedOut);
+    assert_eq!(
+        again.state,
+        State {
+            level: 9 * UNITS,
+            at: later
+        }
+    );
+    // good calls that bring it back to its most leave a full bucket
+    let mut s = State {
+        level: 10 * UNITS - 1,
+        at: t,
+    };
+    let up = p.adapt(s, t + 1, a, t, 0, Report::Ok);
+    assert!(up.allowed && p.is_full(up.state, t + 1));
+    s.level = 10 * UNITS;
+    assert!(!p.adapt(s, t + 1, a, t, 0, Report::Ok).allowed);
+}
+
+#[test]
+fn a_limit_carries_over_a_change_of_the_most_leases() {
+    let p = bucket();
+    let cut = State {
+        level: 8 * UNITS,
+        at: 5,
+    };
+    let fewer = Policy::adaptive_limit(6, 30 * 1_000_000).expect("numbers");
+    assert_eq!(
+        fewer.carry_over(cut, &p, 6, 6),
+        State {
+            level: 6 * UNITS,
+            at: 5
+        }
+    );
+    assert!(fewer.is_full(fewer.carry_over(cut, &p, 6, 6), 6));
+    let more = Policy::adaptive_limit(20, 30 * 1_000_000).expect("numbers");
+    assert_eq!(more.carry_over(cut, &p, 6, 6), cut);
+    // a limit that was at its most is at the new most
+    assert_eq!(more.carry_over(p.full(5), &p, 6, 6).level, 20 * UNITS);
+    assert_eq!(limit_namespace("api"), "api\u{1f}adaptive limit");
+}
