@@ -4,7 +4,7 @@
 //!
 //! - [`algorithm`]: the algorithms (token bucket, fixed, sliding and calendar windows) and the lease and
 //!   block buckets, on one state shape, and [`algorithm::adaptive`], a concurrency limit that adapts to
-//!   what releases report (not yet used by the stores),
+//!   what releases report (its bucket beside a key's lease slots),
 //!   carry-over when a policy's numbers change, refunds, charges after the fact with bounded debt; [`algorithm::token_bucket`] is the token
 //!   bucket's exact arithmetic (integer fractions of a token, rebasing on a clock that went back), and the
 //!   limit given as rate per second and window;

@@ -1,2 +1,2 @@
 \set k random(1, 100000)
-SELECT rate_limit.release('bench_jobs', 'key' || :k, a.lease, 'ok', interval '1 millisecond') FROM rate_limit.acquire('bench_jobs', 'key' || :k) AS a WHERE a.allowed;
+SELECT rate_limit.release('bench_fixed', 'key' || :k, a.lease, 'ok', interval '1 millisecond') FROM rate_limit.acquire('bench_fixed', 'key' || :k) AS a WHERE a.allowed;
