@@ -243,3 +243,86 @@ fn reports_move_the_limit_exactly_and_an_idle_limit_is_forgotten() {
         exact_reports(store);
     }
 }
+
+fn a_login_role_reports_only_on_its_own_leases(store: &str) {
+    let db = TestDb::new(&format!("adaptive_role_{store}"));
+    adaptive_policy(&db, store, "1 minute", 1, "100 milliseconds");
+    let mut owner = db.connect();
+    let owners = acquire(&mut owner, "k").expect("the owner's lease");
+    let mut role = db.connect_as_login_role("rl_adaptive");
+    // a report on a lease the role holds moves the key's limit: 40 to 36
+    let first = acquire(&mut role, "k").expect("the role's lease");
+    assert!(release(
+        &mut role,
+        "k",
+        first,
+        "dropped",
+        Some(Duration::ZERO)
+    ));
+    assert_eq!(limit(&mut owner, "k"), 36.0, "{store}");
+    // a lease acquired after that cut would cut again; a report on an id the role does not hold is
+    // refused (false) and cuts nothing, however often it is sent
+    let second = acquire(&mut role, "k").expect("a lease below the new limit");
+    for made_up in [second + 1, second - 1, 0, i64::MAX, owners ^ 1] {
+        if made_up == owners || made_up == second {
+            continue;
+        }
+        for outcome in ["dropped", "timeout"] {
+            assert!(
+                !release(&mut role, "k", made_up, outcome, Some(Duration::ZERO)),
+                "{store}: no report on lease {made_up}, which nobody holds"
+            );
+        }
+    }
+    assert_eq!(
+        limit(&mut owner, "k"),
+        36.0,
+        "{store}: refused reports cut nothing"
+    );
+    // its own lease, acquired after the cut, does cut: 36 to 32.4
+    assert!(release(
+        &mut role,
+        "k",
+        second,
+        "timeout",
+        Some(Duration::ZERO)
+    ));
+    assert_eq!(limit(&mut owner, "k"), 32.4, "{store}");
+    // misuse gets its SQLSTATE as the owner's would
+    let third = acquire(&mut role, "k").expect("a third lease");
+    for (outcome, latency, state) in [
+        (Some("fine"), "1 millisecond", "22023"),
+        (None, "1 millisecond", "22004"),
+        (Some("ok"), "-1 millisecond", "22023"),
+        (Some("ok"), "1 month", "22023"),
+    ] {
+        let err = role
+            .query_one(
+                "SELECT rate_limit.release('backend', 'k', $1, $2, $3::text::interval)",
+                &[&third, &outcome, &latency],
+            )
+            .expect_err("misuse");
+        assert_eq!(
+            err.code().map(|c| c.code()),
+            Some(state),
+            "{store}: {outcome:?} {latency}: {err}"
+        );
+    }
+    assert!(release(&mut role, "k", third, "ok", Some(Duration::ZERO)));
+    // the owner's lease was never touched by any of it
+    assert!(release(&mut owner, "k", owners, "ok", Some(Duration::ZERO)));
+    drop(role);
+    owner
+        .batch_execute("DROP ROLE rl_adaptive")
+        .expect("drop the role");
+}
+
+/// A role with LOGIN and nothing else may report on the leases it holds (a report moves the key's limit,
+/// as any caller of the policy may), is refused a report on a lease id it does not hold (`false`, the
+/// limit untouched, even where a real report would cut), and gets the same SQLSTATEs for misuse.
+#[test]
+fn a_login_role_reports_only_on_leases_it_holds() {
+    for store in stores() {
+        a_login_role_reports_only_on_its_own_leases(store);
+    }
+}

@@ -76,6 +76,26 @@ fn scenario(client: &mut Client, p: &str) -> Vec<String> {
     row("SELECT (allowed, retry_after > interval '11 hours', lease IS NOT NULL) FROM rate_limit.book('slots', '{p}k')");
     row("SELECT (c.allowed, c.remaining) FROM (SELECT lease FROM rate_limit.book('slots', '{p}k')) AS b, \
          rate_limit.cancel_booking('slots', '{p}k', b.lease) AS c");
+    // adaptive concurrency (a key's limit of 4 leases): a drop cuts it to 3.6 (3 slots), a report on a
+    // lease nobody holds is refused, a slow call and a timeout acquired after the cuts cut to 3.24 and
+    // 2.916 (2 slots)
+    row(
+        "SELECT (a.allowed, a.remaining, r) FROM rate_limit.acquire('conc', '{p}l') AS a, \
+         rate_limit.release('conc', '{p}l', a.lease, 'dropped', interval '1 millisecond') AS r",
+    );
+    row("SELECT rate_limit.release('conc', '{p}l', 42, 'dropped')");
+    row(
+        "SELECT (a.allowed, a.remaining, r) FROM rate_limit.acquire('conc', '{p}l') AS a, \
+         rate_limit.release('conc', '{p}l', a.lease, 'ok', interval '2 seconds') AS r",
+    );
+    row(
+        "SELECT (a.allowed, a.remaining, r) FROM rate_limit.acquire('conc', '{p}l') AS a, \
+         rate_limit.release('conc', '{p}l', a.lease, 'timeout') AS r",
+    );
+    row(
+        "SELECT (a.allowed, a.remaining, r) FROM rate_limit.acquire('conc', '{p}l') AS a, \
+         rate_limit.release('conc', '{p}l', a.lease, 'ok', interval '1 millisecond') AS r",
+    );
     if edition() == Edition::Compiled {
         // the memory store (the portable edition has none)
         row("SELECT (allowed, remaining) FROM rate_limit.take('strict_memory', '{p}x')");
@@ -87,6 +107,11 @@ fn scenario(client: &mut Client, p: &str) -> Vec<String> {
         row("SELECT (allowed, remaining) FROM rate_limit.take_ad_hoc('{p}a', 1, '1 hour', 1)");
         row("SELECT (allowed, remaining) FROM rate_limit.take_ad_hoc('{p}a', 1, '1 hour', 1)");
         row("SELECT slot_bytes FROM rate_limit.memory_usage()");
+        row("SELECT (a.allowed, a.remaining, r) FROM rate_limit.acquire('conc_memory', '{p}l') AS a, \
+             rate_limit.release('conc_memory', '{p}l', a.lease, 'dropped', interval '1 millisecond') AS r");
+        row("SELECT (a.allowed, a.remaining, r) FROM rate_limit.acquire('conc_memory', '{p}l') AS a, \
+             rate_limit.release('conc_memory', '{p}l', a.lease + 1, 'dropped') AS r, \
+             rate_limit.release('conc_memory', '{p}l', a.lease, 'ok') AS r2");
         row("SELECT pg_catalog.set_config('rate_limit.store', 'table', false)");
     }
     out
@@ -103,6 +128,10 @@ fn look_alike_objects_before_pg_catalog_change_nothing() {
              SELECT rate_limit.create_policy('strict_memory', 1, '1 day', 1, store => 'memory');
              SELECT rate_limit.create_policy('budget', 1000, '1 day', max_debt => 100);
              SELECT rate_limit.create_policy('slots', 2, '1 day', 1, max_debt => 3);
+             SELECT rate_limit.create_policy('conc', 4, '1 day', algorithm => 'concurrency',
+                 options => '{\"latency_target\": \"1 second\"}');
+             SELECT rate_limit.create_policy('conc_memory', 4, '1 day', algorithm => 'concurrency',
+                 store => 'memory', options => '{\"latency_target\": \"1 second\"}');
              SELECT allowed FROM rate_limit.take('strict', 'victim');
              DROP ROLE IF EXISTS rl_attacker;
              CREATE ROLE rl_attacker;
@@ -131,6 +160,11 @@ fn look_alike_objects_before_pg_catalog_change_nothing() {
         clean[20..25],
         ["(t,970,t)", "(t,960)", "(t,f,f)", "(t,t,t)", "(t,0)"],
         "a reservation settled, the burst booked now, a booking for 12 hours on, the next one cancelled"
+    );
+    assert_eq!(
+        clean[25..30],
+        ["(t,3,t)", "false", "(t,2,t)", "(t,2,t)", "(t,1,t)"],
+        "the adaptive limit cut by a drop, a slow call and a timeout; the made-up lease refused"
     );
 
     // a fresh backend: its first calls prepare every plan under the attacker's search_path
