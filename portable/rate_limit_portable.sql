@@ -68,6 +68,7 @@ CREATE TABLE rate_limit.policies (
     description text CHECK (pg_catalog.length(description) <= 1000),
     adaptive_min bigint CHECK (adaptive_min >= 1),
     latency_target interval CHECK (latency_target > interval '0'),
+    meters jsonb CHECK (pg_catalog.jsonb_typeof(meters) = 'object'),
     CONSTRAINT policies_calendar_check
         CHECK ((algorithm = 'calendar_window') = (time_zone IS NOT NULL) AND (anchor IS NULL OR time_zone IS NOT NULL)),
     CONSTRAINT policies_block_check CHECK ((block_after IS NULL) = (block_for IS NULL))
@@ -1285,7 +1286,9 @@ CREATE TYPE rate_limit._policy AS (
     anchor         timestamp,
     -- an adaptive concurrency policy's settings (NULL: fixed leases)
     adaptive_min   bigint,
-    latency_target_us bigint
+    latency_target_us bigint,
+    -- weighted meters: what a unit of each named quantity costs in tokens (NULL: none)
+    meters         jsonb
 );
 
 -- 22023 for numbers that do not make a policy (PolicyError), with its hint.
@@ -1624,6 +1627,7 @@ BEGIN
                 'The limit of an adaptive policy stays between adaptive_min and the policy''s rate (its most leases).');
         END IF;
     END IF;
+    p.meters := r.meters;
     p.rate := l.rate;
     p.per := r.per;
     p.burst := l.burst;
@@ -1719,6 +1723,46 @@ END
 $$;
 
 -- options (jsonb): each known option set on the row; 22023 for anything else (src/policies/options.rs).
+-- The option meters (options.rs, set_meters; the model's Meters::from_json): up to 16 names of [a-z0-9_]
+-- (1 to 63 bytes) with weights from 0 to 1000000 tokens exact to the millionth, written as the compiled
+-- edition writes them (a whole weight as an integer); JSON null removes them.
+CREATE FUNCTION rate_limit._meters_option(value jsonb) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+    hint constant text := 'Pass e.g. options => ''{"meters": {"input": 0.2, "output": 1}}'', or null to remove them.';
+    meter record;
+    w numeric;
+BEGIN
+    IF pg_catalog.jsonb_typeof(value) = 'null' THEN
+        RETURN NULL;
+    ELSIF pg_catalog.jsonb_typeof(value) <> 'object' THEN
+        PERFORM rate_limit._raise('22023', 'policy option "meters" must be a JSON object, got '
+            || pg_catalog.jsonb_typeof(value), hint);
+    ELSIF value = '{}'::jsonb THEN
+        PERFORM rate_limit._raise('22023', 'policy option "meters" names no meter', hint);
+    ELSIF (SELECT pg_catalog.count(*) FROM pg_catalog.jsonb_object_keys(value)) > 16 THEN
+        PERFORM rate_limit._raise('22023', 'policy option "meters" names '
+            || (SELECT pg_catalog.count(*) FROM pg_catalog.jsonb_object_keys(value))
+            || ' meters; at most 16 are accepted', hint);
+    END IF;
+    FOR meter IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(value) AS e ORDER BY e.key COLLATE "C" LOOP
+        IF meter.key !~ '^[a-z0-9_]{1,63}$' THEN
+            PERFORM rate_limit._raise('22023', 'meter name "' || pg_catalog.left(meter.key, 80)
+                || '" must be 1 to 63 bytes of a-z, 0-9 and _', hint);
+        END IF;
+        w := CASE WHEN pg_catalog.jsonb_typeof(meter.value) = 'number' THEN meter.value::text::numeric END;
+        IF w IS NULL OR w < 0 OR w > 1000000 OR w <> pg_catalog.round(w, 6) THEN
+            PERFORM rate_limit._raise('22023', 'meter "' || meter.key
+                || '" must weigh 0 to 1000000 tokens exact to the millionth, got '
+                || pg_catalog.left(meter.value::text, 80), hint);
+        END IF;
+    END LOOP;
+    RETURN (SELECT pg_catalog.jsonb_object_agg(e.key, pg_catalog.trim_scale(e.value::text::numeric))
+            FROM pg_catalog.jsonb_each(value) AS e);
+END
+$$;
+
 CREATE FUNCTION rate_limit._apply_options(r rate_limit.policies, options jsonb) RETURNS rate_limit.policies
 LANGUAGE plpgsql VOLATILE PARALLEL SAFE
 AS $$
@@ -1749,17 +1793,17 @@ BEGIN
     END LOOP;
     IF deepest > 16 THEN
         PERFORM rate_limit._raise('22023', 'options are nested ' || deepest || ' levels deep; at most 16 are accepted',
-            'Pass a flat JSON object of options, e.g. options => ''{"description": "…"}''; known options: description, latency_target, adaptive_min.');
+            'Pass a flat JSON object of options, e.g. options => ''{"description": "…"}''; known options: description, latency_target, adaptive_min, meters.');
     END IF;
     IF pg_catalog.jsonb_typeof(options) <> 'object' THEN
         PERFORM rate_limit._raise('22023', 'options must be a JSON object, got ' || pg_catalog.jsonb_typeof(options),
-            'Pass options by name, e.g. options => ''{"description": "…"}''; known options: description, latency_target, adaptive_min.');
+            'Pass options by name, e.g. options => ''{"description": "…"}''; known options: description, latency_target, adaptive_min, meters.');
     END IF;
     FOR option IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(options) AS e LOOP
-        IF option.key NOT IN ('description', 'latency_target', 'adaptive_min') THEN
+        IF option.key NOT IN ('description', 'latency_target', 'adaptive_min', 'meters') THEN
             PERFORM rate_limit._raise('22023', 'unknown policy option "'
                 || pg_catalog.left(option.key, 64) || CASE WHEN pg_catalog.length(option.key) > 64 THEN '…' ELSE '' END || '"',
-                'Known options: description, latency_target, adaptive_min.');
+                'Known options: description, latency_target, adaptive_min, meters.');
         END IF;
         CASE option.key
         WHEN 'description' THEN
@@ -1788,6 +1832,8 @@ BEGIN
                     || pg_catalog.jsonb_typeof(option.value),
                     'Pass e.g. options => ''{"latency_target": "250 milliseconds"}''.');
             END CASE;
+        WHEN 'meters' THEN
+            r.meters := rate_limit._meters_option(option.value);
         ELSE -- adaptive_min
             IF pg_catalog.jsonb_typeof(option.value) = 'null' THEN
                 r.adaptive_min := NULL;
@@ -1918,7 +1964,7 @@ BEGIN
            changed_at = r.changed_at, shadow = r.shadow, max_debt = r.max_debt, time_zone = p.time_zone,
            anchor = p.anchor, block_after = r.block_after, block_for = r.block_for,
            blocks_by_hand = r.blocks_by_hand, description = r.description,
-           adaptive_min = r.adaptive_min, latency_target = r.latency_target
+           adaptive_min = r.adaptive_min, latency_target = r.latency_target, meters = r.meters
      WHERE u.name OPERATOR(pg_catalog.=) alter_policy.name;
 END
 $$;
@@ -3870,7 +3916,70 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION rate_limit.reserve(policy text, key text, estimate bigint, hold interval DEFAULT '00:05:00'::interval)
+-- The tokens amounts of p's meters cost (the model's Meters::tokens): the sum of each amount times its
+-- meter's weight, rounded up to a whole token. 22023 for a policy without meters or amounts they do not
+-- read; 22003 beyond a bigint.
+CREATE FUNCTION rate_limit._meter_tokens(p rate_limit._policy, amounts jsonb, argument text) RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+    hint text;
+    amount record;
+    a numeric;
+    total numeric := 0;
+BEGIN
+    IF p.meters IS NULL THEN
+        PERFORM rate_limit._raise('22023', 'policy ' || rate_limit._quoted(p.name) || ' has no meters to weigh amounts with',
+            'Give it meters with options => ''{"meters": {"input": 0.2, "output": 1}}'', or pass ' || argument
+            || ' in tokens.');
+    END IF;
+    hint := 'Pass a JSON object of whole amounts of the policy''s meters: '
+        || (SELECT pg_catalog.string_agg(k, ', ' ORDER BY k COLLATE "C") FROM pg_catalog.jsonb_object_keys(p.meters) AS k)
+        || '.';
+    IF pg_catalog.jsonb_typeof(amounts) <> 'object' THEN
+        PERFORM rate_limit._raise('22023', 'amounts must be a JSON object, got ' || pg_catalog.jsonb_typeof(amounts), hint);
+    END IF;
+    FOR amount IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(amounts) AS e ORDER BY e.key COLLATE "C" LOOP
+        IF NOT p.meters ? amount.key THEN
+            PERFORM rate_limit._raise('22023', 'policy ' || rate_limit._quoted(p.name) || ' has no meter '
+                || rate_limit._quoted(pg_catalog.left(amount.key, 80)), hint);
+        END IF;
+        a := CASE WHEN pg_catalog.jsonb_typeof(amount.value) = 'number' THEN amount.value::text::numeric END;
+        IF a IS NULL OR a < 0 OR a <> pg_catalog.trunc(a) OR a > 9223372036854775807 THEN
+            PERFORM rate_limit._raise('22023', 'the amount of meter ' || rate_limit._quoted(amount.key)
+                || ' must be a whole number of 0 or more, got ' || pg_catalog.left(amount.value::text, 80), hint);
+        END IF;
+        total := total + a * (p.meters ->> amount.key)::numeric;
+    END LOOP;
+    total := pg_catalog.ceil(total);
+    IF total > 9223372036854775807 THEN
+        PERFORM rate_limit._raise('22003', 'amounts cost more than 9223372036854775807 tokens', 'Pass smaller amounts.');
+    END IF;
+    RETURN total::bigint;
+END
+$$;
+
+-- The tokens of a reserve or settle (reservations.rs, tokens_or_amounts): given in tokens as argument,
+-- or as amounts of p's meters, exactly one of them.
+CREATE FUNCTION rate_limit._tokens_or_amounts(p rate_limit._policy, argument text, tokens bigint, amounts jsonb,
+                                              at_least bigint, hint text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+BEGIN
+    IF amounts IS NULL THEN
+        RETURN rate_limit._tokens_arg(argument, tokens, at_least, hint);
+    ELSIF tokens IS NOT NULL THEN
+        PERFORM rate_limit._raise('22023', 'pass ' || argument || ' or amounts, not both',
+            'amounts are weighed with the policy''s meters into the tokens of ' || argument || '.');
+    END IF;
+    RETURN rate_limit._tokens_arg(argument, rate_limit._meter_tokens(p, amounts, argument), at_least,
+        CASE argument WHEN 'estimate' THEN 'Amounts of the work expected must cost 1 or more tokens.'
+                      ELSE 'Pass the amounts the work used.' END);
+END
+$$;
+
+CREATE FUNCTION rate_limit.reserve(policy text, key text, estimate bigint DEFAULT NULL,
+                                   hold interval DEFAULT '00:05:00'::interval, amounts jsonb DEFAULT NULL)
 RETURNS rate_limit.decision
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -3886,8 +3995,8 @@ DECLARE
     d rate_limit.decision;
 BEGIN
     PERFORM rate_limit._key_arg('key', key);
-    n := rate_limit._tokens_arg('estimate', estimate, 1,
-        'Pass the tokens the work is expected to use; settle it with what it used.');
+    n := rate_limit._tokens_or_amounts(p, 'estimate', estimate, amounts, 1,
+        'Pass the tokens the work is expected to use (or amounts of the policy''s meters); settle it with what it used.');
     IF hold IS NULL THEN
         PERFORM rate_limit._null_argument('hold',
             'Pass how long the reservation waits to be settled, e.g. interval ''5 minutes''.');
@@ -3910,7 +4019,8 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION rate_limit.settle(policy text, key text, reservation bigint, actual bigint)
+CREATE FUNCTION rate_limit.settle(policy text, key text, reservation bigint, actual bigint DEFAULT NULL,
+                                  amounts jsonb DEFAULT NULL)
 RETURNS rate_limit.decision
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -3929,8 +4039,8 @@ BEGIN
         PERFORM rate_limit._null_argument('reservation',
             'Pass the id that rate_limit.reserve returned in its lease field.');
     END IF;
-    used := rate_limit._tokens_arg('actual', actual, 0,
-        'Pass the tokens the work used (0 gives the whole reservation back).');
+    used := rate_limit._tokens_or_amounts(p, 'actual', actual, amounts, 0,
+        'Pass the tokens the work used (0 gives the whole reservation back), or amounts of the policy''s meters.');
     PERFORM rate_limit._check_session_store(p.store);
     t := rate_limit._policy_target(p, key);
     -- the reservation's bucket first, then the key's (the lock order's one exception: see semantics.md)
@@ -4443,15 +4553,43 @@ FROM rate_limit.policies AS p
 WHERE p.algorithm = 'concurrency'
 $$;
 
--- Each policy's numbers as gauges, and the leases held of a concurrency policy: what postgres_exporter
--- reads (monitoring/queries-portable.yaml). Owner and pg_monitor.
+-- Each adaptive concurrency policy's keys under a cut limit, read as the owner (pg_monitor reads the
+-- aggregates, never the keys): how many, the lowest limit in force and their mean, in leases (the
+-- policy's most when no key is cut). A key's limit is a row beside its slots (namespace name U+001F
+-- "adaptive limit"), read by primary key; one past its forgetting (a lease TTL after its last cut) is full.
+CREATE FUNCTION rate_limit.adaptive_limits_rows()
+RETURNS TABLE (policy text, limited_keys bigint, lowest_limit float8, mean_limit float8)
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+WITH limits AS (
+    SELECT p.name, p.rate,
+           rate_limit._tokens_millionths(
+               ROW(s.algorithm, s.rate, s.per_us, s.burst, NULL, NULL, NULL, NULL, NULL)::rate_limit._limit,
+               s.level, rate_limit._us(s.updated_at), rate_limit._now())::numeric / 1000000 AS tokens
+    FROM rate_limit.policies AS p
+    JOIN rate_limit.bucket_state AS s ON s.namespace = p.name || chr(31) || 'adaptive limit'
+    WHERE p.latency_target IS NOT NULL)
+SELECT p.name::text, count(l.tokens),
+       COALESCE(min(l.tokens), p.rate)::float8, COALESCE(avg(l.tokens), p.rate)::float8
+FROM rate_limit.policies AS p
+LEFT JOIN limits AS l ON l.name = p.name AND l.tokens < l.rate
+WHERE p.latency_target IS NOT NULL
+GROUP BY p.name, p.rate
+$$;
+
+-- Each policy's numbers as gauges, the leases held of a concurrency policy and an adaptive one's cut limits:
+-- what postgres_exporter reads (monitoring/queries-portable.yaml). Owner and pg_monitor.
 CREATE VIEW rate_limit.metrics_policies AS
 SELECT pg_catalog.current_database()::text AS database, p.name AS policy, p.algorithm, p.rate,
-       pg_catalog.date_part('epoch', p.per) AS period_seconds, p.burst, p.shadow, l.held AS leases_held
+       pg_catalog.date_part('epoch', p.per) AS period_seconds, p.burst, p.shadow, l.held AS leases_held,
+       a.limited_keys AS adaptive_limited_keys, a.lowest_limit AS adaptive_lowest_limit,
+       a.mean_limit AS adaptive_mean_limit
 FROM rate_limit.policies AS p
-LEFT JOIN rate_limit.leases_held_rows() AS l ON l.policy COLLATE "C" OPERATOR(pg_catalog.=) p.name;
+LEFT JOIN rate_limit.leases_held_rows() AS l ON l.policy COLLATE "C" OPERATOR(pg_catalog.=) p.name
+LEFT JOIN rate_limit.adaptive_limits_rows() AS a ON a.policy COLLATE "C" OPERATOR(pg_catalog.=) p.name;
 COMMENT ON VIEW rate_limit.metrics_policies IS
-    'Each policy''s rate, period, burst and shadow mode, and the leases held of a concurrency policy; owner and pg_monitor';
+    'Each policy''s rate, period, burst and shadow mode, the leases held of a concurrency policy, and an adaptive one''s keys under a cut limit; owner and pg_monitor';
 
 -- The last finished rate_limit.purge or purge_idle (the portable edition has no background worker:
 -- schedule CALL rate_limit.purge_idle() with pg_cron).
@@ -4484,8 +4622,8 @@ GRANT EXECUTE ON FUNCTION
     rate_limit.charge(text, text, bigint),
     rate_limit.acquire(text, text),
     rate_limit.release(text, text, bigint, text, interval),
-    rate_limit.reserve(text, text, bigint, interval),
-    rate_limit.settle(text, text, bigint, bigint),
+    rate_limit.reserve(text, text, bigint, interval, jsonb),
+    rate_limit.settle(text, text, bigint, bigint, jsonb),
     rate_limit.book(text, text, bigint, interval),
     rate_limit.cancel_booking(text, text, bigint),
     rate_limit.headers(rate_limit.decision, text),
@@ -4495,7 +4633,7 @@ GRANT EXECUTE ON FUNCTION rate_limiting_request(text, integer, integer) TO PUBLI
 -- the monitoring views: the owner and pg_monitor
 REVOKE ALL ON TABLE rate_limit.metrics_policies, rate_limit.metrics_purge FROM PUBLIC;
 GRANT SELECT ON TABLE rate_limit.metrics_policies, rate_limit.metrics_purge TO pg_monitor;
-GRANT EXECUTE ON FUNCTION rate_limit.leases_held_rows() TO pg_monitor;
+GRANT EXECUTE ON FUNCTION rate_limit.leases_held_rows(), rate_limit.adaptive_limits_rows() TO pg_monitor;
 
 -- The comments of the functions both editions have are the compiled edition's, in sql/finalize.sql:
 -- portable/assemble.sh appends them to the assembled file. These two say what differs here.
@@ -4546,10 +4684,10 @@ COMMENT ON FUNCTION rate_limit.acquire(text, text) IS
     'Acquire a lease of key under a concurrency policy: the decision, with the lease id when allowed';
 COMMENT ON FUNCTION rate_limit.release(text, text, bigint, text, interval) IS
     'Release a lease acquired with rate_limit.acquire: true if it was held and is now free; an adaptive policy''s limit follows the outcome and latency reported';
-COMMENT ON FUNCTION rate_limit.reserve(text, text, bigint, interval) IS
-    'Reserve estimate tokens of key under a policy until settled or hold ends: the decision, with the reservation id in lease when allowed';
-COMMENT ON FUNCTION rate_limit.settle(text, text, bigint, bigint) IS
-    'Settle a reservation on the tokens actually used: gives back the rest or charges the excess, once; allowed when this call settled it';
+COMMENT ON FUNCTION rate_limit.reserve(text, text, bigint, interval, jsonb) IS
+    'Reserve estimate tokens (or amounts of the policy''s meters) of key under a policy until settled or hold ends: the decision, with the reservation id in lease when allowed';
+COMMENT ON FUNCTION rate_limit.settle(text, text, bigint, bigint, jsonb) IS
+    'Settle a reservation on the tokens actually used (or amounts of the policy''s meters): gives back the rest or charges the excess, once; allowed when this call settled it';
 COMMENT ON FUNCTION rate_limit.book(text, text, bigint, interval) IS
     'Book cost tokens of key under a token bucket policy, first come first served: when allowed, retry_after is when they exist and lease the booking id';
 COMMENT ON FUNCTION rate_limit.cancel_booking(text, text, bigint) IS
@@ -4580,3 +4718,5 @@ COMMENT ON FUNCTION rate_limit.limit_writes() IS
     'Row trigger: limit_writes(policy, key_column [, cost]) takes cost tokens per written row from the bucket of the row''s key; a denied row raises 53400 with the RateLimit header values in DETAIL';
 COMMENT ON FUNCTION rate_limit.leases_held_rows() IS
     'Internal: the leases held of each concurrency policy, for rate_limit.metrics_policies';
+COMMENT ON FUNCTION rate_limit.adaptive_limits_rows() IS
+    'Internal: each adaptive concurrency policy''s keys under a cut limit, for rate_limit.metrics_policies';

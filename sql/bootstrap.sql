@@ -71,6 +71,8 @@ CREATE TABLE rate_limit.policies (
     -- an adaptive concurrency policy: each key's limit between adaptive_min (NULL: 1) and rate
     adaptive_min bigint CHECK (adaptive_min >= 1),
     latency_target interval CHECK (latency_target > interval '0'), -- NULL: fixed leases
+    -- weighted meters: what a unit of each named quantity costs in tokens (reserve and settle's amounts)
+    meters jsonb CHECK (pg_catalog.jsonb_typeof(meters) = 'object'),
     CONSTRAINT policies_calendar_check
         CHECK ((algorithm = 'calendar_window') = (time_zone IS NOT NULL) AND (anchor IS NULL OR time_zone IS NOT NULL)),
     CONSTRAINT policies_block_check CHECK ((block_after IS NULL) = (block_for IS NULL))

@@ -136,15 +136,53 @@ FROM leases AS l
 LEFT JOIN in_memory AS i ON i.policy OPERATOR(pg_catalog.=) l.name
 $$;
 
+-- Each adaptive concurrency policy's keys under a cut limit, read as the owner (pg_monitor reads the
+-- aggregates, never the keys): how many, the lowest limit in force and their mean, in leases (the
+-- policy's most when no key is cut). A key's limit is one bucket beside its slots (namespace name U+001F
+-- "adaptive limit"): the table store's are read by primary key, the memory store is scanned once, only if
+-- an adaptive policy may use it. A limit past its forgetting (one lease TTL after its last cut) is full.
+CREATE FUNCTION rate_limit.adaptive_limits_rows()
+RETURNS TABLE (policy text, limited_keys bigint, lowest_limit float8, mean_limit float8)
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL UNSAFE AS $$
+WITH adaptive AS MATERIALIZED (
+    SELECT p.name, p.rate, p.store FROM rate_limit.policies AS p
+    WHERE p.latency_target IS NOT NULL),
+in_memory AS MATERIALIZED (
+    SELECT m.policy, m.tokens FROM rate_limit.memory_buckets() AS m
+    WHERE EXISTS (SELECT FROM adaptive AS a
+                  WHERE COALESCE(a.store OPERATOR(pg_catalog.<>) 'table', true))
+      AND m.algorithm OPERATOR(pg_catalog.=) 'adaptive_limit'),
+limits AS (
+    SELECT a.name, t.tokens
+    FROM adaptive AS a,
+    LATERAL (SELECT rate_limit.state_tokens(s.level, s.updated_at, s.algorithm, s.rate, s.per_us, s.burst,
+                        pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) rate_limit.clock_shift()) AS tokens
+             FROM rate_limit.bucket_state AS s
+             WHERE s.namespace OPERATOR(pg_catalog.=)
+                   (a.name OPERATOR(pg_catalog.||) pg_catalog.chr(31) OPERATOR(pg_catalog.||) 'adaptive limit')
+             UNION ALL
+             SELECT i.tokens FROM in_memory AS i WHERE i.policy OPERATOR(pg_catalog.=) a.name) AS t
+    WHERE t.tokens OPERATOR(pg_catalog.<) a.rate)
+SELECT a.name::pg_catalog.text, pg_catalog.count(l.tokens),
+       COALESCE(pg_catalog.min(l.tokens), a.rate)::pg_catalog.float8,
+       COALESCE(pg_catalog.avg(l.tokens), a.rate)::pg_catalog.float8
+FROM adaptive AS a
+LEFT JOIN limits AS l ON l.name OPERATOR(pg_catalog.=) a.name
+GROUP BY a.name, a.rate
+$$;
+
 -- Each policy's numbers as gauges: rate tokens per period_seconds, at most burst at once (a window's limit;
 -- a concurrency policy's leases), and for a concurrency policy the leases held now.
 CREATE VIEW rate_limit.metrics_policies AS
 SELECT pg_catalog.current_database()::text AS database, p.name AS policy, p.algorithm, p.rate,
-       pg_catalog.date_part('epoch', p.per) AS period_seconds, p.burst, p.shadow, l.held AS leases_held
+       pg_catalog.date_part('epoch', p.per) AS period_seconds, p.burst, p.shadow, l.held AS leases_held,
+       a.limited_keys AS adaptive_limited_keys, a.lowest_limit AS adaptive_lowest_limit,
+       a.mean_limit AS adaptive_mean_limit
 FROM rate_limit.policies AS p
-LEFT JOIN rate_limit.leases_held_rows() AS l ON l.policy COLLATE "C" = p.name;
+LEFT JOIN rate_limit.leases_held_rows() AS l ON l.policy COLLATE "C" = p.name
+LEFT JOIN rate_limit.adaptive_limits_rows() AS a ON a.policy COLLATE "C" = p.name;
 COMMENT ON VIEW rate_limit.metrics_policies IS
-    'Each policy''s rate, period, burst and shadow mode, and the leases held of a concurrency policy; owner and pg_monitor';
+    'Each policy''s rate, period, burst and shadow mode, the leases held of a concurrency policy, and an adaptive one''s keys under a cut limit; owner and pg_monitor';
 
 -- The memory store against this database's share (rate_limit.database_share), with the server's evictions.
 CREATE VIEW rate_limit.metrics_memory AS
@@ -252,10 +290,10 @@ COMMENT ON FUNCTION rate_limit.acquire(text, text) IS
     'Acquire a lease of key under a concurrency policy: the decision, with the lease id when allowed';
 COMMENT ON FUNCTION rate_limit.release(text, text, bigint, text, interval) IS
     'Release a lease acquired with rate_limit.acquire: true if it was held and is now free; an adaptive policy''s limit follows the outcome and latency reported';
-COMMENT ON FUNCTION rate_limit.reserve(text, text, bigint, interval) IS
-    'Reserve estimate tokens of key under a policy until settled or hold ends: the decision, with the reservation id in lease when allowed';
-COMMENT ON FUNCTION rate_limit.settle(text, text, bigint, bigint) IS
-    'Settle a reservation on the tokens actually used: gives back the rest or charges the excess, once; allowed when this call settled it';
+COMMENT ON FUNCTION rate_limit.reserve(text, text, bigint, interval, jsonb) IS
+    'Reserve estimate tokens (or amounts of the policy''s meters) of key under a policy until settled or hold ends: the decision, with the reservation id in lease when allowed';
+COMMENT ON FUNCTION rate_limit.settle(text, text, bigint, bigint, jsonb) IS
+    'Settle a reservation on the tokens actually used (or amounts of the policy''s meters): gives back the rest or charges the excess, once; allowed when this call settled it';
 COMMENT ON FUNCTION rate_limit.book(text, text, bigint, interval) IS
     'Book cost tokens of key under a token bucket policy, first come first served: when allowed, retry_after is when they exist and lease the booking id';
 COMMENT ON FUNCTION rate_limit.cancel_booking(text, text, bigint) IS
@@ -351,6 +389,10 @@ REVOKE EXECUTE ON FUNCTION rate_limit.leases_held_rows() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rate_limit.leases_held_rows() TO pg_monitor;
 COMMENT ON FUNCTION rate_limit.leases_held_rows() IS
     'Internal: the leases held of each concurrency policy, for rate_limit.metrics_policies';
+REVOKE EXECUTE ON FUNCTION rate_limit.adaptive_limits_rows() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION rate_limit.adaptive_limits_rows() TO pg_monitor;
+COMMENT ON FUNCTION rate_limit.adaptive_limits_rows() IS
+    'Internal: each adaptive concurrency policy''s keys under a cut limit, for rate_limit.metrics_policies';
 REVOKE EXECUTE ON FUNCTION rate_limit.purge_rows() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION rate_limit.purge_rows() TO pg_monitor;
 COMMENT ON FUNCTION rate_limit.purge_rows() IS

@@ -146,6 +146,18 @@ SELECT allowed, remaining FROM rate_limit.peek('llm', 'tenant_7');
 SELECT s.allowed, s.remaining FROM call, rate_limit.settle('llm', 'tenant_7', call.id, 1530) AS s;
 SELECT s.allowed, s.remaining FROM call, rate_limit.settle('llm', 'tenant_7', call.id, 1530) AS s;
 
+--@ block reference-meters
+--@ hide
+SELECT rate_limit.create_policy('gateway', 1000000, '1 day',
+    options => '{"meters": {"input": 0.2, "output": 1, "cached_input": 0.05}}');
+--@ hide
+CREATE TEMP TABLE completion AS
+SELECT lease AS id FROM rate_limit.reserve('gateway', 'tenant_7', amounts => '{"input": 1800, "output": 1000}');
+-- 1 200 input tokens, 300 more read from the cache, 412 output tokens: 240 + 15 + 412 = 667 tokens
+SELECT s.allowed, s.remaining FROM completion,
+    rate_limit.settle('gateway', 'tenant_7', completion.id,
+                      amounts => '{"input": 1200, "cached_input": 300, "output": 412}') AS s;
+
 --@ block reference-bookings
 --@ hide
 SELECT rate_limit.create_policy('reports', 1, '1 minute', burst => 1, max_debt => 10);

@@ -19,7 +19,7 @@ pub struct Bound {
     pub bound: &'static str,
     /// What enforces the bound.
     pub enforced_by: &'static str,
-    /// The test that proves it (`file.rs: function`).
+    /// The tests that prove it (`file.rs: function`, several as `file.rs: f, g; other.rs: h`).
     pub test: &'static str,
 }
 
@@ -71,9 +71,9 @@ pub const BOUNDS: &[Bound] = &[
     Bound {
         resource: "reservation",
         who: "any role (`reserve`)",
-        bound: "`hold` after its reserve (at most 1 day, 22023 beyond), whatever its holder does: then settled at its estimate (its tokens stay taken, as a `take` of them would) and its bucket full, so purged; one bucket beside its key's, counted in the role's shares in the memory store like any other; a settle gives back at most what its own reservation took, once, and needs its id (62 random bits); the memory store's settles wait in the caller's own backend until its transaction ends",
+        bound: "`hold` after its reserve (at most 1 day, 22023 beyond), whatever its holder does: then settled at its estimate (its tokens stay taken, as a `take` of them would) and its bucket full, so purged; one bucket beside its key's, counted in the role's shares in the memory store like any other; a settle gives back at most what its own reservation took, once, and needs its id (62 random bits); the memory store's settles wait in the caller's own backend until its transaction ends; `amounts` are weighed in the caller's own backend against the policy's meters (at most 16, the owner's), and a meter the policy does not have is refused, never counted as 0",
         enforced_by: "the model's reservation buckets (`rate_limit_model::algorithm::reservation`), `src/store/settles.rs`",
-        test: "reservations.rs: a_plain_role_settles_its_own_reservation_once_and_no_other",
+        test: "reservations.rs: a_plain_role_settles_its_own_reservation_once_and_no_other; meters.rs: every_misuse_of_meters_and_amounts_gets_its_sqlstate",
     },
     Bound {
         resource: "booking",
@@ -94,7 +94,7 @@ pub const BOUNDS: &[Bound] = &[
         who: "any role (`release` of a lease it holds, adaptive concurrency policies)",
         bound: "one bucket beside the key's lease slots; a report moves it once per call: up by 1/limit, or down to 9/10 at most once per round and never below the policy's `adaptive_min` (the owner's); forgotten (full, so purged) one lease TTL (`per`) after its last cut; only the holder of a lease (its id) can report on it, and a role that may acquire a key's leases can lower its limit as it can hold them all",
         enforced_by: "the model's adaptive limit (`rate_limit_model::algorithm::adaptive`)",
-        test: "adaptive.rs: reports_move_the_limit_exactly_and_an_idle_limit_is_forgotten",
+        test: "adaptive.rs: reports_move_the_limit_exactly_and_an_idle_limit_is_forgotten, a_login_role_reports_only_on_leases_it_holds",
     },
     Bound {
         resource: "sleep, snapshot and lock of `wait`",
@@ -270,21 +270,26 @@ mod tests {
         )
     }
 
-    /// Every test a row names exists: a `fn` of that name in that file of the integration tests.
+    /// Every test a row names exists: a `fn` of that name in that file of the integration tests (a row
+    /// names `file.rs: test, test; file.rs: test`).
     #[test]
     fn every_bound_names_a_test_that_exists() {
         for b in BOUNDS {
-            let (file, function) = b.test.split_once(": ").expect("file.rs: function");
-            let path = format!(
-                "{}/../tests/integration/tests/{file}",
-                env!("CARGO_MANIFEST_DIR")
-            );
-            let source = std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("{path}"));
-            assert!(
-                source.contains(&format!("fn {function}()")),
-                "{}: {file} has no test {function}",
-                b.resource
-            );
+            for in_file in b.test.split("; ") {
+                let (file, functions) = in_file.split_once(": ").expect("file.rs: function");
+                let path = format!(
+                    "{}/../tests/integration/tests/{file}",
+                    env!("CARGO_MANIFEST_DIR")
+                );
+                let source = std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("{path}"));
+                for function in functions.split(", ") {
+                    assert!(
+                        source.contains(&format!("fn {function}()")),
+                        "{}: {file} has no test {function}",
+                        b.resource
+                    );
+                }
+            }
         }
     }
 }

@@ -19,6 +19,7 @@
 //! - [`hierarchy`]: how a parent's tokens are shared among its children by weight, work-conserving, with
 //!   a stated fairness bound (the sharing half of hierarchical quotas; not yet used by the stores);
 //! - [`http`]: the RateLimit, RateLimit-Policy and Retry-After field values;
+//! - [`meters`]: a policy's weighted meters, what amounts of several quantities cost in tokens;
 //! - [`summary`]: the Space-Saving summary of the keys denied most; [`denials`]: when a backend adds its
 //!   denials to it;
 //! - [`shares`]: how much of the memory store one role and one database may fill, and what a partition frees when full;
@@ -33,6 +34,7 @@ pub mod decision;
 pub mod denials;
 pub mod hierarchy;
 pub mod http;
+pub mod meters;
 pub mod pipeline;
 pub mod shares;
 pub mod skew;

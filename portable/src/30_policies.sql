@@ -43,7 +43,9 @@ CREATE TYPE rate_limit._policy AS (
     anchor         timestamp,
     -- an adaptive concurrency policy's settings (NULL: fixed leases)
     adaptive_min   bigint,
-    latency_target_us bigint
+    latency_target_us bigint,
+    -- weighted meters: what a unit of each named quantity costs in tokens (NULL: none)
+    meters         jsonb
 );
 
 -- 22023 for numbers that do not make a policy (PolicyError), with its hint.
@@ -382,6 +384,7 @@ BEGIN
                 'The limit of an adaptive policy stays between adaptive_min and the policy''s rate (its most leases).');
         END IF;
     END IF;
+    p.meters := r.meters;
     p.rate := l.rate;
     p.per := r.per;
     p.burst := l.burst;
@@ -477,6 +480,46 @@ END
 $$;
 
 -- options (jsonb): each known option set on the row; 22023 for anything else (src/policies/options.rs).
+-- The option meters (options.rs, set_meters; the model's Meters::from_json): up to 16 names of [a-z0-9_]
+-- (1 to 63 bytes) with weights from 0 to 1000000 tokens exact to the millionth, written as the compiled
+-- edition writes them (a whole weight as an integer); JSON null removes them.
+CREATE FUNCTION rate_limit._meters_option(value jsonb) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+    hint constant text := 'Pass e.g. options => ''{"meters": {"input": 0.2, "output": 1}}'', or null to remove them.';
+    meter record;
+    w numeric;
+BEGIN
+    IF pg_catalog.jsonb_typeof(value) = 'null' THEN
+        RETURN NULL;
+    ELSIF pg_catalog.jsonb_typeof(value) <> 'object' THEN
+        PERFORM rate_limit._raise('22023', 'policy option "meters" must be a JSON object, got '
+            || pg_catalog.jsonb_typeof(value), hint);
+    ELSIF value = '{}'::jsonb THEN
+        PERFORM rate_limit._raise('22023', 'policy option "meters" names no meter', hint);
+    ELSIF (SELECT pg_catalog.count(*) FROM pg_catalog.jsonb_object_keys(value)) > 16 THEN
+        PERFORM rate_limit._raise('22023', 'policy option "meters" names '
+            || (SELECT pg_catalog.count(*) FROM pg_catalog.jsonb_object_keys(value))
+            || ' meters; at most 16 are accepted', hint);
+    END IF;
+    FOR meter IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(value) AS e ORDER BY e.key COLLATE "C" LOOP
+        IF meter.key !~ '^[a-z0-9_]{1,63}$' THEN
+            PERFORM rate_limit._raise('22023', 'meter name "' || pg_catalog.left(meter.key, 80)
+                || '" must be 1 to 63 bytes of a-z, 0-9 and _', hint);
+        END IF;
+        w := CASE WHEN pg_catalog.jsonb_typeof(meter.value) = 'number' THEN meter.value::text::numeric END;
+        IF w IS NULL OR w < 0 OR w > 1000000 OR w <> pg_catalog.round(w, 6) THEN
+            PERFORM rate_limit._raise('22023', 'meter "' || meter.key
+                || '" must weigh 0 to 1000000 tokens exact to the millionth, got '
+                || pg_catalog.left(meter.value::text, 80), hint);
+        END IF;
+    END LOOP;
+    RETURN (SELECT pg_catalog.jsonb_object_agg(e.key, pg_catalog.trim_scale(e.value::text::numeric))
+            FROM pg_catalog.jsonb_each(value) AS e);
+END
+$$;
+
 CREATE FUNCTION rate_limit._apply_options(r rate_limit.policies, options jsonb) RETURNS rate_limit.policies
 LANGUAGE plpgsql VOLATILE PARALLEL SAFE
 AS $$
@@ -507,17 +550,17 @@ BEGIN
     END LOOP;
     IF deepest > 16 THEN
         PERFORM rate_limit._raise('22023', 'options are nested ' || deepest || ' levels deep; at most 16 are accepted',
-            'Pass a flat JSON object of options, e.g. options => ''{"description": "…"}''; known options: description, latency_target, adaptive_min.');
+            'Pass a flat JSON object of options, e.g. options => ''{"description": "…"}''; known options: description, latency_target, adaptive_min, meters.');
     END IF;
     IF pg_catalog.jsonb_typeof(options) <> 'object' THEN
         PERFORM rate_limit._raise('22023', 'options must be a JSON object, got ' || pg_catalog.jsonb_typeof(options),
-            'Pass options by name, e.g. options => ''{"description": "…"}''; known options: description, latency_target, adaptive_min.');
+            'Pass options by name, e.g. options => ''{"description": "…"}''; known options: description, latency_target, adaptive_min, meters.');
     END IF;
     FOR option IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(options) AS e LOOP
-        IF option.key NOT IN ('description', 'latency_target', 'adaptive_min') THEN
+        IF option.key NOT IN ('description', 'latency_target', 'adaptive_min', 'meters') THEN
             PERFORM rate_limit._raise('22023', 'unknown policy option "'
                 || pg_catalog.left(option.key, 64) || CASE WHEN pg_catalog.length(option.key) > 64 THEN '…' ELSE '' END || '"',
-                'Known options: description, latency_target, adaptive_min.');
+                'Known options: description, latency_target, adaptive_min, meters.');
         END IF;
         CASE option.key
         WHEN 'description' THEN
@@ -546,6 +589,8 @@ BEGIN
                     || pg_catalog.jsonb_typeof(option.value),
                     'Pass e.g. options => ''{"latency_target": "250 milliseconds"}''.');
             END CASE;
+        WHEN 'meters' THEN
+            r.meters := rate_limit._meters_option(option.value);
         ELSE -- adaptive_min
             IF pg_catalog.jsonb_typeof(option.value) = 'null' THEN
                 r.adaptive_min := NULL;
@@ -676,7 +721,7 @@ BEGIN
            changed_at = r.changed_at, shadow = r.shadow, max_debt = r.max_debt, time_zone = p.time_zone,
            anchor = p.anchor, block_after = r.block_after, block_for = r.block_for,
            blocks_by_hand = r.blocks_by_hand, description = r.description,
-           adaptive_min = r.adaptive_min, latency_target = r.latency_target
+           adaptive_min = r.adaptive_min, latency_target = r.latency_target, meters = r.meters
      WHERE u.name OPERATOR(pg_catalog.=) alter_policy.name;
 END
 $$;

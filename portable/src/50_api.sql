@@ -1031,7 +1031,70 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION rate_limit.reserve(policy text, key text, estimate bigint, hold interval DEFAULT '00:05:00'::interval)
+-- The tokens amounts of p's meters cost (the model's Meters::tokens): the sum of each amount times its
+-- meter's weight, rounded up to a whole token. 22023 for a policy without meters or amounts they do not
+-- read; 22003 beyond a bigint.
+CREATE FUNCTION rate_limit._meter_tokens(p rate_limit._policy, amounts jsonb, argument text) RETURNS bigint
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+DECLARE
+    hint text;
+    amount record;
+    a numeric;
+    total numeric := 0;
+BEGIN
+    IF p.meters IS NULL THEN
+        PERFORM rate_limit._raise('22023', 'policy ' || rate_limit._quoted(p.name) || ' has no meters to weigh amounts with',
+            'Give it meters with options => ''{"meters": {"input": 0.2, "output": 1}}'', or pass ' || argument
+            || ' in tokens.');
+    END IF;
+    hint := 'Pass a JSON object of whole amounts of the policy''s meters: '
+        || (SELECT pg_catalog.string_agg(k, ', ' ORDER BY k COLLATE "C") FROM pg_catalog.jsonb_object_keys(p.meters) AS k)
+        || '.';
+    IF pg_catalog.jsonb_typeof(amounts) <> 'object' THEN
+        PERFORM rate_limit._raise('22023', 'amounts must be a JSON object, got ' || pg_catalog.jsonb_typeof(amounts), hint);
+    END IF;
+    FOR amount IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(amounts) AS e ORDER BY e.key COLLATE "C" LOOP
+        IF NOT p.meters ? amount.key THEN
+            PERFORM rate_limit._raise('22023', 'policy ' || rate_limit._quoted(p.name) || ' has no meter '
+                || rate_limit._quoted(pg_catalog.left(amount.key, 80)), hint);
+        END IF;
+        a := CASE WHEN pg_catalog.jsonb_typeof(amount.value) = 'number' THEN amount.value::text::numeric END;
+        IF a IS NULL OR a < 0 OR a <> pg_catalog.trunc(a) OR a > 9223372036854775807 THEN
+            PERFORM rate_limit._raise('22023', 'the amount of meter ' || rate_limit._quoted(amount.key)
+                || ' must be a whole number of 0 or more, got ' || pg_catalog.left(amount.value::text, 80), hint);
+        END IF;
+        total := total + a * (p.meters ->> amount.key)::numeric;
+    END LOOP;
+    total := pg_catalog.ceil(total);
+    IF total > 9223372036854775807 THEN
+        PERFORM rate_limit._raise('22003', 'amounts cost more than 9223372036854775807 tokens', 'Pass smaller amounts.');
+    END IF;
+    RETURN total::bigint;
+END
+$$;
+
+-- The tokens of a reserve or settle (reservations.rs, tokens_or_amounts): given in tokens as argument,
+-- or as amounts of p's meters, exactly one of them.
+CREATE FUNCTION rate_limit._tokens_or_amounts(p rate_limit._policy, argument text, tokens bigint, amounts jsonb,
+                                              at_least bigint, hint text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+BEGIN
+    IF amounts IS NULL THEN
+        RETURN rate_limit._tokens_arg(argument, tokens, at_least, hint);
+    ELSIF tokens IS NOT NULL THEN
+        PERFORM rate_limit._raise('22023', 'pass ' || argument || ' or amounts, not both',
+            'amounts are weighed with the policy''s meters into the tokens of ' || argument || '.');
+    END IF;
+    RETURN rate_limit._tokens_arg(argument, rate_limit._meter_tokens(p, amounts, argument), at_least,
+        CASE argument WHEN 'estimate' THEN 'Amounts of the work expected must cost 1 or more tokens.'
+                      ELSE 'Pass the amounts the work used.' END);
+END
+$$;
+
+CREATE FUNCTION rate_limit.reserve(policy text, key text, estimate bigint DEFAULT NULL,
+                                   hold interval DEFAULT '00:05:00'::interval, amounts jsonb DEFAULT NULL)
 RETURNS rate_limit.decision
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -1047,8 +1110,8 @@ DECLARE
     d rate_limit.decision;
 BEGIN
     PERFORM rate_limit._key_arg('key', key);
-    n := rate_limit._tokens_arg('estimate', estimate, 1,
-        'Pass the tokens the work is expected to use; settle it with what it used.');
+    n := rate_limit._tokens_or_amounts(p, 'estimate', estimate, amounts, 1,
+        'Pass the tokens the work is expected to use (or amounts of the policy''s meters); settle it with what it used.');
     IF hold IS NULL THEN
         PERFORM rate_limit._null_argument('hold',
             'Pass how long the reservation waits to be settled, e.g. interval ''5 minutes''.');
@@ -1071,7 +1134,8 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION rate_limit.settle(policy text, key text, reservation bigint, actual bigint)
+CREATE FUNCTION rate_limit.settle(policy text, key text, reservation bigint, actual bigint DEFAULT NULL,
+                                  amounts jsonb DEFAULT NULL)
 RETURNS rate_limit.decision
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -1090,8 +1154,8 @@ BEGIN
         PERFORM rate_limit._null_argument('reservation',
             'Pass the id that rate_limit.reserve returned in its lease field.');
     END IF;
-    used := rate_limit._tokens_arg('actual', actual, 0,
-        'Pass the tokens the work used (0 gives the whole reservation back).');
+    used := rate_limit._tokens_or_amounts(p, 'actual', actual, amounts, 0,
+        'Pass the tokens the work used (0 gives the whole reservation back), or amounts of the policy''s meters.');
     PERFORM rate_limit._check_session_store(p.store);
     t := rate_limit._policy_target(p, key);
     -- the reservation's bucket first, then the key's (the lock order's one exception: see semantics.md)

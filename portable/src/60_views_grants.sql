@@ -34,15 +34,43 @@ FROM rate_limit.policies AS p
 WHERE p.algorithm = 'concurrency'
 $$;
 
--- Each policy's numbers as gauges, and the leases held of a concurrency policy: what postgres_exporter
--- reads (monitoring/queries-portable.yaml). Owner and pg_monitor.
+-- Each adaptive concurrency policy's keys under a cut limit, read as the owner (pg_monitor reads the
+-- aggregates, never the keys): how many, the lowest limit in force and their mean, in leases (the
+-- policy's most when no key is cut). A key's limit is a row beside its slots (namespace name U+001F
+-- "adaptive limit"), read by primary key; one past its forgetting (a lease TTL after its last cut) is full.
+CREATE FUNCTION rate_limit.adaptive_limits_rows()
+RETURNS TABLE (policy text, limited_keys bigint, lowest_limit float8, mean_limit float8)
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+AS $$
+WITH limits AS (
+    SELECT p.name, p.rate,
+           rate_limit._tokens_millionths(
+               ROW(s.algorithm, s.rate, s.per_us, s.burst, NULL, NULL, NULL, NULL, NULL)::rate_limit._limit,
+               s.level, rate_limit._us(s.updated_at), rate_limit._now())::numeric / 1000000 AS tokens
+    FROM rate_limit.policies AS p
+    JOIN rate_limit.bucket_state AS s ON s.namespace = p.name || chr(31) || 'adaptive limit'
+    WHERE p.latency_target IS NOT NULL)
+SELECT p.name::text, count(l.tokens),
+       COALESCE(min(l.tokens), p.rate)::float8, COALESCE(avg(l.tokens), p.rate)::float8
+FROM rate_limit.policies AS p
+LEFT JOIN limits AS l ON l.name = p.name AND l.tokens < l.rate
+WHERE p.latency_target IS NOT NULL
+GROUP BY p.name, p.rate
+$$;
+
+-- Each policy's numbers as gauges, the leases held of a concurrency policy and an adaptive one's cut limits:
+-- what postgres_exporter reads (monitoring/queries-portable.yaml). Owner and pg_monitor.
 CREATE VIEW rate_limit.metrics_policies AS
 SELECT pg_catalog.current_database()::text AS database, p.name AS policy, p.algorithm, p.rate,
-       pg_catalog.date_part('epoch', p.per) AS period_seconds, p.burst, p.shadow, l.held AS leases_held
+       pg_catalog.date_part('epoch', p.per) AS period_seconds, p.burst, p.shadow, l.held AS leases_held,
+       a.limited_keys AS adaptive_limited_keys, a.lowest_limit AS adaptive_lowest_limit,
+       a.mean_limit AS adaptive_mean_limit
 FROM rate_limit.policies AS p
-LEFT JOIN rate_limit.leases_held_rows() AS l ON l.policy COLLATE "C" OPERATOR(pg_catalog.=) p.name;
+LEFT JOIN rate_limit.leases_held_rows() AS l ON l.policy COLLATE "C" OPERATOR(pg_catalog.=) p.name
+LEFT JOIN rate_limit.adaptive_limits_rows() AS a ON a.policy COLLATE "C" OPERATOR(pg_catalog.=) p.name;
 COMMENT ON VIEW rate_limit.metrics_policies IS
-    'Each policy''s rate, period, burst and shadow mode, and the leases held of a concurrency policy; owner and pg_monitor';
+    'Each policy''s rate, period, burst and shadow mode, the leases held of a concurrency policy, and an adaptive one''s keys under a cut limit; owner and pg_monitor';
 
 -- The last finished rate_limit.purge or purge_idle (the portable edition has no background worker:
 -- schedule CALL rate_limit.purge_idle() with pg_cron).
@@ -75,8 +103,8 @@ GRANT EXECUTE ON FUNCTION
     rate_limit.charge(text, text, bigint),
     rate_limit.acquire(text, text),
     rate_limit.release(text, text, bigint, text, interval),
-    rate_limit.reserve(text, text, bigint, interval),
-    rate_limit.settle(text, text, bigint, bigint),
+    rate_limit.reserve(text, text, bigint, interval, jsonb),
+    rate_limit.settle(text, text, bigint, bigint, jsonb),
     rate_limit.book(text, text, bigint, interval),
     rate_limit.cancel_booking(text, text, bigint),
     rate_limit.headers(rate_limit.decision, text),
@@ -86,7 +114,7 @@ GRANT EXECUTE ON FUNCTION rate_limiting_request(text, integer, integer) TO PUBLI
 -- the monitoring views: the owner and pg_monitor
 REVOKE ALL ON TABLE rate_limit.metrics_policies, rate_limit.metrics_purge FROM PUBLIC;
 GRANT SELECT ON TABLE rate_limit.metrics_policies, rate_limit.metrics_purge TO pg_monitor;
-GRANT EXECUTE ON FUNCTION rate_limit.leases_held_rows() TO pg_monitor;
+GRANT EXECUTE ON FUNCTION rate_limit.leases_held_rows(), rate_limit.adaptive_limits_rows() TO pg_monitor;
 
 -- The comments of the functions both editions have are the compiled edition's, in sql/finalize.sql:
 -- portable/assemble.sh appends them to the assembled file. These two say what differs here.

@@ -6,9 +6,9 @@ CREATE FUNCTION rate_limit.take_batch(policy text, keys text[], costs integer[] 
     VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'take_batch_wrapper';
 CREATE FUNCTION rate_limit.release(policy text, key text, lease bigint, outcome text DEFAULT 'ok'::text, latency interval DEFAULT NULL::interval) RETURNS boolean
     VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'release_wrapper';
-CREATE FUNCTION rate_limit.reserve(policy text, key text, estimate bigint, hold interval DEFAULT '00:05:00'::interval) RETURNS rate_limit.decision
+CREATE FUNCTION rate_limit.reserve(policy text, key text, estimate bigint DEFAULT NULL::bigint, hold interval DEFAULT '00:05:00'::interval, amounts jsonb DEFAULT NULL::jsonb) RETURNS rate_limit.decision
     VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'reserve_wrapper';
-CREATE FUNCTION rate_limit.settle(policy text, key text, reservation bigint, actual bigint) RETURNS rate_limit.decision
+CREATE FUNCTION rate_limit.settle(policy text, key text, reservation bigint, actual bigint DEFAULT NULL::bigint, amounts jsonb DEFAULT NULL::jsonb) RETURNS rate_limit.decision
     VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'settle_wrapper';
 CREATE FUNCTION rate_limit.book(policy text, key text, cost bigint DEFAULT 1, max_delay interval DEFAULT '1 day'::interval) RETURNS rate_limit.decision
     VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'book_wrapper';

@@ -42,15 +42,53 @@ FROM leases AS l
 LEFT JOIN in_memory AS i ON i.policy OPERATOR(pg_catalog.=) l.name
 $$;
 
+-- Each adaptive concurrency policy's keys under a cut limit, read as the owner (pg_monitor reads the
+-- aggregates, never the keys): how many, the lowest limit in force and their mean, in leases (the
+-- policy's most when no key is cut). A key's limit is one bucket beside its slots (namespace name U+001F
+-- "adaptive limit"): the table store's are read by primary key, the memory store is scanned once, only if
+-- an adaptive policy may use it. A limit past its forgetting (one lease TTL after its last cut) is full.
+CREATE FUNCTION rate_limit.adaptive_limits_rows()
+RETURNS TABLE (policy text, limited_keys bigint, lowest_limit float8, mean_limit float8)
+LANGUAGE sql STABLE SECURITY DEFINER PARALLEL UNSAFE AS $$
+WITH adaptive AS MATERIALIZED (
+    SELECT p.name, p.rate, p.store FROM rate_limit.policies AS p
+    WHERE p.latency_target IS NOT NULL),
+in_memory AS MATERIALIZED (
+    SELECT m.policy, m.tokens FROM rate_limit.memory_buckets() AS m
+    WHERE EXISTS (SELECT FROM adaptive AS a
+                  WHERE COALESCE(a.store OPERATOR(pg_catalog.<>) 'table', true))
+      AND m.algorithm OPERATOR(pg_catalog.=) 'adaptive_limit'),
+limits AS (
+    SELECT a.name, t.tokens
+    FROM adaptive AS a,
+    LATERAL (SELECT rate_limit.state_tokens(s.level, s.updated_at, s.algorithm, s.rate, s.per_us, s.burst,
+                        pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) rate_limit.clock_shift()) AS tokens
+             FROM rate_limit.bucket_state AS s
+             WHERE s.namespace OPERATOR(pg_catalog.=)
+                   (a.name OPERATOR(pg_catalog.||) pg_catalog.chr(31) OPERATOR(pg_catalog.||) 'adaptive limit')
+             UNION ALL
+             SELECT i.tokens FROM in_memory AS i WHERE i.policy OPERATOR(pg_catalog.=) a.name) AS t
+    WHERE t.tokens OPERATOR(pg_catalog.<) a.rate)
+SELECT a.name::pg_catalog.text, pg_catalog.count(l.tokens),
+       COALESCE(pg_catalog.min(l.tokens), a.rate)::pg_catalog.float8,
+       COALESCE(pg_catalog.avg(l.tokens), a.rate)::pg_catalog.float8
+FROM adaptive AS a
+LEFT JOIN limits AS l ON l.name OPERATOR(pg_catalog.=) a.name
+GROUP BY a.name, a.rate
+$$;
+
 -- Each policy's numbers as gauges: rate tokens per period_seconds, at most burst at once (a window's limit;
 -- a concurrency policy's leases), and for a concurrency policy the leases held now.
 CREATE VIEW rate_limit.metrics_policies AS
 SELECT pg_catalog.current_database()::text AS database, p.name AS policy, p.algorithm, p.rate,
-       pg_catalog.date_part('epoch', p.per) AS period_seconds, p.burst, p.shadow, l.held AS leases_held
+       pg_catalog.date_part('epoch', p.per) AS period_seconds, p.burst, p.shadow, l.held AS leases_held,
+       a.limited_keys AS adaptive_limited_keys, a.lowest_limit AS adaptive_lowest_limit,
+       a.mean_limit AS adaptive_mean_limit
 FROM rate_limit.policies AS p
-LEFT JOIN rate_limit.leases_held_rows() AS l ON l.policy COLLATE "C" = p.name;
+LEFT JOIN rate_limit.leases_held_rows() AS l ON l.policy COLLATE "C" = p.name
+LEFT JOIN rate_limit.adaptive_limits_rows() AS a ON a.policy COLLATE "C" = p.name;
 COMMENT ON VIEW rate_limit.metrics_policies IS
-    'Each policy''s rate, period, burst and shadow mode, and the leases held of a concurrency policy; owner and pg_monitor';
+    'Each policy''s rate, period, burst and shadow mode, the leases held of a concurrency policy, and an adaptive one''s keys under a cut limit; owner and pg_monitor';
 
 -- The memory store against this database's share (rate_limit.database_share), with the server's evictions.
 CREATE VIEW rate_limit.metrics_memory AS

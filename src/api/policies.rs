@@ -179,6 +179,7 @@ mod rate_limit {
             description: None,
             adaptive_min: None,
             latency_target: None,
+            meters: None,
         };
         let options = options.map(|o| options::parse(F, &o.0)).transpose()?;
         options::apply(F, &mut row, options.as_ref())?;

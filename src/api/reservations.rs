@@ -8,12 +8,15 @@ use pgrx::datum::Interval;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
+use super::json_arg::JsonbText;
 use super::leases::random_bits;
 use super::{combine, key_arg, policy_arg, policy_target, store_of, to_row};
 use crate::error;
-use crate::policies;
+use crate::policies::{self, Named};
 use crate::store;
+use pgrx::PgSqlErrorCode;
 use rate_limit_model::algorithm::{reservation_namespace, Policy};
+use rate_limit_model::meters::AmountsError;
 use rate_limit_model::target::{Namespace, Target};
 
 /// The bucket of reservation or booking `name` (its namespace, [`reservation_namespace`] or
@@ -62,6 +65,96 @@ pub(super) fn tokens_arg(
     Ok(value)
 }
 
+/// The tokens of a reserve or settle, given in tokens (`tokens`, the argument named `argument`) or as
+/// `amounts` of the policy's weighted meters, exactly one of them: the amounts weighed
+/// ([`Meters::tokens`]), then checked as tokens are ([`tokens_arg`]). 22004 for neither; 22023 for both,
+/// amounts on a policy without meters, or amounts its meters do not read; 22003 for a cost beyond a bigint.
+fn tokens_or_amounts(
+    function: &'static str,
+    named: &Named,
+    argument: &str,
+    tokens: Option<i64>,
+    amounts: Option<JsonbText>,
+    least: i64,
+    hint: &str,
+) -> Result<i64, ErrorReport> {
+    let Some(amounts) = amounts else {
+        return tokens_arg(function, argument, tokens, least, hint);
+    };
+    if tokens.is_some() {
+        return Err(error::invalid_value(
+            function,
+            format!("pass {argument} or amounts, not both"),
+            &format!("amounts are weighed with the policy's meters into the tokens of {argument}."),
+        ));
+    }
+    let Some(meters) = &named.row.meters else {
+        return Err(error::invalid_value(
+            function,
+            format!("policy {} has no meters to weigh amounts with", error::quoted(&named.name)),
+            &format!(
+                "Give it meters with options => '{{\"meters\": {{\"input\": 0.2, \"output\": 1}}}}', \
+                 or pass {argument} in tokens."
+            ),
+        ));
+    };
+    let known = meters.names().collect::<Vec<_>>().join(", ");
+    let hint = format!("Pass a JSON object of whole amounts of the policy's meters: {known}.");
+    let value: serde_json::Value = serde_json::from_str(&amounts.0).map_err(|e| {
+        error::invalid_value(
+            function,
+            format!("amounts hold a value no meter takes: {e}"),
+            &hint,
+        )
+    })?;
+    let weighed = meters.tokens(&value).map_err(|e| match e {
+        AmountsError::NotAnObject(t) => error::invalid_value(
+            function,
+            format!("amounts must be a JSON object, got {t}"),
+            &hint,
+        ),
+        AmountsError::Unknown(name) => error::invalid_value(
+            function,
+            format!(
+                "policy {} has no meter {}",
+                error::quoted(&named.name),
+                error::quoted(&name)
+            ),
+            &hint,
+        ),
+        AmountsError::BadAmount(name, amount) => error::invalid_value(
+            function,
+            format!(
+                "the amount of meter {} must be a whole number of 0 or more, got {amount}",
+                error::quoted(&name)
+            ),
+            &hint,
+        ),
+        AmountsError::TooLarge => ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+            "amounts cost more than 9223372036854775807 tokens".to_string(),
+            function,
+        )
+        .set_hint("Pass smaller amounts."),
+    })?;
+    tokens_arg(
+        function,
+        argument,
+        Some(weighed),
+        least,
+        hint_for_tokens(argument),
+    )
+}
+
+/// What to pass for `argument` (a reservation's estimate or what the work used) once weighed.
+fn hint_for_tokens(argument: &str) -> &'static str {
+    if argument == "estimate" {
+        "Amounts of the work expected must cost 1 or more tokens."
+    } else {
+        "Pass the amounts the work used."
+    }
+}
+
 /// Reservations of tokens, in schema `rate_limit`.
 #[pg_schema]
 mod rate_limit {
@@ -71,22 +164,28 @@ mod rate_limit {
     /// `hold`: the decision, with the reservation's id in `lease` when allowed (pass it to
     /// `rate_limit.settle` with what the work used). A reservation not settled within `hold` is settled at
     /// its estimate. In the table store a reservation made in a transaction that rolls back is undone.
+    /// `amounts` (a JSON object of the policy's meters and whole amounts) gives the estimate instead, weighed
+    /// by the policy's meters.
     #[pg_extern(volatile, parallel_unsafe, security_definer)]
     fn reserve(
         policy: Option<&str>,
         key: Option<&str>,
-        estimate: Option<i64>,
+        estimate: default!(Option<i64>, "NULL"),
         hold: default!(Option<Interval>, "'00:05:00'::interval"),
+        amounts: default!(Option<JsonbText>, "NULL"),
     ) -> Result<pgrx::composite_type!('static, "rate_limit.decision"), ErrorReport> {
         const F: &str = "rate_limit.reserve";
         let named = policy_arg(F, policy)?;
         let key = key_arg(F, "key", key)?;
-        let estimate = tokens_arg(
+        let estimate = tokens_or_amounts(
             F,
+            &named,
             "estimate",
             estimate,
+            amounts,
             1,
-            "Pass the tokens the work is expected to use; settle it with what it used.",
+            "Pass the tokens the work is expected to use (or amounts of the policy's meters); settle it \
+             with what it used.",
         )?;
         let hold = hold.ok_or_else(|| {
             error::null_argument(
@@ -111,13 +210,15 @@ mod rate_limit {
     /// and not used goes back into the key's bucket, what was used beyond it is charged, down to the
     /// policy's `max_debt` below zero. Returns the key's bucket afterwards; `allowed` is true if this call
     /// settled the reservation, false if it was settled already, had expired (settled at its estimate) or
-    /// is not this key's, and nothing changed.
+    /// is not this key's, and nothing changed. `amounts` (a JSON object of the policy's meters and whole
+    /// amounts) gives what was used instead, weighed by the policy's meters.
     #[pg_extern(volatile, parallel_unsafe, security_definer)]
     fn settle(
         policy: Option<&str>,
         key: Option<&str>,
         reservation: Option<i64>,
-        actual: Option<i64>,
+        actual: default!(Option<i64>, "NULL"),
+        amounts: default!(Option<JsonbText>, "NULL"),
     ) -> Result<pgrx::composite_type!('static, "rate_limit.decision"), ErrorReport> {
         const F: &str = "rate_limit.settle";
         let named = policy_arg(F, policy)?;
@@ -129,12 +230,15 @@ mod rate_limit {
                 "Pass the id that rate_limit.reserve returned in its lease field.",
             )
         })?;
-        let actual = tokens_arg(
+        let actual = tokens_or_amounts(
             F,
+            &named,
             "actual",
             actual,
+            amounts,
             0,
-            "Pass the tokens the work used (0 gives the whole reservation back).",
+            "Pass the tokens the work used (0 gives the whole reservation back), or amounts of the \
+             policy's meters.",
         )?;
         let t = policy_target(F, &named, key)?;
         let name = reservation_namespace(&named.name, reservation);

@@ -182,14 +182,18 @@ mod tests {
         Spi::run("RESET ROLE").expect("reset role");
     }
 
-    /// `leases_held_rows` is SECURITY DEFINER and SQL, parsed at each call with the caller's search_path:
-    /// a member of pg_monitor's own `=` operator or `text` type, placed before pg_catalog, must not be run
-    /// (it would run as the owner) nor change the count.
+    /// `leases_held_rows` and `adaptive_limits_rows` are SECURITY DEFINER and SQL, parsed at each call with
+    /// the caller's search_path: a member of pg_monitor's own `=`, `<>` or `<` operator or `text` type,
+    /// placed before pg_catalog, must not be run (it would run as the owner) nor change the counts.
     #[pg_test]
     fn a_pg_monitor_members_look_alike_operators_do_not_run_as_the_owner() {
         Spi::run(
             "SELECT rate_limit.create_policy('pt_met_hijack', 2, '1 hour', algorithm => 'concurrency');
              SELECT rate_limit.acquire('pt_met_hijack', 'k');
+             SELECT rate_limit.create_policy('pt_met_hijack_a', 4, '1 hour', algorithm => 'concurrency',
+                 options => '{\"latency_target\": \"1 second\"}');
+             SELECT rate_limit.release('pt_met_hijack_a', 'k', lease, 'dropped')
+               FROM rate_limit.acquire('pt_met_hijack_a', 'k');
              CREATE ROLE pt_met_hijacker IN ROLE pg_monitor;
              CREATE SCHEMA pt_met_evil AUTHORIZATION pt_met_hijacker;
              SET ROLE pt_met_hijacker;
@@ -197,6 +201,9 @@ mod tests {
                $$ BEGIN RAISE EXCEPTION 'hijacked as %', current_user; END $$;
              CREATE OPERATOR pt_met_evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = pt_met_evil.eq);
              CREATE OPERATOR pt_met_evil.<> (LEFTARG = text, RIGHTARG = text, FUNCTION = pt_met_evil.eq);
+             CREATE FUNCTION pt_met_evil.lt(numeric, bigint) RETURNS boolean LANGUAGE plpgsql AS
+               $$ BEGIN RAISE EXCEPTION 'hijacked as %', current_user; END $$;
+             CREATE OPERATOR pt_met_evil.< (LEFTARG = numeric, RIGHTARG = bigint, FUNCTION = pt_met_evil.lt);
              CREATE DOMAIN pt_met_evil.text AS pg_catalog.int4;
              SET search_path = pt_met_evil, pg_catalog",
         )
@@ -205,7 +212,12 @@ mod tests {
             "SELECT leases_held FROM rate_limit.metrics_policies \
              WHERE policy OPERATOR(pg_catalog.=) 'pt_met_hijack'",
         );
+        let cut = Spi::get_two::<i64, f64>(
+            "SELECT adaptive_limited_keys, adaptive_lowest_limit FROM rate_limit.metrics_policies \
+             WHERE policy OPERATOR(pg_catalog.=) 'pt_met_hijack_a'",
+        );
         Spi::run("RESET search_path; RESET ROLE").expect("reset");
         assert_eq!(held.expect("no look-alike ran"), Some(1));
+        assert_eq!(cut.expect("no look-alike ran"), (Some(1), Some(3.6)));
     }
 }

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::Row;
 use crate::error;
+use rate_limit_model::meters::{Meters, MetersError, MAX_METERS, MAX_NAME_BYTES, MAX_WEIGHT};
 
 /// One option a policy takes in `options`.
 pub struct PolicyOption {
@@ -50,7 +51,7 @@ fn read_interval(function: &'static str, text: &str) -> Result<pgrx::datum::Inte
 }
 
 /// Every option `options` takes, in the order the reference lists them.
-pub const OPTIONS: &[PolicyOption] = &[DESCRIPTION, LATENCY_TARGET, ADAPTIVE_MIN];
+pub const OPTIONS: &[PolicyOption] = &[DESCRIPTION, LATENCY_TARGET, ADAPTIVE_MIN, METERS];
 
 /// Free text for the people who run a policy (why it exists, who owns it); no effect on decisions.
 const DESCRIPTION: PolicyOption = PolicyOption {
@@ -75,6 +76,16 @@ const ADAPTIVE_MIN: PolicyOption = PolicyOption {
     takes: "a whole number of leases from 1 to the policy's rate, or null (1)",
     example: "2",
     set: set_adaptive_min,
+};
+
+/// Weighted meters: what a unit of each named quantity costs in tokens, for `reserve`'s and `settle`'s
+/// `amounts` (see [`rate_limit_model::meters`]).
+const METERS: PolicyOption = PolicyOption {
+    name: "meters",
+    takes: "an object of up to 16 meter names ([a-z0-9_], at most 63 bytes) and their weights in tokens \
+            (0 to 1000000, exact to the millionth), or null",
+    example: "{\"input\": 0.2, \"output\": 1}",
+    set: set_meters,
 };
 
 /// The most characters of a policy's description.
@@ -116,8 +127,8 @@ pub fn apply(
     Ok(())
 }
 
-/// The deepest nesting `options` may hold: every option takes a flat value, so anything deeper is a
-/// mistake, refused before the text is parsed (a `jsonb` may nest 10 000 levels).
+/// The deepest nesting `options` may hold: every option takes a flat value or, `meters`, a flat object,
+/// so anything deeper is a mistake, refused before the text is parsed (a `jsonb` may nest 10 000 levels).
 pub const MAX_DEPTH: usize = 16;
 
 /// `options` as a `jsonb` argument's text ([`crate::api::json_arg::JsonbText`]) made a JSON value: 22023
@@ -277,6 +288,45 @@ fn set_adaptive_min(
         ),
         other => return Err(wrong_value(function, &ADAPTIVE_MIN, other)),
     };
+    Ok(())
+}
+
+/// Sets [`METERS`]: 22023 naming what is wrong with them.
+fn set_meters(
+    function: &'static str,
+    row: &mut Row,
+    value: &Value,
+    _: &Readers,
+) -> Result<(), ErrorReport> {
+    if value.is_null() {
+        row.meters = None;
+        return Ok(());
+    }
+    row.meters = Some(Meters::from_json(value).map_err(|e| {
+        let message = match e {
+            MetersError::NotAnObject(t) => {
+                format!("policy option \"meters\" must be a JSON object, got {t}")
+            }
+            MetersError::Empty => "policy option \"meters\" names no meter".to_string(),
+            MetersError::TooMany(n) => format!(
+                "policy option \"meters\" names {n} meters; at most {MAX_METERS} are accepted"
+            ),
+            MetersError::BadName(name) => format!(
+                "meter name \"{name}\" must be 1 to {MAX_NAME_BYTES} bytes of a-z, 0-9 and _"
+            ),
+            MetersError::BadWeight(name, weight) => format!(
+                "meter \"{name}\" must weigh 0 to {MAX_WEIGHT} tokens exact to the millionth, got {weight}"
+            ),
+        };
+        error::invalid_value(
+            function,
+            message,
+            &format!(
+                "Pass e.g. options => '{{\"meters\": {}}}', or null to remove them.",
+                METERS.example
+            ),
+        )
+    })?);
     Ok(())
 }
 

@@ -14,8 +14,11 @@ use super::{parse_store, unknown};
 use crate::error;
 use crate::gucs::Store;
 use rate_limit_model::algorithm::Algorithm;
+use rate_limit_model::meters::Meters;
 
-/// The columns of `rate_limit.policies`, in the order of [`Row`]'s fields and of its writer's parameters.
+/// The columns of `rate_limit.policies`, in the order of [`Row`]'s fields and of its writer's parameters,
+/// but the last, `meters`: a `jsonb`, read as its text and written from text (pgrx's `JsonB` panics on
+/// a value nested past `serde_json`'s limit, [`crate::api::json_arg`]).
 const COLUMNS: &str =
     "name, algorithm, rate, per, burst, store, created_at, changed_at, shadow, max_debt, \
                        time_zone, anchor, block_after, block_for, blocks_by_hand, description, \
@@ -63,6 +66,8 @@ pub struct Row {
     /// An adaptive concurrency policy's latency target (option `latency_target`); `None`: the policy's
     /// leases are fixed.
     pub latency_target: Option<Interval>,
+    /// Its weighted meters (option `meters`): what a unit of each named quantity costs in tokens.
+    pub meters: Option<Meters>,
 }
 
 /// Whether a read locks the row against concurrent changes.
@@ -82,7 +87,8 @@ impl Row {
         lock: Lock,
     ) -> Result<Option<(Row, pg_sys::Oid)>, ErrorReport> {
         let query = format!(
-            "SELECT {COLUMNS}, tableoid FROM rate_limit.policies WHERE name OPERATOR(pg_catalog.=) $1{}",
+            "SELECT {COLUMNS}, meters::pg_catalog.text, tableoid FROM rate_limit.policies \
+             WHERE name OPERATOR(pg_catalog.=) $1{}",
             if lock == Lock::ForUpdate {
                 " FOR UPDATE"
             } else {
@@ -95,7 +101,7 @@ impl Row {
                 return Ok(None);
             }
             let row = table.first();
-            Ok::<_, pgrx::spi::SpiError>(Some((columns(&row)?, row.get::<pg_sys::Oid>(19)?)))
+            Ok::<_, pgrx::spi::SpiError>(Some((columns(&row)?, row.get::<pg_sys::Oid>(20)?)))
         };
         // a plain read runs read-only, on the active snapshot (the cache pushes the latest one); a locking
         // read is a write to SPI
@@ -118,8 +124,9 @@ impl Row {
     /// Inserts this row; false if a policy of its name exists (nothing is written then).
     pub fn insert(&self, function: &'static str) -> Result<bool, ErrorReport> {
         let query = format!(
-            "INSERT INTO rate_limit.policies ({COLUMNS}) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) \
+            "INSERT INTO rate_limit.policies ({COLUMNS}, meters) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
+                     $19::pg_catalog.jsonb) \
              ON CONFLICT (name) DO NOTHING RETURNING 1"
         );
         Ok(self.write(function, &query)? > 0)
@@ -131,7 +138,8 @@ impl Row {
             "UPDATE rate_limit.policies SET algorithm = $2, rate = $3, per = $4, burst = $5, \
                      store = $6, changed_at = $8, shadow = $9, max_debt = $10, time_zone = $11, \
                      anchor = $12, block_after = $13, block_for = $14, blocks_by_hand = $15, \
-                     description = $16, adaptive_min = $17, latency_target = $18 \
+                     description = $16, adaptive_min = $17, latency_target = $18, \
+                     meters = $19::pg_catalog.jsonb \
                      WHERE name OPERATOR(pg_catalog.=) $1 RETURNING 1";
         match self.write(function, query)? {
             0 => Err(unknown(function, &self.name)),
@@ -139,10 +147,12 @@ impl Row {
         }
     }
 
-    /// Runs `query` with the row's columns as `$1` … `$18`, in [`COLUMNS`]' order; the rows it returned.
+    /// Runs `query` with the row's columns as `$1` … `$18`, in [`COLUMNS`]' order, and its meters as `$19`
+    /// (their JSON text); the rows it returned.
     fn write(&self, function: &'static str, query: &str) -> Result<usize, ErrorReport> {
         let store = self.store.map(|s| s.name());
-        let args: [DatumWithOid<'_>; 18] = [
+        let meters = self.meters.as_ref().map(|m| m.to_json().to_string());
+        let args: [DatumWithOid<'_>; 19] = [
             self.name.as_str().into(),
             self.algorithm.name().into(),
             self.rate.into(),
@@ -161,6 +171,7 @@ impl Row {
             self.description.as_deref().into(),
             self.adaptive_min.into(),
             self.latency_target.into(),
+            meters.as_deref().into(),
         ];
         Spi::connect_mut(|client| client.update(query, None, &args).map(|t| t.len()))
             .map_err(|e| error::internal(function, e))
@@ -179,6 +190,15 @@ impl Row {
         let store = match c.store.as_deref() {
             None => None,
             Some(s) => Some(parse_store(function, s)?),
+        };
+        let meters = match c.meters.as_deref() {
+            None => None,
+            Some(text) => Some(
+                serde_json::from_str(text)
+                    .ok()
+                    .and_then(|v| Meters::from_json(&v).ok())
+                    .ok_or_else(|| corrupt("policy meters are not meters"))?,
+            ),
         };
         Ok(Row {
             name: c.name.ok_or_else(required("policy name is NULL"))?,
@@ -205,6 +225,7 @@ impl Row {
             description: c.description,
             adaptive_min: c.adaptive_min,
             latency_target: c.latency_target,
+            meters,
         })
     }
 }
@@ -229,9 +250,10 @@ struct Columns {
     description: Option<String>,
     adaptive_min: Option<i64>,
     latency_target: Option<Interval>,
+    meters: Option<String>,
 }
 
-/// The first 18 columns of the row `row` is on, in [`COLUMNS`]' order.
+/// The first 19 columns of the row `row` is on, in [`COLUMNS`]' order.
 fn columns(row: &SpiTupleTable<'_>) -> SpiResult<Columns> {
     Ok(Columns {
         name: row.get(1)?,
@@ -252,6 +274,7 @@ fn columns(row: &SpiTupleTable<'_>) -> SpiResult<Columns> {
         description: row.get(16)?,
         adaptive_min: row.get(17)?,
         latency_target: row.get(18)?,
+        meters: row.get(19)?,
     })
 }
 

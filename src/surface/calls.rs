@@ -217,38 +217,40 @@ pub const CALLS: &[Function] = &[
     ),
     keyed(
         "reserve",
-        "text, text, bigint, interval",
+        "text, text, bigint, interval, jsonb",
         Access::Public,
         "key",
         "#rate_limitreserve-rate_limitsettle",
     )
     .declared(
-        "policy text, key text, estimate bigint, hold interval DEFAULT '00:05:00'::interval",
+        "policy text, key text, estimate bigint DEFAULT NULL::bigint, hold interval DEFAULT \
+        '00:05:00'::interval, amounts jsonb DEFAULT NULL::jsonb",
         "rate_limit.decision",
     )
     .in_c("reserve_wrapper", "VOLATILE SECURITY DEFINER PARALLEL UNSAFE")
     .since("0.5.0")
     .takes_tokens()
     .commented(
-        "Reserve estimate tokens of key under a policy until settled or hold ends: the decision, with \
-        the reservation id in lease when allowed",
+        "Reserve estimate tokens (or amounts of the policy's meters) of key under a policy until settled \
+        or hold ends: the decision, with the reservation id in lease when allowed",
     ),
     keyed(
         "settle",
-        "text, text, bigint, bigint",
+        "text, text, bigint, bigint, jsonb",
         Access::Public,
         "key",
         "#rate_limitreserve-rate_limitsettle",
     )
     .declared(
-        "policy text, key text, reservation bigint, actual bigint",
+        "policy text, key text, reservation bigint, actual bigint DEFAULT NULL::bigint, amounts jsonb \
+        DEFAULT NULL::jsonb",
         "rate_limit.decision",
     )
     .in_c("settle_wrapper", "VOLATILE SECURITY DEFINER PARALLEL UNSAFE")
     .since("0.5.0")
     .commented(
-        "Settle a reservation on the tokens actually used: gives back the rest or charges the excess, \
-        once; allowed when this call settled it",
+        "Settle a reservation on the tokens actually used (or amounts of the policy's meters): gives \
+        back the rest or charges the excess, once; allowed when this call settled it",
     ),
     keyed(
         "book",

@@ -83,6 +83,17 @@ pub const INTERNAL: &[Function] = &[
     .declared("", "TABLE(policy text, held bigint)")
     .since("0.5.0")
     .commented("Internal: the leases held of each concurrency policy, for rate_limit.metrics_policies"),
+    internal("adaptive_limits_rows", "", Access::Monitor)
+    .declared(
+        "",
+        "TABLE(policy text, limited_keys bigint, lowest_limit double precision, mean_limit double \
+        precision)",
+    )
+    .since("0.5.0")
+    .commented(
+        "Internal: each adaptive concurrency policy's keys under a cut limit, for \
+        rate_limit.metrics_policies",
+    ),
     internal("purge_rows", "", Access::Monitor)
     .declared("", "TABLE(store text, finished_at timestamp with time zone, freed bigint)")
     .in_c("purge_rows_wrapper", "VOLATILE STRICT PARALLEL UNSAFE")

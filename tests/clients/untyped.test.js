@@ -132,6 +132,17 @@ test('every public function accepts untyped parameters', async () => {
     assert.deepEqual([s.allowed, s.remaining, s.lease], [true, '7', d.lease]);
     s = await one('SELECT * FROM rate_limit.settle($1, $2, $3, $4)', ['llm', 'bob', d.lease, 3]);
     assert.deepEqual([s.allowed, s.remaining], [false, '7']);
+    // weighted meters: the options, the amounts of a reserve and a settle, all untyped JSON text
+    await one('SELECT rate_limit.create_policy($1, $2, $3, options => $4)',
+      ['gateway', 1000, '1 day', '{"meters": {"input": 0.2, "output": 1}}']);
+    d = await one('SELECT * FROM rate_limit.reserve($1, $2, amounts => $3)',
+      ['gateway', 'bob', '{"input": 1000, "output": 300}']);
+    assert.deepEqual([d.allowed, d.remaining], [true, '500']);
+    s = await one('SELECT * FROM rate_limit.settle($1, $2, $3, amounts => $4)',
+      ['gateway', 'bob', d.lease, JSON.stringify({input: 7, output: 10})]);
+    assert.deepEqual([s.allowed, s.remaining], [true, '988']);
+    d = await one('SELECT * FROM rate_limit.reserve($1, $2, $3, $4, $5)', ['gateway', 'bob', null, '1 minute', '{"output": 8}']);
+    assert.deepEqual([d.allowed, d.remaining], [true, '980']);
     // a booking: the burst now (no id), then one a minute apart with its id, cancelled untyped
     await one('SELECT rate_limit.create_policy($1, $2, $3, burst => $4, max_debt => $5)',
       ['exports', 1, '1 minute', 1, 5]);

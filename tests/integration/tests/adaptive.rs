@@ -1,14 +1,16 @@
 //! Adaptive concurrency against a real server, in every store of the edition under test:
 //! - a simulated backend whose calls take 60 ms while at most C run at once and 240 ms beyond (latency
 //!   target 120 ms: half the target and twice it, as the model's simulation; long beside a call's own
-//!   round trips, during which a lease is held and no call runs), called by 3C connections without pause through one key's leases of an adaptive policy
-//!   of at most 4C: the key's limit, sampled every 25 ms over the second half of the run, averages within
-//!   20% of C; the calls running at once never exceed the policy's most leases. Then the backend drops
-//!   every call: the limit is lower within one round (the longest call, 240 ms; asserted with slack for a
-//!   loaded machine) and falls to the minimum;
+//!   round trips, during which a lease is held and no call runs), called by 3C connections without pause
+//!   through one key's leases of an adaptive policy of at most 4C: the key's limit, sampled every 25 ms
+//!   over the second half of the run, averages within 20% of C; the calls running at once never exceed
+//!   the policy's most leases. Then the backend drops every call: the limit is lower within one round
+//!   (the longest call, 240 ms; asserted with slack for a loaded machine) and falls to the minimum;
 //! - the arithmetic end to end, read back through `acquire`'s `remaining`: a drop cuts the limit to 9/10
 //!   once per round, good calls raise it, the minimum holds, and a limit is forgotten one lease TTL after
-//!   its last cut (so the purge can delete it: a row per key any caller could otherwise leave behind).
+//!   its last cut (so the purge can delete it: a row per key any caller could otherwise leave behind);
+//! - a role with only LOGIN reports on the leases it holds and on no other (a made-up id is refused and
+//!   cuts nothing), with the owner's SQLSTATEs for misuse.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Barrier};

@@ -1,10 +1,10 @@
 //! The two editions are one model: the same random calls give the same answers. One plan of at least
 //! 100 000 calls (every algorithm, costs of 0 to several tokens, several keys per call, batches, overrides
 //! set and cleared, blocks and penalty boxes, refunds, charges into debt, leases, reservations made and
-//! settled (twice, late, with ids nobody was given), shadow mode, policy
-//! changes) runs in two databases of the faketime server, the compiled edition in one and the portable
-//! edition in the other, on a frozen clock that the test steps between runs of calls: forward by
-//! microseconds to hours, and back. Every answer (the decision's allowed, remaining, limit, retry_after,
+//! settled (in tokens or in amounts of weighted meters, twice, late, with ids nobody was given), shadow
+//! mode, policy changes) runs in two databases of the faketime server, the compiled edition in one and the
+//! portable edition in the other, on a frozen clock that the test steps between runs of calls: forward
+//! by microseconds to hours, and back. Every answer (the decision's allowed, remaining, limit, retry_after,
 //! reset_after, policy and shadow_denied; a count, a boolean, a header, the tokens to the millionth, or
 //! the SQLSTATE of an error) must be the same in both.
 //!
@@ -46,7 +46,8 @@ impl Rng {
 /// The policies both databases start with: every algorithm, debt, a penalty box, shadow mode, leases
 /// fixed and adaptive.
 const SETUP: &str = "
-SELECT rate_limit.create_policy('tb', 3, '7 seconds', burst => 5, max_debt => 4);
+SELECT rate_limit.create_policy('tb', 3, '7 seconds', burst => 5, max_debt => 4,
+    options => '{\"meters\": {\"input\": 0.25, \"output\": 1.5}}');
 SELECT rate_limit.create_policy('tb_fast', 1000, '1 second', burst => 50);
 SELECT rate_limit.create_policy('fw', 4, '10 seconds', algorithm => 'fixed_window', max_debt => 2);
 SELECT rate_limit.create_policy('sw', 5, '6 seconds', algorithm => 'sliding_window', max_debt => 3);
@@ -410,14 +411,18 @@ impl Side {
                 estimate,
                 hold_seconds,
             } => {
+                // one in four by weighted meters (only 'tb' has them: the others refuse with 22023)
+                let amounts = (hold_seconds % 4 == 0)
+                    .then(|| format!("{{\"output\": {estimate}, \"input\": {hold_seconds}}}"));
+                let estimate = (amounts.is_none()).then_some(*estimate as i64);
                 let row = self
                     .client
                     .query_one(
                         &format!(
                             "SELECT {DECISION_AND_LEASE} FROM rate_limit.reserve($1, $2, $3, \
-                             make_interval(secs => $4)) AS d"
+                             make_interval(secs => $4), $5::text::jsonb) AS d"
                         ),
-                        &[policy, key, &(*estimate as i64), &(*hold_seconds as f64)],
+                        &[policy, key, &estimate, &(*hold_seconds as f64), &amounts],
                     )
                     .map_err(|e| {
                         format!("error {}", e.code().map(|c| c.code()).unwrap_or_default())
@@ -490,13 +495,17 @@ impl Side {
                 let (policy, key, id) = self.reservations[i].clone();
                 // now and then one nobody was given
                 let id = if nth % 7 == 0 { -id } else { id };
+                // one in three by weighted meters
+                let amounts = (nth % 3 == 0)
+                    .then(|| format!("{{\"input\": {actual}, \"output\": {}}}", actual / 2));
+                let actual = (amounts.is_none()).then_some(*actual as i64);
                 let row = self
                     .client
                     .query_one(
                         &format!(
-                            "SELECT {DECISION_AND_LEASE} FROM rate_limit.settle($1, $2, $3, $4) AS d"
+                            "SELECT {DECISION_AND_LEASE} FROM rate_limit.settle($1, $2, $3, $4, $5::text::jsonb) AS d"
                         ),
-                        &[&policy, &key, &id, &(*actual as i64)],
+                        &[&policy, &key, &id, &actual, &amounts],
                     )
                     .map_err(|e| format!("error {}", e.code().map(|c| c.code()).unwrap_or_default()));
                 match row {

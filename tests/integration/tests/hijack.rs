@@ -35,6 +35,10 @@ CREATE TABLE evil.policies (name pg_catalog.text, algorithm pg_catalog.text, rat
     burst bigint, store pg_catalog.text, created_at timestamptz, changed_at timestamptz);
 INSERT INTO evil.policies VALUES ('strict', 'token_bucket', 1000, '1 second', 1000, NULL, now(), now());
 CREATE TABLE evil.pg_type (oid oid, typrelid oid);
+CREATE FUNCTION evil.has(jsonb, text) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+CREATE OPERATOR evil.? (LEFTARG = jsonb, RIGHTARG = text, FUNCTION = evil.has);
+CREATE FUNCTION evil.field(jsonb, text) RETURNS text LANGUAGE sql AS $$ SELECT '0' $$;
+CREATE OPERATOR evil.->> (LEFTARG = jsonb, RIGHTARG = text, FUNCTION = evil.field);
 ";
 
 /// Every function PUBLIC may call, in both stores, with keys prefixed by `p`; each result as text. The
@@ -76,6 +80,12 @@ fn scenario(client: &mut Client, p: &str) -> Vec<String> {
     row("SELECT (allowed, retry_after > interval '11 hours', lease IS NOT NULL) FROM rate_limit.book('slots', '{p}k')");
     row("SELECT (c.allowed, c.remaining) FROM (SELECT lease FROM rate_limit.book('slots', '{p}k')) AS b, \
          rate_limit.cancel_booking('slots', '{p}k', b.lease) AS c");
+    // weighted meters: 100 × 0.2 + 30 reserved, 7 × 0.2 = 1.4 used, rounded up to 2
+    row(
+        "SELECT (s.allowed, s.remaining) FROM (SELECT lease FROM rate_limit.reserve('metered', '{p}g', \
+         amounts => '{\"input\": 100, \"output\": 30}')) AS r, \
+         rate_limit.settle('metered', '{p}g', r.lease, amounts => '{\"input\": 7}') AS s",
+    );
     // adaptive concurrency (a key's limit of 4 leases): a drop cuts it to 3.6 (3 slots), a report on a
     // lease nobody holds is refused, a slow call and a timeout acquired after the cuts cut to 3.24 and
     // 2.916 (2 slots)
@@ -128,6 +138,8 @@ fn look_alike_objects_before_pg_catalog_change_nothing() {
              SELECT rate_limit.create_policy('strict_memory', 1, '1 day', 1, store => 'memory');
              SELECT rate_limit.create_policy('budget', 1000, '1 day', max_debt => 100);
              SELECT rate_limit.create_policy('slots', 2, '1 day', 1, max_debt => 3);
+             SELECT rate_limit.create_policy('metered', 1000, '1 day',
+                 options => '{\"meters\": {\"input\": 0.2, \"output\": 1}}');
              SELECT rate_limit.create_policy('conc', 4, '1 day', algorithm => 'concurrency',
                  options => '{\"latency_target\": \"1 second\"}');
              SELECT rate_limit.create_policy('conc_memory', 4, '1 day', algorithm => 'concurrency',
@@ -162,7 +174,11 @@ fn look_alike_objects_before_pg_catalog_change_nothing() {
         "a reservation settled, the burst booked now, a booking for 12 hours on, the next one cancelled"
     );
     assert_eq!(
-        clean[25..30],
+        clean[25], "(t,998)",
+        "a weighed reservation settled by amounts"
+    );
+    assert_eq!(
+        clean[26..31],
         ["(t,3,t)", "false", "(t,2,t)", "(t,2,t)", "(t,1,t)"],
         "the adaptive limit cut by a drop, a slow call and a timeout; the made-up lease refused"
     );

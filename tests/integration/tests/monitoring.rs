@@ -144,9 +144,58 @@ fn workload(c: &mut Client) {
     .expect("acquire and release");
 }
 
+/// An adaptive concurrency policy (4 leases at most) whose calls reported trouble, in `store`: key b1 cut
+/// once (to 3.6 leases), b2 twice (the second lease acquired after the first cut: 3.24), b3 reported well
+/// (not cut). Run after the purge the tests count, which would free the released slots.
+fn adaptive_workload(c: &mut Client, policy: &str, store: &str) {
+    c.execute(
+        "SELECT rate_limit.create_policy($1, 4, '1 hour', algorithm => 'concurrency', store => $2, \
+         options => '{\"latency_target\": \"1 second\"}')",
+        &[&policy, &store],
+    )
+    .expect("an adaptive policy");
+    for (key, outcome) in [
+        ("b1", "dropped"),
+        ("b2", "dropped"),
+        ("b2", "timeout"),
+        ("b3", "ok"),
+    ] {
+        let released: bool = c
+            .query_one(
+                "SELECT rate_limit.release($1, $2, lease, $3) FROM rate_limit.acquire($1, $2)",
+                &[&policy, &key, &outcome],
+            )
+            .expect("acquire and report")
+            .get(0);
+        assert!(released, "{policy} {key}");
+    }
+}
+
+/// What `adaptive_workload` must show of `policy`: two keys cut, the lowest to 3.24 leases, 3.42 on average.
+fn assert_adaptive_gauges(sample: &dyn Fn(&str, &str) -> f64, policy: &str) {
+    let l = format!("policy=\"{policy}\"");
+    assert_eq!(
+        sample("rate_limit_adaptive_limited_keys", &l),
+        2.0,
+        "{policy}"
+    );
+    assert_eq!(
+        sample("rate_limit_adaptive_lowest_limit", &l),
+        3.24,
+        "{policy}"
+    );
+    assert_eq!(
+        sample("rate_limit_adaptive_mean_limit", &l),
+        3.42,
+        "{policy}"
+    );
+}
+
 /// What the workload must show: (policy, calls, granted, denied, shadow_denied, blocked, tokens).
-const EXPECTED: [(&str, i64, i64, i64, i64, i64, i64); 6] = [
+const EXPECTED: [(&str, i64, i64, i64, i64, i64, i64); 8] = [
     ("api", 7, 5, 2, 0, 0, 5),
+    ("backend", 4, 4, 0, 0, 0, 4),
+    ("backend_mem", 4, 4, 0, 0, 0, 4),
     ("boxed", 2, 0, 2, 0, 2, 0),
     ("exports", 2, 2, 0, 0, 0, 2),
     ("fast", 3, 3, 0, 0, 0, 3),
@@ -282,6 +331,10 @@ fn the_exporter_and_prometheus_show_a_known_workload_exactly() {
     workload(&mut owner);
     drop(owner); // its pending denials reach the top keys at its exit
     purge_once(&db);
+    let mut owner = db.connect();
+    adaptive_workload(&mut owner, "backend", "table");
+    adaptive_workload(&mut owner, "backend_mem", "memory");
+    drop(owner);
 
     // the views, as the monitoring role
     let mut monitor = Client::connect(
@@ -372,12 +425,23 @@ fn the_exporter_and_prometheus_show_a_known_workload_exactly() {
     assert!(
         !exposition.contains("rate_limit_leases_held{database=\"rl_it_metrics\",policy=\"api\"")
     );
-    assert_eq!(sample("rate_limit_memory_buckets", "").round(), 4.0);
+    assert_adaptive_gauges(&sample, "backend");
+    assert_adaptive_gauges(&sample, "backend_mem");
+    assert_eq!(
+        got.keys()
+            .filter(|k| k.starts_with("rate_limit_adaptive_limited_keys{"))
+            .count(),
+        2,
+        "only the adaptive policies"
+    );
+    // mem's four buckets; backend_mem's slot of each of its three keys (free, not yet purged) and the
+    // limits of the two keys cut
+    assert_eq!(sample("rate_limit_memory_buckets", "").round(), 9.0);
     let share = sample("rate_limit_memory_share_buckets", "");
     assert!(share > 0.0 && share <= sample("rate_limit_memory_max_buckets", ""));
     assert_eq!(
         sample("rate_limit_memory_bytes", ""),
-        4.0 * sample("rate_limit_memory_share_bytes", "") / share
+        9.0 * sample("rate_limit_memory_share_bytes", "") / share
     );
     for (store, finished, freed) in &purges {
         let l = format!("store=\"{store}\"");
@@ -436,9 +500,9 @@ fn the_exporter_and_prometheus_show_a_known_workload_exactly() {
 }
 
 /// The portable edition's configuration (`monitoring/queries-portable.yaml`) against a database of that
-/// edition, as a role only in `pg_monitor`: each policy's numbers, the leases held, and the last
-/// `rate_limit.purge()` the owner ran (as pg_cron would), value by value; a role with only LOGIN reads none
-/// of the views (42501).
+/// edition, as a role only in `pg_monitor`: each policy's numbers, the leases held, an adaptive policy's
+/// cut limits, and the last `rate_limit.purge()` the owner ran (as pg_cron would), value by value; a role
+/// with only LOGIN reads none of the views (42501).
 #[test]
 fn the_exporter_shows_the_portable_editions_policies_leases_and_purge() {
     let db = TestDb::with_edition(&conninfo(), "metrics_portable", Edition::Portable);
@@ -472,6 +536,7 @@ fn the_exporter_shows_the_portable_editions_policies_leases_and_purge() {
         freed, 4,
         "fast's three full buckets and the free lease slot"
     );
+    adaptive_workload(&mut owner, "backend", "table");
     let mut nobody = db.connect_as("rl_it_nobody");
     for view in ["rate_limit.metrics_policies", "rate_limit.metrics_purge"] {
         let e = nobody
@@ -507,8 +572,17 @@ fn the_exporter_shows_the_portable_editions_policies_leases_and_purge() {
         got.keys()
             .filter(|k| k.starts_with("rate_limit_leases_held{"))
             .count(),
+        2,
+        "only the concurrency policies hold leases"
+    );
+    assert_eq!(sample("rate_limit_leases_held", "policy=\"backend\""), 0.0);
+    assert_adaptive_gauges(&sample, "backend");
+    assert_eq!(
+        got.keys()
+            .filter(|k| k.starts_with("rate_limit_adaptive_limited_keys{"))
+            .count(),
         1,
-        "only the concurrency policy holds leases"
+        "only the adaptive policy"
     );
     let table = "store=\"table\"";
     assert_eq!(sample("rate_limit_purge_last_freed", table), 4.0);

@@ -237,7 +237,7 @@ const FLOOD_CALLS: &[(&str, &str)] = &[
         "SELECT allowed FROM rate_limit.acquire('{store}_leases', $1)",
     ),
     (
-        "rate_limit.reserve(text,text,bigint,interval)",
+        "rate_limit.reserve(text,text,bigint,interval,jsonb)",
         "SELECT allowed FROM rate_limit.reserve('{store}_daily', $1, 1)",
     ),
     (
