@@ -2,7 +2,7 @@
 # build, its own copy of PostgreSQL 15, 1 000 000 memory buckets, 100 000 keys), 100 000 random keys of
 # policy `bench` (mostly granted). Writes bench/results/reservations.md.
 #
-#   bench/run.sh reservations                           (about 16 minutes with the release build: 7
+#   bench/run.sh reservations                           (about 18 minutes with the release build: 8
 #                                                        scenarios × 2 stores × BENCH_ROUNDS rounds of
 #                                                        BENCH_SECONDS s)
 #   BENCH_ROUNDS=5 BENCH_SECONDS=10 BENCH_CLIENTS=8 bench/run.sh reservations
@@ -13,7 +13,8 @@
 # (the id kept with \gset); two takes; a booking of policy `bench` (its tokens mostly there: booked for now,
 # nothing recorded); a booking ahead (policy `bench_ahead`, 1 token a second, burst 1, max_debt 1: a
 # booking of 2 tokens from a key's full bucket is for a second later, so it records its booking, held that
-# second). Every figure is a ratio within one round (rounds interleaved, so drift of
+# second); a reserve and its settle by amounts of weighted meters (policy `bench` given meters
+# {"input": 0.5, "output": 1}: 2 input units reserved, 1 used, 1 token each way). Every figure is a ratio within one round (rounds interleaved, so drift of
 # this noisy machine cancels out). Goal (issue 43): each new call at least 0.85 of take. reserve and book are one
 # call against one take; settle's time is the reserve-and-settle transaction's less the reserve's, against a
 # take's (each from its scenario's TPS in the same round); and a reservation's whole round trip (reserve and
@@ -36,6 +37,10 @@ trap 'cluster_stop bench "$DIR/data"' EXIT
 psql_at bench "$PORT" -d bench -qAtc \
   "SELECT rate_limit.create_policy('bench_ahead', 1, '1 second', burst => 1, max_debt => 1)
    WHERE NOT EXISTS (SELECT FROM rate_limit.policies WHERE name = 'bench_ahead')" >/dev/null
+# the weighted meters of the amounts scenario (no effect on a take)
+psql_at bench "$PORT" -d bench -qAtc \
+  "SELECT rate_limit.alter_policy('bench', options => '{\"meters\": {\"input\": 0.5, \"output\": 1}}')
+   WHERE (SELECT meters IS NULL FROM rate_limit.policies WHERE name = 'bench')" >/dev/null
 
 # scenario  pgbench script
 SCENARIOS=(
@@ -43,6 +48,7 @@ SCENARIOS=(
   "take take_random.sql"
   "reserve reservations/reserve_random.sql"
   "reserve_settle reservations/reserve_settle_random.sql"
+  "reserve_settle_amounts reservations/reserve_settle_amounts_random.sql"
   "take_take reservations/take_take_random.sql"
   "book reservations/book_random.sql"
   "book_ahead reservations/book_ahead_random.sql"
@@ -89,6 +95,7 @@ print("| --- | --- | --- |")
 labels = [("take", "`take('bench', key)`"),
           ("reserve", "`reserve('bench', key, 1)`"),
           ("reserve_settle", "`reserve('bench', key, 1)` then `settle('bench', key, id, 1)`"),
+          ("reserve_settle_amounts", "the same by amounts of weighted meters"),
           ("take_take", "two `take('bench', key)`"),
           ("book", "`book('bench', key)` (for now)"),
           ("book_ahead", "`book('bench_ahead', key, 2)` (for a second later, recorded)")]
@@ -102,13 +109,17 @@ for store in ("table", "memory"):
     reserve = [t(r, "take") / t(r, "reserve") for r in R]
     settle = [t(r, "take") / max(t(r, "reserve_settle") - t(r, "reserve"), 1e-12) for r in R]
     pair = [tps[(r, store, "reserve_settle")] / tps[(r, store, "take_take")] for r in R]
+    amounts = [tps[(r, store, "reserve_settle_amounts")] / tps[(r, store, "reserve_settle")] for r in R]
+    amounts_pair = [tps[(r, store, "reserve_settle_amounts")] / tps[(r, store, "take_take")] for r in R]
     book = [t(r, "take") / t(r, "book") for r in R]
     ahead = [t(r, "take") / t(r, "book_ahead") for r in R]
     for name, v in [("reserve: a take's time ÷ a reserve's", reserve),
                     ("book (for now): a take's time ÷ a booking's", book),
                     ("book ahead: a take's time ÷ a booking's", ahead),
                     ("settle: a take's time ÷ (reserve and settle − reserve)", settle),
-                    ("a reservation's round (reserve and settle) ÷ two takes", pair)]:
+                    ("a reservation's round (reserve and settle) ÷ two takes", pair),
+                    ("a round by amounts ÷ the same in tokens (the price of weighing)", amounts),
+                    ("a round by amounts ÷ two takes", amounts_pair)]:
         m = statistics.median(v)
         print(f"| {name} | {store} | {fmt(v)} | {'met' if m >= 0.85 else 'NOT met'} |")
 PY
