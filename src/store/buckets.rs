@@ -50,23 +50,6 @@ pub(super) trait Buckets {
         cost: i64,
     ) -> Result<PerTarget<Outcome>, ErrorReport>;
 
-    /// Takes `cost` tokens from `target` and, when allowed, may record `record` (a new reservation's
-    /// bucket) with them ([`rate_limit_model::pipeline::Store::take_recording`]): by default it records
-    /// nothing, and the pipeline writes it after.
-    fn take_recording(
-        &self,
-        function: &'static str,
-        target: &Target<'_>,
-        cost: i64,
-        record: &Target<'_>,
-    ) -> Result<(Outcome, Option<Outcome>), ErrorReport> {
-        let _ = record;
-        Ok((
-            self.take(function, std::slice::from_ref(target), cost)?[0],
-            None,
-        ))
-    }
-
     /// Visits every key of a batch in this store's order ([`rate_limit_model::pipeline::Store::take_each`]),
     /// deciding in bulk what `bulk` allows and this store can, leaving every other key to `each`.
     fn take_each(
@@ -188,16 +171,6 @@ impl Buckets for TableBuckets {
         cost: i64,
     ) -> Result<PerTarget<Outcome>, ErrorReport> {
         table::take(function, targets, cost).map(PerTarget::from_vec)
-    }
-
-    fn take_recording(
-        &self,
-        function: &'static str,
-        target: &Target<'_>,
-        cost: i64,
-        record: &Target<'_>,
-    ) -> Result<(Outcome, Option<Outcome>), ErrorReport> {
-        table::take_recording(function, target, cost, record)
     }
 
     fn take_each(

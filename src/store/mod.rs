@@ -158,15 +158,6 @@ impl<S: Buckets> pipeline::Store for Seam<'_, S> {
         self.s.take(self.function, targets, cost)
     }
 
-    fn take_recording(
-        &self,
-        target: &Target<'_>,
-        cost: i64,
-        record: &Target<'_>,
-    ) -> Result<(Outcome, Option<Outcome>), ErrorReport> {
-        self.s.take_recording(self.function, target, cost, record)
-    }
-
     fn take_each(
         &self,
         template: &Target<'_>,

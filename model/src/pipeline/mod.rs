@@ -81,21 +81,6 @@ pub trait Store {
     /// written (a denied one is of a bucket in shadow mode, and keeps its state).
     fn take(&self, targets: &[Target<'_>], cost: i64) -> Result<PerTarget<Outcome>, Self::Error>;
 
-    /// Takes `cost` tokens from `target` as [`Store::take`] does and, when that is allowed, records
-    /// `record`: the bucket of a reservation under an id nobody else knows yet, answered as
-    /// [`Store::write`] of `Ask::Take(cost)` would. The outcome of the take, and the record's when it was
-    /// written here; `None` leaves it to the caller ([`Store::write`]). A store may do both in one
-    /// statement (the table store does when the key's row exists); by default it takes and records nothing.
-    fn take_recording(
-        &self,
-        target: &Target<'_>,
-        cost: i64,
-        record: &Target<'_>,
-    ) -> Result<(Outcome, Option<Outcome>), Self::Error> {
-        let _ = record;
-        Ok((self.take(std::slice::from_ref(target), cost)?[0], None))
-    }
-
     /// Visits every key of a batch once (`template` with `keys[i]`, `costs[i]` tokens each), in the
     /// order this store takes keys in (its lock order; a key named twice in the order given), telling
     /// `each(key, …)` what it did with each ([`batch::Key`]: its number, the key and its cost): when `bulk` (nothing but a key's bucket can decide it, see
@@ -216,49 +201,16 @@ pub fn take<S: Store>(
     targets: &[Target<'_>],
     cost: i64,
 ) -> Result<PerTarget<Answer>, S::Error> {
-    take_with(s, remembered_short, targets, cost, None).map(|(answers, _)| answers)
-}
-
-/// [`take`] of one target that, when the store takes its tokens, asks it to record `record` with them
-/// ([`Store::take_recording`]): the answer, and the record's outcome when the store wrote it.
-pub fn take_recording<S: Store>(
-    s: &S,
-    remembered_short: impl FnMut(&Target<'_>, i64, i64) -> Result<Option<Outcome>, S::Error>,
-    target: &Target<'_>,
-    cost: i64,
-    record: &Target<'_>,
-) -> Result<(Answer, Option<Outcome>), S::Error> {
-    let (answers, recorded) = take_with(
-        s,
-        remembered_short,
-        std::slice::from_ref(target),
-        cost,
-        Some(record),
-    )?;
-    Ok((answers[0], recorded))
-}
-
-/// [`take`], with the record of [`take_recording`] for a call of one target.
-fn take_with<S: Store>(
-    s: &S,
-    remembered_short: impl FnMut(&Target<'_>, i64, i64) -> Result<Option<Outcome>, S::Error>,
-    targets: &[Target<'_>],
-    cost: i64,
-    record: Option<&Target<'_>>,
-) -> Result<(PerTarget<Answer>, Option<Outcome>), S::Error> {
     let mut answers: PerTarget<Answer> =
         smallvec::smallvec![Answer::not_looked_at(); targets.len()];
-    let recorded = match known_short(s, remembered_short, targets, cost)? {
-        Some((i, denied)) => {
-            answers[i].outcome = denied;
-            None
-        }
-        None => decide(s, targets, cost, record, &mut answers)?,
-    };
+    match known_short(s, remembered_short, targets, cost)? {
+        Some((i, denied)) => answers[i].outcome = denied,
+        None => decide(s, targets, cost, &mut answers)?,
+    }
     if cost > 0 {
         blocks::count_denials(s, targets, &mut answers)?;
     }
-    Ok((answers, recorded))
+    Ok(answers)
 }
 
 /// The target denied from the backend's memory, and its denial: only a call of one bucket (a call of
@@ -281,15 +233,13 @@ fn known_short<S: Store>(
 }
 
 /// Decides a call no memory answered: overrides and blocks first, then the store for the targets they
-/// leave open; `record` goes with the take of a lone target the store is asked ([`take_recording`]):
-/// its outcome when the store wrote it.
+/// leave open.
 fn decide<S: Store>(
     s: &S,
     targets: &[Target<'_>],
     cost: i64,
-    record: Option<&Target<'_>>,
     answers: &mut [Answer],
-) -> Result<Option<Outcome>, S::Error> {
+) -> Result<(), S::Error> {
     // each target's outcome decided without its bucket: its override's answer, else its block
     let mut decided = blocks::blocked(s, targets)?;
     for (a, d) in answers.iter_mut().zip(&decided) {
@@ -312,24 +262,16 @@ fn decide<S: Store>(
         if let Some(o) = decided[i] {
             answers[i].outcome = o;
         }
-        return Ok(None);
+        return Ok(());
     }
     for (a, d) in answers.iter_mut().zip(&decided) {
         if let Some(o) = d {
             a.outcome = *o;
         }
     }
-    let mut recorded = None;
     let taken = if decided.iter().all(Option::is_none) {
         // the common call: every target asked, nothing copied
-        match (record, targets) {
-            (Some(record), [target]) => {
-                let (outcome, r) = s.take_recording(target, cost, record)?;
-                recorded = r;
-                smallvec::smallvec![outcome]
-            }
-            _ => s.take(targets, cost)?,
-        }
+        s.take(targets, cost)?
     } else {
         // the decided keys (exempt, or in shadow mode) leave their buckets alone
         let open: Vec<Target<'_>> = targets
@@ -339,7 +281,7 @@ fn decide<S: Store>(
             .map(|(t, _)| *t)
             .collect();
         if open.is_empty() {
-            return Ok(None);
+            return Ok(());
         }
         s.take(&open, cost)?
     };
@@ -357,7 +299,7 @@ fn decide<S: Store>(
             };
         }
     }
-    Ok(recorded)
+    Ok(())
 }
 
 /// A bucket a backend remembers short: its state at the instant of the denial, under the numbers of the

@@ -3,7 +3,7 @@
 //! reservation made and settled, and tokens booked ahead. Each answers as a take does ([`Answer`]: the outcome, and what the
 //! backend's memory of short buckets should do); the caller counts the statistics.
 
-use super::{blocks, take_recording, Answer, Memo, PerTarget, Store};
+use super::{blocks, take, Answer, Memo, PerTarget, Store};
 use crate::algorithm::{
     leases_outcome, slot_namespace, slot_of, Adaptive, Outcome, Policy, Report, MAX_HOLD_US,
 };
@@ -173,16 +173,13 @@ pub fn reserve<S: Store>(
     reservation: &Target<'_>,
     estimate: i64,
 ) -> Result<(Answer, bool), S::Error> {
-    // one target, one answer; the store may record the reservation with the take
-    let (answer, recorded) = take_recording(s, remembered_short, target, estimate, reservation)?;
+    // one target, one answer
+    let answer = take(s, remembered_short, std::slice::from_ref(target), estimate)?[0];
     let taken = answer.outcome.allowed && target.verdict.is_none() && estimate > 0;
     if !taken {
         return Ok((answer, false));
     }
-    let recorded = match recorded {
-        Some(recorded) => recorded,
-        None => s.write(reservation, Ask::Take(estimate))?,
-    };
+    let recorded = s.write(reservation, Ask::Take(estimate))?;
     Ok((answer, recorded.allowed))
 }
 

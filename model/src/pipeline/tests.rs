@@ -41,9 +41,6 @@ pub(super) struct TestStore {
     /// Whether a batch's bulk path decides denials too (as the table store's does), or leaves every key
     /// it cannot grant to the pipeline (as the memory store's does).
     pub(super) bulk_denies: bool,
-    /// Whether a take records a reservation with it ([`Store::take_recording`], as the table store does),
-    /// or leaves it to the pipeline (the default, as the memory store does).
-    pub(super) records_with_take: bool,
 }
 
 /// Where `t`'s bucket is in the test store.
@@ -142,19 +139,6 @@ impl Store for TestStore {
             each.visit(k, batch::Each::Alone)?;
         }
         Ok(())
-    }
-
-    fn take_recording(
-        &self,
-        target: &Target<'_>,
-        cost: i64,
-        record: &Target<'_>,
-    ) -> Result<(Outcome, Option<Outcome>), ()> {
-        let outcome = self.take(std::slice::from_ref(target), cost)?[0];
-        if !self.records_with_take || !outcome.allowed || cost < 1 {
-            return Ok((outcome, None));
-        }
-        Ok((outcome, Some(self.write(record, Ask::Take(cost))?)))
     }
 
     fn write(&self, target: &Target<'_>, ask: Ask) -> Result<Outcome, ()> {

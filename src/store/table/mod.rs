@@ -57,7 +57,7 @@ use crate::error;
 use crate::kept_plans;
 use crate::time::clock;
 use rate_limit_model::algorithm::{Algorithm, Outcome, Policy, State};
-use rate_limit_model::target::{evaluate_all, granted, Ask, Namespace, Stored, Target};
+use rate_limit_model::target::{evaluate_all, granted, Namespace, Stored, Target};
 
 /// How often a call starts again (its row changed, vanished or appeared under it) before it gives up with
 /// 40001.
@@ -75,23 +75,6 @@ const TAKE: &str = "UPDATE rate_limit.bucket_state SET \
        AND rate_limit.state_after_take(level, updated_at, algorithm, rate, per_us, burst, \
                                        $3, $4, $5, $6, $7, $8, $9, $10) OPERATOR(pg_catalog.>=) 0 \
      RETURNING level, updated_at";
-/// [`TAKE`], and when it takes, the insert of a new row of the same key (a reservation's: `$11` its
-/// namespace, `$12` to `$17` its state and numbers) in the same statement; the third column counts the
-/// rows inserted (0 when one existed under that name).
-const TAKE_RECORD: &str = "WITH taken AS (UPDATE rate_limit.bucket_state SET \
-     level = rate_limit.state_after_take(level, updated_at, algorithm, rate, per_us, burst, \
-                                         $3, $4, $5, $6, $7, $8, $9, $10), \
-     updated_at = GREATEST($8, updated_at), \
-     algorithm = $3, rate = $4, per_us = $5, burst = $6 \
-     WHERE namespace OPERATOR(pg_catalog.=) $1 AND key OPERATOR(pg_catalog.=) $2 \
-       AND rate_limit.state_after_take(level, updated_at, algorithm, rate, per_us, burst, \
-                                       $3, $4, $5, $6, $7, $8, $9, $10) OPERATOR(pg_catalog.>=) 0 \
-     RETURNING level, updated_at), \
-     recorded AS (INSERT INTO rate_limit.bucket_state \
-       (namespace, key, level, updated_at, algorithm, rate, per_us, burst) \
-       SELECT $11, $2, $12, $13, $14, $15, $16, $17 FROM taken \
-       ON CONFLICT (namespace, key) DO NOTHING RETURNING 1) \
-     SELECT taken.level, taken.updated_at, (SELECT pg_catalog.count(*) FROM recorded) FROM taken";
 const INSERT: &str = "INSERT INTO rate_limit.bucket_state \
      (namespace, key, level, updated_at, algorithm, rate, per_us, burst) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (namespace, key) DO NOTHING";
@@ -271,30 +254,9 @@ pub fn take(
             return Ok(outcomes);
         }
         if let [target] = targets {
-            return take_one(client, plans, function, target, cost, None).map(|(o, _)| vec![o]);
+            return take_one(client, plans, function, target, cost).map(|o| vec![o]);
         }
         take_many(client, plans, function, targets, cost)
-    })
-}
-
-/// Takes `cost` tokens from `target` as [`take`] does and, when its row exists and has them, inserts the
-/// bucket of `record` (a new reservation's, answered as `Ask::Take(cost)`) in the same statement: the take's
-/// outcome, and the record's when it was inserted (`None`: the caller writes it, as it would without this).
-pub fn take_recording(
-    function: &'static str,
-    target: &Target<'_>,
-    cost: i64,
-    record: &Target<'_>,
-) -> Result<(Outcome, Option<Outcome>), ErrorReport> {
-    if cost < 1 || read_only() {
-        return Ok((take(function, std::slice::from_ref(target), cost)?[0], None));
-    }
-    connect(|client| {
-        let plans = plans_for(function, client, Some(target.key))?;
-        let recorded = record.answer(None, clock::table_now_us(), Ask::Take(cost));
-        let with = recorded.allowed.then_some((record, recorded.state));
-        let (outcome, inserted) = take_one(client, plans, function, target, cost, with)?;
-        Ok((outcome, inserted.then_some(recorded)))
     })
 }
 
@@ -314,17 +276,14 @@ pub fn peek_fresh(
     })
 }
 
-/// Takes from one bucket: `Ok(outcome)`; the outcome is denied when it is short (nothing taken). With
-/// `record` (a new bucket and its state), the first conditional UPDATE inserts that row too when it takes
-/// (one statement): whether it did.
+/// Takes from one bucket: `Ok(outcome)`; the outcome is denied when it is short (nothing taken).
 fn take_one(
     client: &SpiClient<'_>,
     plans: &Plans,
     function: &'static str,
     target: &Target<'_>,
     cost: i64,
-    mut record: Option<(&Target<'_>, State)>,
-) -> Result<(Outcome, bool), ErrorReport> {
+) -> Result<Outcome, ErrorReport> {
     let p = &target.policy;
     for _ in 0..MAX_ATTEMPTS {
         // 1. one conditional UPDATE: granted if it returns the new state
@@ -342,41 +301,10 @@ fn take_one(
             // a calendar window's end, from the caller's calendar; ignored by the other algorithms
             timestamptz(function, p.window_end(now).unwrap_or(now))?.into(),
         ];
-        let recording = record.is_some();
-        let table = match record.take() {
-            // the record's row beside the key's (its namespace; the key is the same), $11 to $17
-            Some((r, state)) => {
-                let [ns, key, algorithm, rate, per_us, burst, changed_at, now, cost, end] = args;
-                let [r_ns, _, r_level, r_at, r_algorithm, r_rate, r_per_us, r_burst] =
-                    row_args(function, r, state)?;
-                let args: [DatumWithOid<'_>; 17] = [
-                    ns,
-                    key,
-                    algorithm,
-                    rate,
-                    per_us,
-                    burst,
-                    changed_at,
-                    now,
-                    cost,
-                    end,
-                    r_ns,
-                    r_level,
-                    r_at,
-                    r_algorithm,
-                    r_rate,
-                    r_per_us,
-                    r_burst,
-                ];
-                spi(function, client.select(&plans.take_record, None, &args))?
-            }
-            None => spi(function, client.select(&plans.take, None, &args))?,
-        };
+        let table = spi(function, client.select(&plans.take, None, &args))?;
         if let Some(row) = table.into_iter().next() {
             let level: Option<i64> = spi(function, row.get(1))?;
             let at: Option<TimestampWithTimeZone> = spi(function, row.get(2))?;
-            // with a record, whether its row was inserted (the third column, which a plain take lacks)
-            let inserted = recording && spi(function, row.get::<i64>(3))? == Some(1);
             let (Some(level), Some(at)) = (level, at) else {
                 return Err(error::corrupt_row(function, "level is NULL"));
             };
@@ -394,7 +322,7 @@ fn take_one(
             }
             let mut outcome = p.take(state, state.at, 0);
             outcome.state = state;
-            return Ok((outcome, inserted));
+            return Ok(outcome);
         }
         // 2. nothing updated: short, or missing?
         let stored = read(client, &plans.read_fresh, function, target)?;
@@ -402,7 +330,7 @@ fn take_one(
         let outcome = target.evaluate(stored, now, cost);
         if !outcome.allowed {
             rebase_if_behind(client, plans, function, target, stored, &outcome, now)?;
-            return Ok((outcome, false));
+            return Ok(outcome);
         }
         if stored.is_some() {
             continue; // tokens arrived since TAKE looked: take them with TAKE
@@ -410,7 +338,7 @@ fn take_one(
         // 3. create the row; a concurrent creator makes this a no-op and we start again
         let args = row_args(function, target, outcome.state)?;
         if spi(function, client.select(&plans.insert, None, &args))?.len() == 1 {
-            return Ok((outcome, false));
+            return Ok(outcome);
         }
     }
     Err(gave_up(function))
@@ -450,7 +378,7 @@ fn take_many(
         if !outcomes[i].allowed {
             continue; // a bucket in shadow mode that would deny: it keeps its state
         }
-        let (outcome, _) = take_one(client, plans, function, &targets[i], cost, None)?;
+        let outcome = take_one(client, plans, function, &targets[i], cost)?;
         outcomes[i] = outcome;
         if !outcome.allowed && targets[i].shadow {
             continue; // short after all, in shadow mode: it takes nothing, the call goes on

@@ -7,7 +7,7 @@ use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::pg_sys::{self, PgOid};
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiError};
 
-use super::{spi, COLUMNS, DELETE, INSERT, SET_STATE, TAKE, TAKE_RECORD, WHERE_BUCKET};
+use super::{spi, COLUMNS, DELETE, INSERT, SET_STATE, TAKE, WHERE_BUCKET};
 use crate::cluster::shards;
 use rate_limit_model::target::Target;
 
@@ -21,8 +21,6 @@ pub(super) struct Plans {
     /// Read and lock one row (refund).
     pub(super) lock: OwnedPreparedStatement,
     pub(super) take: OwnedPreparedStatement,
-    /// `take`, and the insert of a reservation's row when it takes (one statement).
-    pub(super) take_record: OwnedPreparedStatement,
     pub(super) insert: OwnedPreparedStatement,
     /// Write a row's state unconditionally (the row is locked by this call).
     pub(super) write: OwnedPreparedStatement,
@@ -74,15 +72,6 @@ fn prepare_plans(client: &SpiClient<'_>, relation: &str) -> Result<Plans, SpiErr
             .prepare_mut(
                 &on(TAKE),
                 &[text, text, text, int8, int8, int8, tstz, tstz, int8, tstz],
-            )?
-            .keep(),
-        take_record: client
-            .prepare_mut(
-                &on(TAKE_RECORD),
-                &[
-                    text, text, text, int8, int8, int8, tstz, tstz, int8, tstz, text, int8, tstz,
-                    text, int8, int8, int8,
-                ],
             )?
             .keep(),
         insert: client.prepare_mut(&on(INSERT), &row)?.keep(),
