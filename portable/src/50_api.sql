@@ -1031,6 +1031,15 @@ BEGIN
 END
 $$;
 
+-- What to pass as amounts of p's meters (reservations.rs, tokens_or_amounts): built only for an error.
+CREATE FUNCTION rate_limit._meters_hint(p rate_limit._policy) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+    SELECT 'Pass a JSON object of whole amounts of the policy''s meters: '
+        || pg_catalog.string_agg(k, ', ' ORDER BY k COLLATE "C") || '.'
+    FROM pg_catalog.jsonb_object_keys(p.meters) AS k
+$$;
+
 -- The tokens amounts of p's meters cost (the model's Meters::tokens): the sum of each amount times its
 -- meter's weight, rounded up to a whole token. 22023 for a policy without meters or amounts they do not
 -- read; 22003 beyond a bigint.
@@ -1038,7 +1047,6 @@ CREATE FUNCTION rate_limit._meter_tokens(p rate_limit._policy, amounts jsonb, ar
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $$
 DECLARE
-    hint text;
     amount record;
     a numeric;
     total numeric := 0;
@@ -1048,21 +1056,20 @@ BEGIN
             'Give it meters with options => ''{"meters": {"input": 0.2, "output": 1}}'', or pass ' || argument
             || ' in tokens.');
     END IF;
-    hint := 'Pass a JSON object of whole amounts of the policy''s meters: '
-        || (SELECT pg_catalog.string_agg(k, ', ' ORDER BY k COLLATE "C") FROM pg_catalog.jsonb_object_keys(p.meters) AS k)
-        || '.';
     IF pg_catalog.jsonb_typeof(amounts) <> 'object' THEN
-        PERFORM rate_limit._raise('22023', 'amounts must be a JSON object, got ' || pg_catalog.jsonb_typeof(amounts), hint);
+        PERFORM rate_limit._raise('22023', 'amounts must be a JSON object, got ' || pg_catalog.jsonb_typeof(amounts),
+            rate_limit._meters_hint(p));
     END IF;
     FOR amount IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(amounts) AS e ORDER BY e.key COLLATE "C" LOOP
         IF NOT p.meters ? amount.key THEN
             PERFORM rate_limit._raise('22023', 'policy ' || rate_limit._quoted(p.name) || ' has no meter '
-                || rate_limit._quoted(pg_catalog.left(amount.key, 80)), hint);
+                || rate_limit._quoted(pg_catalog.left(amount.key, 80)), rate_limit._meters_hint(p));
         END IF;
         a := CASE WHEN pg_catalog.jsonb_typeof(amount.value) = 'number' THEN amount.value::text::numeric END;
         IF a IS NULL OR a < 0 OR a <> pg_catalog.trunc(a) OR a > 9223372036854775807 THEN
             PERFORM rate_limit._raise('22023', 'the amount of meter ' || rate_limit._quoted(amount.key)
-                || ' must be a whole number of 0 or more, got ' || pg_catalog.left(amount.value::text, 80), hint);
+                || ' must be a whole number of 0 or more, got ' || pg_catalog.left(amount.value::text, 80),
+                rate_limit._meters_hint(p));
         END IF;
         total := total + a * (p.meters ->> amount.key)::numeric;
     END LOOP;
@@ -1077,7 +1084,7 @@ $$;
 -- The tokens of a reserve or settle (reservations.rs, tokens_or_amounts): given in tokens as argument,
 -- or as amounts of p's meters, exactly one of them.
 CREATE FUNCTION rate_limit._tokens_or_amounts(p rate_limit._policy, argument text, tokens bigint, amounts jsonb,
-                                              at_least bigint, hint text) RETURNS bigint
+                                              at_least bigint, hint text, weighed_hint text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE PARALLEL SAFE
 AS $$
 BEGIN
@@ -1087,9 +1094,7 @@ BEGIN
         PERFORM rate_limit._raise('22023', 'pass ' || argument || ' or amounts, not both',
             'amounts are weighed with the policy''s meters into the tokens of ' || argument || '.');
     END IF;
-    RETURN rate_limit._tokens_arg(argument, rate_limit._meter_tokens(p, amounts, argument), at_least,
-        CASE argument WHEN 'estimate' THEN 'Amounts of the work expected must cost 1 or more tokens.'
-                      ELSE 'Pass the amounts the work used.' END);
+    RETURN rate_limit._tokens_arg(argument, rate_limit._meter_tokens(p, amounts, argument), at_least, weighed_hint);
 END
 $$;
 
@@ -1111,7 +1116,8 @@ DECLARE
 BEGIN
     PERFORM rate_limit._key_arg('key', key);
     n := rate_limit._tokens_or_amounts(p, 'estimate', estimate, amounts, 1,
-        'Pass the tokens the work is expected to use (or amounts of the policy''s meters); settle it with what it used.');
+        'Pass the tokens the work is expected to use (or amounts of the policy''s meters); settle it with what it used.',
+        'Amounts of the work expected must cost 1 or more tokens.');
     IF hold IS NULL THEN
         PERFORM rate_limit._null_argument('hold',
             'Pass how long the reservation waits to be settled, e.g. interval ''5 minutes''.');
@@ -1155,7 +1161,8 @@ BEGIN
             'Pass the id that rate_limit.reserve returned in its lease field.');
     END IF;
     used := rate_limit._tokens_or_amounts(p, 'actual', actual, amounts, 0,
-        'Pass the tokens the work used (0 gives the whole reservation back), or amounts of the policy''s meters.');
+        'Pass the tokens the work used (0 gives the whole reservation back), or amounts of the policy''s meters.',
+        'Pass the amounts the work used.');
     PERFORM rate_limit._check_session_store(p.store);
     t := rate_limit._policy_target(p, key);
     -- the reservation's bucket first, then the key's (the lock order's one exception: see semantics.md)

@@ -65,19 +65,54 @@ pub(super) fn tokens_arg(
     Ok(value)
 }
 
-/// The tokens of a reserve or settle, given in tokens (`tokens`, the argument named `argument`) or as
-/// `amounts` of the policy's weighted meters, exactly one of them: the amounts weighed
-/// ([`Meters::tokens`]), then checked as tokens are ([`tokens_arg`]). 22004 for neither; 22023 for both,
-/// amounts on a policy without meters, or amounts its meters do not read; 22003 for a cost beyond a bigint.
-fn tokens_or_amounts(
+/// What a reserve or settle calls its tokens: the argument's name, the least it may be, what to pass when
+/// it is missing or too small, and what to pass when amounts weighed to too few tokens.
+pub(super) struct TokensArgument {
+    /// The argument's name.
+    pub name: &'static str,
+    /// The fewest tokens it may be.
+    pub least: i64,
+    /// What to pass for it.
+    pub hint: &'static str,
+    /// What to pass when the amounts weighed to fewer than `least` tokens.
+    pub weighed_hint: &'static str,
+}
+
+/// A reserve's estimate: 1 token or more.
+pub(super) const ESTIMATE: TokensArgument = TokensArgument {
+    name: "estimate",
+    least: 1,
+    hint: "Pass the tokens the work is expected to use (or amounts of the policy's meters); settle it \
+           with what it used.",
+    weighed_hint: "Amounts of the work expected must cost 1 or more tokens.",
+};
+
+/// What a settle's work used: 0 tokens or more.
+pub(super) const ACTUAL: TokensArgument = TokensArgument {
+    name: "actual",
+    least: 0,
+    hint: "Pass the tokens the work used (0 gives the whole reservation back), or amounts of the \
+           policy's meters.",
+    weighed_hint: "Pass the amounts the work used.",
+};
+
+/// The tokens of a reserve or settle, given in tokens (`tokens`, the argument `argument`) or as `amounts`
+/// of the policy's weighted meters, exactly one of them: the amounts weighed ([`Meters::tokens`]), then
+/// checked as tokens are ([`tokens_arg`]). 22004 for neither; 22023 for both, amounts on a policy without
+/// meters, or amounts its meters do not read; 22003 for a cost beyond a bigint.
+pub(super) fn tokens_or_amounts(
     function: &'static str,
     named: &Named,
-    argument: &str,
+    argument: &TokensArgument,
     tokens: Option<i64>,
-    amounts: Option<JsonbText>,
-    least: i64,
-    hint: &str,
+    amounts: Option<&JsonbText>,
 ) -> Result<i64, ErrorReport> {
+    let TokensArgument {
+        name: argument,
+        least,
+        hint,
+        weighed_hint,
+    } = *argument;
     let Some(amounts) = amounts else {
         return tokens_arg(function, argument, tokens, least, hint);
     };
@@ -98,20 +133,23 @@ fn tokens_or_amounts(
             ),
         ));
     };
-    let known = meters.names().collect::<Vec<_>>().join(", ");
-    let hint = format!("Pass a JSON object of whole amounts of the policy's meters: {known}.");
+    // built only for an error: a call that weighs its amounts joins no names
+    let meters_hint = || {
+        let known = meters.names().collect::<Vec<_>>().join(", ");
+        format!("Pass a JSON object of whole amounts of the policy's meters: {known}.")
+    };
     let value: serde_json::Value = serde_json::from_str(&amounts.0).map_err(|e| {
         error::invalid_value(
             function,
             format!("amounts hold a value no meter takes: {e}"),
-            &hint,
+            &meters_hint(),
         )
     })?;
     let weighed = meters.tokens(&value).map_err(|e| match e {
         AmountsError::NotAnObject(t) => error::invalid_value(
             function,
             format!("amounts must be a JSON object, got {t}"),
-            &hint,
+            &meters_hint(),
         ),
         AmountsError::Unknown(name) => error::invalid_value(
             function,
@@ -120,7 +158,7 @@ fn tokens_or_amounts(
                 error::quoted(&named.name),
                 error::quoted(&name)
             ),
-            &hint,
+            &meters_hint(),
         ),
         AmountsError::BadAmount(name, amount) => error::invalid_value(
             function,
@@ -128,7 +166,7 @@ fn tokens_or_amounts(
                 "the amount of meter {} must be a whole number of 0 or more, got {amount}",
                 error::quoted(&name)
             ),
-            &hint,
+            &meters_hint(),
         ),
         AmountsError::TooLarge => ErrorReport::new(
             PgSqlErrorCode::ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
@@ -137,22 +175,7 @@ fn tokens_or_amounts(
         )
         .set_hint("Pass smaller amounts."),
     })?;
-    tokens_arg(
-        function,
-        argument,
-        Some(weighed),
-        least,
-        hint_for_tokens(argument),
-    )
-}
-
-/// What to pass for `argument` (a reservation's estimate or what the work used) once weighed.
-fn hint_for_tokens(argument: &str) -> &'static str {
-    if argument == "estimate" {
-        "Amounts of the work expected must cost 1 or more tokens."
-    } else {
-        "Pass the amounts the work used."
-    }
+    tokens_arg(function, argument, Some(weighed), least, weighed_hint)
 }
 
 /// Reservations of tokens, in schema `rate_limit`.
@@ -177,16 +200,7 @@ mod rate_limit {
         const F: &str = "rate_limit.reserve";
         let named = policy_arg(F, policy)?;
         let key = key_arg(F, "key", key)?;
-        let estimate = tokens_or_amounts(
-            F,
-            &named,
-            "estimate",
-            estimate,
-            amounts,
-            1,
-            "Pass the tokens the work is expected to use (or amounts of the policy's meters); settle it \
-             with what it used.",
-        )?;
+        let estimate = tokens_or_amounts(F, &named, &ESTIMATE, estimate, amounts.as_ref())?;
         let hold = hold.ok_or_else(|| {
             error::null_argument(
                 F,
@@ -230,16 +244,7 @@ mod rate_limit {
                 "Pass the id that rate_limit.reserve returned in its lease field.",
             )
         })?;
-        let actual = tokens_or_amounts(
-            F,
-            &named,
-            "actual",
-            actual,
-            amounts,
-            0,
-            "Pass the tokens the work used (0 gives the whole reservation back), or amounts of the \
-             policy's meters.",
-        )?;
+        let actual = tokens_or_amounts(F, &named, &ACTUAL, actual, amounts.as_ref())?;
         let t = policy_target(F, &named, key)?;
         let name = reservation_namespace(&named.name, reservation);
         let r = held_bucket(F, &t, &name, 1)?;
