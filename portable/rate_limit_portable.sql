@@ -2278,8 +2278,10 @@ BEGIN
 END
 $$;
 
--- Asks every target for cost tokens, all or nothing (table::take): one outcome per target.
-CREATE FUNCTION rate_limit._store_take(targets rate_limit._target[], cost bigint) RETURNS rate_limit._outcome[]
+-- Asks every target for cost tokens (costs[i] of target i when costs is given; cost 0: only reports), all
+-- or nothing (table::take): one outcome per target.
+CREATE FUNCTION rate_limit._store_take(targets rate_limit._target[], cost bigint, costs bigint[] DEFAULT NULL)
+RETURNS rate_limit._outcome[]
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
 DECLARE
@@ -2303,7 +2305,7 @@ BEGIN
         now := rate_limit._now();
         FOR i IN 1..n LOOP
             o := rate_limit._evaluate(targets[i].lim, rows[i].level, rows[i].at, rows[i].numbers,
-                                      targets[i].changed_at, now, cost);
+                                      targets[i].changed_at, now, COALESCE(costs[i], cost));
             outcomes := outcomes || o;
             granted := granted AND (o.allowed OR targets[i].shadow);
             any_allowed := any_allowed OR o.allowed;
@@ -2314,7 +2316,7 @@ BEGIN
         RETURN outcomes;
     END IF;
     IF n = 1 THEN
-        RETURN ARRAY[rate_limit._take_one(targets[1], cost)];
+        RETURN ARRAY[rate_limit._take_one(targets[1], COALESCE(costs[1], cost))];
     END IF;
     -- 1. decide denials from reads, writing nothing
     FOR i IN 1..n LOOP
@@ -2323,7 +2325,7 @@ BEGIN
     now := rate_limit._now();
     FOR i IN 1..n LOOP
         o := rate_limit._evaluate(targets[i].lim, rows[i].level, rows[i].at, rows[i].numbers,
-                                  targets[i].changed_at, now, cost);
+                                  targets[i].changed_at, now, COALESCE(costs[i], cost));
         outcomes := outcomes || o;
         granted := granted AND (o.allowed OR targets[i].shadow);
     END LOOP;
@@ -2343,7 +2345,7 @@ BEGIN
         IF NOT outcomes[i].allowed THEN
             CONTINUE; -- a bucket in shadow mode that would deny: it keeps its state
         END IF;
-        o := rate_limit._take_one(targets[i], cost);
+        o := rate_limit._take_one(targets[i], COALESCE(costs[i], cost));
         outcomes[i] := o;
         IF NOT o.allowed AND targets[i].shadow THEN
             CONTINUE;
@@ -2351,7 +2353,8 @@ BEGIN
         IF NOT o.allowed THEN
             -- 3. short after all: give back what this call took (rows it holds), exactly
             FOREACH j IN ARRAY taken LOOP
-                r := rate_limit._refund(targets[j].lim, outcomes[j].level, outcomes[j].at, outcomes[j].at, cost);
+                r := rate_limit._refund(targets[j].lim, outcomes[j].level, outcomes[j].at, outcomes[j].at,
+                                        COALESCE(costs[j], cost));
                 PERFORM rate_limit._write(targets[j], r.new_level, r.new_at);
             END LOOP;
             RETURN outcomes;
@@ -2504,7 +2507,8 @@ CREATE FUNCTION rate_limit._not_looked_at() RETURNS rate_limit._outcome
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT ROW(true, 0, 0, 0, NULL, 0)::rate_limit._outcome $$;
 
-CREATE FUNCTION rate_limit._take_targets(targets rate_limit._target[], cost bigint) RETURNS rate_limit._outcome[]
+CREATE FUNCTION rate_limit._take_targets(targets rate_limit._target[], cost bigint, costs bigint[] DEFAULT NULL)
+RETURNS rate_limit._outcome[]
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
 DECLARE
@@ -2512,6 +2516,7 @@ DECLARE
     decided rate_limit._outcome[] := rate_limit._blocked(targets);
     outcomes rate_limit._outcome[];
     open rate_limit._target[] := '{}';
+    open_costs bigint[] := '{}';
     asked rate_limit._outcome[];
     now bigint;
     v rate_limit._outcome;
@@ -2541,12 +2546,13 @@ BEGIN
     FOR i IN 1..n LOOP
         IF (decided[i]).allowed IS NULL THEN
             open := open || targets[i];
+            open_costs := open_costs || COALESCE(costs[i], cost);
         END IF;
     END LOOP;
     IF pg_catalog.cardinality(open) = 0 THEN
         asked := '{}';
     ELSE
-        asked := rate_limit._store_take(open, cost);
+        asked := rate_limit._store_take(open, cost, open_costs);
     END IF;
     outcomes := '{}';
     FOR i IN 1..n LOOP
@@ -3227,6 +3233,22 @@ BEGIN
 END
 $$;
 
+-- 0A000 unless every policy of named, the policies of one call (a call, a reservation), keeps its buckets
+-- in the same store (limits.rs, one_store): all or nothing holds within one store only.
+CREATE FUNCTION rate_limit._one_store(named rate_limit._policy[], call text, hint text) RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+BEGIN
+    FOR i IN 2..pg_catalog.cardinality(named) LOOP
+        IF COALESCE(named[i].store, pg_catalog.current_setting('rate_limit.store', true), 'table')
+           <> COALESCE(named[1].store, pg_catalog.current_setting('rate_limit.store', true), 'table') THEN
+            PERFORM rate_limit._raise('0A000', 'the policies of one ' || call || ' must keep their buckets in the same store',
+                hint, 'All-or-nothing consumption is atomic within one store only.');
+        END IF;
+    END LOOP;
+END
+$$;
+
 CREATE FUNCTION rate_limit.take_many(policies text[], keys text[], cost integer DEFAULT 1)
 RETURNS rate_limit.decision LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
@@ -3272,14 +3294,8 @@ BEGIN
         END LOOP;
         targets := targets || t;
     END LOOP;
-    FOR i IN 2..n LOOP
-        IF COALESCE(named[i].store, pg_catalog.current_setting('rate_limit.store', true), 'table')
-           <> COALESCE(named[1].store, pg_catalog.current_setting('rate_limit.store', true), 'table') THEN
-            PERFORM rate_limit._raise('0A000', 'the policies of one call must keep their buckets in the same store',
-                'Give the policies the same store (create_policy''s store argument), or call take twice.',
-                'All-or-nothing consumption is atomic within one store only.');
-        END IF;
-    END LOOP;
+    PERFORM rate_limit._one_store(named, 'call',
+        'Give the policies the same store (create_policy''s store argument), or call take twice.');
     PERFORM rate_limit._check_session_store(named[1].store);
     RETURN rate_limit._combine(targets, rate_limit._take_targets(targets, c));
 END
@@ -4067,6 +4083,202 @@ BEGIN
 END
 $$;
 
+-- The policies of a call over several limits (reservations_many.rs, policies_arg): 1 to 16, each known,
+-- all in one store.
+CREATE FUNCTION rate_limit._policies_many(policies text[]) RETURNS rate_limit._policy[]
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+DECLARE
+    n integer := pg_catalog.cardinality(policies);
+    named rate_limit._policy[] := '{}';
+BEGIN
+    IF policies IS NULL THEN
+        PERFORM rate_limit._null_argument('policies',
+            'Pass an array of policy names, e.g. ARRAY[''requests_per_minute'', ''tokens_per_minute''].');
+    END IF;
+    IF n = 0 OR n > 16 THEN
+        PERFORM rate_limit._raise('22023', 'policies must name 1 to 16 policies, got ' || n,
+            'Split the limits over several reservations, or combine them in fewer policies.');
+    END IF;
+    FOR i IN 1..n LOOP
+        named := named || rate_limit._token_policy(policies[i]);
+    END LOOP;
+    PERFORM rate_limit._one_store(named, 'reservation',
+        'Give the policies the same store (create_policy''s store argument).');
+    RETURN named;
+END
+$$;
+
+-- Each policy's tokens of a call over several limits (reservations_many.rs, tokens_of_each): tokens (one
+-- for every policy, or one per policy) or amounts weighed by each policy's own meters, exactly one of them;
+-- each policy's checked as _tokens_or_amounts checks one, its messages naming the policy.
+CREATE FUNCTION rate_limit._tokens_of_each(named rate_limit._policy[], argument text, plural text, tokens bigint[],
+                                           amounts jsonb, at_least bigint, hint text, weighed_hint text)
+RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+DECLARE
+    n integer := pg_catalog.cardinality(named);
+    m integer := pg_catalog.cardinality(tokens);
+    each bigint[] := '{}';
+    v bigint;
+BEGIN
+    IF tokens IS NULL AND amounts IS NULL THEN
+        PERFORM rate_limit._null_argument(plural, hint);
+    ELSIF tokens IS NOT NULL AND amounts IS NOT NULL THEN
+        PERFORM rate_limit._raise('22023', 'pass ' || plural || ' or amounts, not both',
+            'amounts are weighed with each policy''s meters into the tokens of ' || plural || '.');
+    ELSIF tokens IS NOT NULL AND m <> 1 AND m <> n THEN
+        PERFORM rate_limit._raise('22023', plural || ' must hold one number, or one per policy (' || n || '), got ' || m,
+            'Pass ARRAY[n] for every policy, or one number per policy in their order.');
+    END IF;
+    FOR i IN 1..n LOOP
+        v := NULL;
+        IF tokens IS NOT NULL THEN
+            v := tokens[CASE WHEN m = 1 THEN 1 ELSE i END];
+            IF v IS NULL THEN
+                PERFORM rate_limit._null_argument(plural, hint);
+            END IF;
+        END IF;
+        each := each || rate_limit._tokens_or_amounts(named[i], argument || ' of policy ' || rate_limit._quoted(named[i].name),
+                                                      v, amounts, at_least, hint, weighed_hint);
+    END LOOP;
+    RETURN each;
+END
+$$;
+
+-- The buckets of key under each of named, each once (reservations_many.rs, targets_of).
+CREATE FUNCTION rate_limit._targets_of_one_key(named rate_limit._policy[], key text) RETURNS rate_limit._target[]
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+DECLARE
+    n integer := pg_catalog.cardinality(named);
+    targets rate_limit._target[] := '{}';
+    t rate_limit._target;
+BEGIN
+    FOR i IN 1..n LOOP
+        t := rate_limit._policy_target(named[i], key);
+        FOR j IN 1..i - 1 LOOP
+            IF targets[j].ns = t.ns AND targets[j].key = t.key THEN
+                PERFORM rate_limit._raise('22023', 'policy ' || rate_limit._quoted(t.ns) || ' is named twice for key '
+                    || rate_limit._quoted(t.key), 'Name each (policy, key) once; pass a higher cost to take more tokens.');
+            END IF;
+        END LOOP;
+        targets := targets || t;
+    END LOOP;
+    RETURN targets;
+END
+$$;
+
+CREATE FUNCTION rate_limit.reserve_many(policies text[], key text, estimates bigint[] DEFAULT NULL,
+                                        hold interval DEFAULT '00:05:00'::interval, amounts jsonb DEFAULT NULL)
+RETURNS rate_limit.decision
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $$
+DECLARE
+    named rate_limit._policy[] := rate_limit._policies_many(policies);
+    n integer := pg_catalog.cardinality(named);
+    targets rate_limit._target[];
+    each bigint[];
+    us bigint;
+    id bigint;
+    outcomes rate_limit._outcome[];
+    o rate_limit._outcome;
+    d rate_limit.decision;
+    recorded boolean := false;
+BEGIN
+    PERFORM rate_limit._key_arg('key', key);
+    each := rate_limit._tokens_of_each(named, 'estimate', 'estimates', estimates, amounts, 1,
+        'Pass the tokens the work is expected to use (or amounts of the policy''s meters); settle it with what it used.',
+        'Amounts of the work expected must cost 1 or more tokens.');
+    IF hold IS NULL THEN
+        PERFORM rate_limit._null_argument('hold',
+            'Pass how long the reservation waits to be settled, e.g. interval ''5 minutes''.');
+    END IF;
+    us := rate_limit._hold_us('hold', hold);
+    targets := rate_limit._targets_of_one_key(named, key);
+    PERFORM rate_limit._check_session_store(named[1].store);
+    outcomes := rate_limit._take_targets(targets, 1, each);
+    d := rate_limit._combine(targets, outcomes);
+    IF d.allowed THEN
+        -- 62 random bits, plus 1: positive, never 0
+        id := ((rate_limit._random_bits() << 10) | (rate_limit._random_bits() & 1023)) + 1;
+        -- recorded only where tokens were taken: not for an exempt key nor a would-be denial in shadow mode
+        FOR i IN 1..n LOOP
+            IF outcomes[i].allowed AND targets[i].verdict IS NULL THEN
+                o := rate_limit._upsert(rate_limit._reservation_target(targets[i], id, us), 'take', each[i], 0,
+                                        'reserve tokens');
+                recorded := recorded OR o.allowed;
+            END IF;
+        END LOOP;
+        IF recorded THEN
+            d.lease := id;
+        END IF;
+    END IF;
+    RETURN d;
+END
+$$;
+
+CREATE FUNCTION rate_limit.settle_many(policies text[], key text, reservation bigint, actuals bigint[] DEFAULT NULL,
+                                       amounts jsonb DEFAULT NULL)
+RETURNS rate_limit.decision
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $$
+DECLARE
+    named rate_limit._policy[] := rate_limit._policies_many(policies);
+    n integer := pg_catalog.cardinality(named);
+    targets rate_limit._target[];
+    outcomes rate_limit._outcome[];
+    each bigint[];
+    reserved bigint[];
+    settled boolean := false;
+    order_of integer[];
+    i integer;
+    o rate_limit._outcome;
+    d rate_limit.decision;
+BEGIN
+    PERFORM rate_limit._key_arg('key', key);
+    IF reservation IS NULL THEN
+        PERFORM rate_limit._null_argument('reservation',
+            'Pass the id that rate_limit.reserve_many returned in its lease field.');
+    END IF;
+    each := rate_limit._tokens_of_each(named, 'actual', 'actuals', actuals, amounts, 0,
+        'Pass the tokens the work used (0 gives the whole reservation back), or amounts of the policy''s meters.',
+        'Pass the amounts the work used.');
+    targets := rate_limit._targets_of_one_key(named, key);
+    PERFORM rate_limit._check_session_store(named[1].store);
+    outcomes := pg_catalog.array_fill(rate_limit._not_looked_at(), ARRAY[n]);
+    -- each policy as settle does it, in the order every call locks buckets in (settle_many in
+    -- single.rs): every reservation freed first, then every key's bucket refunded or charged
+    SELECT pg_catalog.array_agg(x.i ORDER BY x.ns COLLATE "C") INTO order_of
+      FROM (SELECT g AS i, targets[g].ns AS ns FROM pg_catalog.generate_series(1, n) AS g) AS x;
+    reserved := pg_catalog.array_fill(NULL::bigint, ARRAY[n]);
+    FOREACH i IN ARRAY order_of LOOP
+        reserved[i] := (rate_limit._free_held(rate_limit._reservation_target(targets[i], reservation, 1),
+                                               'settle a reservation')).tokens;
+    END LOOP;
+    FOREACH i IN ARRAY order_of LOOP
+        IF reserved[i] IS NOT NULL AND each[i] < reserved[i] THEN
+            o := rate_limit._refund_target(targets[i], reserved[i] - each[i], 'settle a reservation');
+        ELSIF reserved[i] IS NOT NULL AND each[i] > reserved[i] THEN
+            o := rate_limit._charge_target(targets[i], each[i] - reserved[i], named[i].max_debt);
+        ELSE
+            o := rate_limit._report(targets[i]);
+        END IF;
+        outcomes[i] := o;
+        settled := settled OR reserved[i] IS NOT NULL;
+    END LOOP;
+    d := rate_limit._combine(targets, outcomes);
+    d.allowed := settled;
+    d.lease := CASE WHEN settled THEN reservation END;
+    RETURN d;
+END
+$$;
+
 ------------------------------------------------------------------------------------------------------------
 -- Booked slots (src/api/bookings.rs; the model's pipeline::single::book and cancel).
 
@@ -4631,6 +4843,8 @@ GRANT EXECUTE ON FUNCTION
     rate_limit.release(text, text, bigint, text, interval),
     rate_limit.reserve(text, text, bigint, interval, jsonb),
     rate_limit.settle(text, text, bigint, bigint, jsonb),
+    rate_limit.reserve_many(text[], text, bigint[], interval, jsonb),
+    rate_limit.settle_many(text[], text, bigint, bigint[], jsonb),
     rate_limit.book(text, text, bigint, interval),
     rate_limit.cancel_booking(text, text, bigint),
     rate_limit.headers(rate_limit.decision, text),
@@ -4695,6 +4909,10 @@ COMMENT ON FUNCTION rate_limit.reserve(text, text, bigint, interval, jsonb) IS
     'Reserve estimate tokens (or amounts of the policy''s meters) of key under a policy until settled or hold ends: the decision, with the reservation id in lease when allowed';
 COMMENT ON FUNCTION rate_limit.settle(text, text, bigint, bigint, jsonb) IS
     'Settle a reservation on the tokens actually used (or amounts of the policy''s meters): gives back the rest or charges the excess, once; allowed when this call settled it';
+COMMENT ON FUNCTION rate_limit.reserve_many(text[], text, bigint[], interval, jsonb) IS
+    'Reserve estimates of key under several policies at once, all or nothing (or amounts each policy weighs with its own meters): the decision, with one reservation id in lease when allowed';
+COMMENT ON FUNCTION rate_limit.settle_many(text[], text, bigint, bigint[], jsonb) IS
+    'Settle a reservation of rate_limit.reserve_many under each of its policies on what the work used, once each; allowed when this call settled it under at least one';
 COMMENT ON FUNCTION rate_limit.book(text, text, bigint, interval) IS
     'Book cost tokens of key under a token bucket policy, first come first served: when allowed, retry_after is when they exist and lease the booking id';
 COMMENT ON FUNCTION rate_limit.cancel_booking(text, text, bigint) IS

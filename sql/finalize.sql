@@ -294,6 +294,10 @@ COMMENT ON FUNCTION rate_limit.reserve(text, text, bigint, interval, jsonb) IS
     'Reserve estimate tokens (or amounts of the policy''s meters) of key under a policy until settled or hold ends: the decision, with the reservation id in lease when allowed';
 COMMENT ON FUNCTION rate_limit.settle(text, text, bigint, bigint, jsonb) IS
     'Settle a reservation on the tokens actually used (or amounts of the policy''s meters): gives back the rest or charges the excess, once; allowed when this call settled it';
+COMMENT ON FUNCTION rate_limit.reserve_many(text[], text, bigint[], interval, jsonb) IS
+    'Reserve estimates of key under several policies at once, all or nothing (or amounts each policy weighs with its own meters): the decision, with one reservation id in lease when allowed';
+COMMENT ON FUNCTION rate_limit.settle_many(text[], text, bigint, bigint[], jsonb) IS
+    'Settle a reservation of rate_limit.reserve_many under each of its policies on what the work used, once each; allowed when this call settled it under at least one';
 COMMENT ON FUNCTION rate_limit.book(text, text, bigint, interval) IS
     'Book cost tokens of key under a token bucket policy, first come first served: when allowed, retry_after is when they exist and lease the booking id';
 COMMENT ON FUNCTION rate_limit.cancel_booking(text, text, bigint) IS

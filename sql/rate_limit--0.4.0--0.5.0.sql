@@ -18,6 +18,10 @@ CREATE FUNCTION rate_limit.reserve(policy text, key text, estimate bigint DEFAUL
     VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'reserve_wrapper';
 CREATE FUNCTION rate_limit.settle(policy text, key text, reservation bigint, actual bigint DEFAULT NULL::bigint, amounts jsonb DEFAULT NULL::jsonb) RETURNS rate_limit.decision
     VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'settle_wrapper';
+CREATE FUNCTION rate_limit.reserve_many(policies text[], key text, estimates bigint[] DEFAULT NULL::bigint[], hold interval DEFAULT '00:05:00'::interval, amounts jsonb DEFAULT NULL::jsonb) RETURNS rate_limit.decision
+    VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'reserve_many_wrapper';
+CREATE FUNCTION rate_limit.settle_many(policies text[], key text, reservation bigint, actuals bigint[] DEFAULT NULL::bigint[], amounts jsonb DEFAULT NULL::jsonb) RETURNS rate_limit.decision
+    VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'settle_many_wrapper';
 CREATE FUNCTION rate_limit.book(policy text, key text, cost bigint DEFAULT 1, max_delay interval DEFAULT '1 day'::interval) RETURNS rate_limit.decision
     VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'book_wrapper';
 CREATE FUNCTION rate_limit.cancel_booking(policy text, key text, booking bigint) RETURNS rate_limit.decision
@@ -317,6 +321,10 @@ COMMENT ON FUNCTION rate_limit.reserve(text, text, bigint, interval, jsonb) IS
     'Reserve estimate tokens (or amounts of the policy''s meters) of key under a policy until settled or hold ends: the decision, with the reservation id in lease when allowed';
 COMMENT ON FUNCTION rate_limit.settle(text, text, bigint, bigint, jsonb) IS
     'Settle a reservation on the tokens actually used (or amounts of the policy''s meters): gives back the rest or charges the excess, once; allowed when this call settled it';
+COMMENT ON FUNCTION rate_limit.reserve_many(text[], text, bigint[], interval, jsonb) IS
+    'Reserve estimates of key under several policies at once, all or nothing (or amounts each policy weighs with its own meters): the decision, with one reservation id in lease when allowed';
+COMMENT ON FUNCTION rate_limit.settle_many(text[], text, bigint, bigint[], jsonb) IS
+    'Settle a reservation of rate_limit.reserve_many under each of its policies on what the work used, once each; allowed when this call settled it under at least one';
 COMMENT ON FUNCTION rate_limit.book(text, text, bigint, interval) IS
     'Book cost tokens of key under a token bucket policy, first come first served: when allowed, retry_after is when they exist and lease the booking id';
 COMMENT ON FUNCTION rate_limit.cancel_booking(text, text, bigint) IS

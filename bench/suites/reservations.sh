@@ -2,7 +2,7 @@
 # build, its own copy of PostgreSQL 15, 1 000 000 memory buckets, 100 000 keys), 100 000 random keys of
 # policy `bench` (mostly granted). Writes bench/results/reservations.md.
 #
-#   bench/run.sh reservations                           (about 18 minutes with the release build: 8
+#   bench/run.sh reservations                           (about 25 minutes with the release build: 11
 #                                                        scenarios × 2 stores × BENCH_ROUNDS rounds of
 #                                                        BENCH_SECONDS s)
 #   BENCH_ROUNDS=5 BENCH_SECONDS=10 BENCH_CLIENTS=8 bench/run.sh reservations
@@ -14,11 +14,14 @@
 # nothing recorded); a booking ahead (policy `bench_ahead`, 1 token a second, burst 1, max_debt 1: a
 # booking of 2 tokens from a key's full bucket is for a second later, so it records its booking, held that
 # second); a reserve and its settle by amounts of weighted meters (policy `bench` given meters
-# {"input": 0.5, "output": 1}: 2 input units reserved, 1 used, 1 token each way). Every figure is a ratio within one round (rounds interleaved, so drift of
+# {"input": 0.5, "output": 1}: 2 input units reserved, 1 used, 1 token each way); over two limits, a
+# take_many of policies `bench` and `bench_b` (the same numbers), a reserve_many of them, and a
+# reserve_many with its settle_many. Every figure is a ratio within one round (rounds interleaved, so drift of
 # this noisy machine cancels out). Goal (issue 43): each new call at least 0.85 of take. reserve and book are one
 # call against one take; settle's time is the reserve-and-settle transaction's less the reserve's, against a
 # take's (each from its scenario's TPS in the same round); and a reservation's whole round trip (reserve and
-# settle) against two takes, the same two statements' shape. pgbench -M prepared over Unix sockets,
+# settle) against two takes, the same two statements' shape; a reserve_many against a take_many of the same two
+# policies (the call it replaces), and its settle_many as a settle is. pgbench -M prepared over Unix sockets,
 # synchronous_commit = off (the table store measures the extension, not fsync).
 SECONDS_PER_ROUND=${BENCH_SECONDS:-10}
 ROUNDS=${BENCH_ROUNDS:-5}
@@ -37,6 +40,9 @@ trap 'cluster_stop bench "$DIR/data"' EXIT
 psql_at bench "$PORT" -d bench -qAtc \
   "SELECT rate_limit.create_policy('bench_ahead', 1, '1 second', burst => 1, max_debt => 1)
    WHERE NOT EXISTS (SELECT FROM rate_limit.policies WHERE name = 'bench_ahead')" >/dev/null
+psql_at bench "$PORT" -d bench -qAtc \
+  "SELECT rate_limit.create_policy('bench_b', 2, '1 second', burst => 120)
+   WHERE NOT EXISTS (SELECT FROM rate_limit.policies WHERE name = 'bench_b')" >/dev/null
 # the weighted meters of the amounts scenario (no effect on a take)
 psql_at bench "$PORT" -d bench -qAtc \
   "SELECT rate_limit.alter_policy('bench', options => '{\"meters\": {\"input\": 0.5, \"output\": 1}}')
@@ -52,6 +58,9 @@ SCENARIOS=(
   "take_take reservations/take_take_random.sql"
   "book reservations/book_random.sql"
   "book_ahead reservations/book_ahead_random.sql"
+  "take_many reservations/take_many_random.sql"
+  "reserve_many reservations/reserve_many_random.sql"
+  "reserve_settle_many reservations/reserve_settle_many_random.sql"
 )
 : >"$RAW"
 for round in $(seq 1 "$ROUNDS"); do
@@ -98,7 +107,10 @@ labels = [("take", "`take('bench', key)`"),
           ("reserve_settle_amounts", "the same by amounts of weighted meters"),
           ("take_take", "two `take('bench', key)`"),
           ("book", "`book('bench', key)` (for now)"),
-          ("book_ahead", "`book('bench_ahead', key, 2)` (for a second later, recorded)")]
+          ("book_ahead", "`book('bench_ahead', key, 2)` (for a second later, recorded)"),
+          ("take_many", "`take_many(ARRAY['bench', 'bench_b'], ARRAY[key])`"),
+          ("reserve_many", "`reserve_many(ARRAY['bench', 'bench_b'], key, ARRAY[1])`"),
+          ("reserve_settle_many", "`reserve_many(…)` then `settle_many(ARRAY['bench', 'bench_b'], key, id, ARRAY[1])`")]
 for store in ("table", "memory"):
     for s, label in labels:
         print(f"| {label} | {store} | {fmt([tps[(r, store, s)] / tps[(r, store, 'select1')] for r in R])} |")
@@ -113,13 +125,17 @@ for store in ("table", "memory"):
     amounts_pair = [tps[(r, store, "reserve_settle_amounts")] / tps[(r, store, "take_take")] for r in R]
     book = [t(r, "take") / t(r, "book") for r in R]
     ahead = [t(r, "take") / t(r, "book_ahead") for r in R]
+    many = [t(r, "take_many") / t(r, "reserve_many") for r in R]
+    many_settle = [t(r, "take_many") / max(t(r, "reserve_settle_many") - t(r, "reserve_many"), 1e-12) for r in R]
     for name, v in [("reserve: a take's time ÷ a reserve's", reserve),
                     ("book (for now): a take's time ÷ a booking's", book),
                     ("book ahead: a take's time ÷ a booking's", ahead),
                     ("settle: a take's time ÷ (reserve and settle − reserve)", settle),
                     ("a reservation's round (reserve and settle) ÷ two takes", pair),
                     ("a round by amounts ÷ the same in tokens (the price of weighing)", amounts),
-                    ("a round by amounts ÷ two takes", amounts_pair)]:
+                    ("a round by amounts ÷ two takes", amounts_pair),
+                    ("reserve_many: a take_many's time ÷ a reserve_many's (two policies)", many),
+                    ("settle_many: a take_many's time ÷ (reserve_many and settle_many − reserve_many)", many_settle)]:
         m = statistics.median(v)
         print(f"| {name} | {store} | {fmt(v)} | {'met' if m >= 0.85 else 'NOT met'} |")
 PY

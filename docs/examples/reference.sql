@@ -158,6 +158,23 @@ SELECT s.allowed, s.remaining FROM completion,
     rate_limit.settle('gateway', 'tenant_7', completion.id,
                       amounts => '{"input": 1200, "cached_input": 300, "output": 412}') AS s;
 
+--@ block reference-reserve-many
+--@ hide
+SELECT rate_limit.create_policy('tenant_requests', 60, '1 minute',
+    options => '{"meters": {"requests": 1, "input": 0, "output": 0}}');
+--@ hide
+SELECT rate_limit.create_policy('tenant_tokens', 2000000, '1 day',
+    options => '{"meters": {"requests": 0, "input": 0.2, "output": 1}}');
+--@ hide
+CREATE TEMP TABLE chat AS
+SELECT lease AS id FROM rate_limit.reserve_many(ARRAY['tenant_requests', 'tenant_tokens'], 'tenant_7',
+    amounts => '{"requests": 1, "input": 1500, "output": 2000}');
+-- the call read 1 500 input tokens and wrote 180: 1 request, 300 + 180 = 480 tokens
+SELECT s.allowed FROM chat, rate_limit.settle_many(ARRAY['tenant_requests', 'tenant_tokens'], 'tenant_7',
+    chat.id, amounts => '{"requests": 1, "input": 1500, "output": 180}') AS s;
+SELECT policy, remaining FROM rate_limit.peek('tenant_requests', 'tenant_7')
+UNION ALL SELECT policy, remaining FROM rate_limit.peek('tenant_tokens', 'tenant_7');
+
 --@ block reference-bookings
 --@ hide
 SELECT rate_limit.create_policy('reports', 1, '1 minute', burst => 1, max_debt => 10);

@@ -70,10 +70,10 @@ pub const BOUNDS: &[Bound] = &[
     },
     Bound {
         resource: "reservation",
-        who: "any role (`reserve`)",
-        bound: "`hold` after its reserve (at most 1 day, 22023 beyond), whatever its holder does: then settled at its estimate (its tokens stay taken, as a `take` of them would) and its bucket full, so purged; one bucket beside its key's, counted in the role's shares in the memory store like any other; a settle gives back at most what its own reservation took, once, and needs its id (62 random bits); the memory store's settles wait in the caller's own backend until its transaction ends; `amounts` are weighed in the caller's own backend against the policy's meters (at most 16, the owner's), and a meter the policy does not have is refused, never counted as 0",
+        who: "any role (`reserve`, `reserve_many`)",
+        bound: "`hold` after its reserve (at most 1 day, 22023 beyond), whatever its holder does: then settled at its estimate (its tokens stay taken, as a `take` of them would) and its bucket full, so purged; one bucket beside its key's (one per policy of a `reserve_many`, at most 16), counted in the role's shares in the memory store like any other; a settle gives back at most what its own reservation took, once, and needs its id (62 random bits); the memory store's settles wait in the caller's own backend until its transaction ends; `amounts` are weighed in the caller's own backend against the policy's meters (at most 16, the owner's), and a meter the policy does not have is refused, never counted as 0",
         enforced_by: "the model's reservation buckets (`rate_limit_model::algorithm::reservation`), `src/store/settles.rs`",
-        test: "reservations.rs: a_plain_role_settles_its_own_reservation_once_and_no_other; meters.rs: every_misuse_of_meters_and_amounts_gets_its_sqlstate",
+        test: "reservations.rs: a_plain_role_settles_its_own_reservation_once_and_no_other; meters.rs: every_misuse_of_meters_and_amounts_gets_its_sqlstate; reservations_many.rs: every_misuse_of_reservations_over_several_policies_gets_its_sqlstate",
     },
     Bound {
         resource: "booking",

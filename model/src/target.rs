@@ -417,6 +417,21 @@ pub fn evaluate_all(
         .collect()
 }
 
+/// [`evaluate_all`] with a cost per target: `costs[i]` tokens of target `i`.
+pub fn evaluate_costs(
+    targets: &[Target<'_>],
+    stored: &[Option<Stored>],
+    now: i64,
+    costs: &[i64],
+) -> Vec<Outcome> {
+    targets
+        .iter()
+        .zip(stored)
+        .zip(costs)
+        .map(|((t, s), cost)| t.evaluate(*s, now, *cost))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

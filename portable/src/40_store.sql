@@ -174,8 +174,10 @@ BEGIN
 END
 $$;
 
--- Asks every target for cost tokens, all or nothing (table::take): one outcome per target.
-CREATE FUNCTION rate_limit._store_take(targets rate_limit._target[], cost bigint) RETURNS rate_limit._outcome[]
+-- Asks every target for cost tokens (costs[i] of target i when costs is given; cost 0: only reports), all
+-- or nothing (table::take): one outcome per target.
+CREATE FUNCTION rate_limit._store_take(targets rate_limit._target[], cost bigint, costs bigint[] DEFAULT NULL)
+RETURNS rate_limit._outcome[]
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
 DECLARE
@@ -199,7 +201,7 @@ BEGIN
         now := rate_limit._now();
         FOR i IN 1..n LOOP
             o := rate_limit._evaluate(targets[i].lim, rows[i].level, rows[i].at, rows[i].numbers,
-                                      targets[i].changed_at, now, cost);
+                                      targets[i].changed_at, now, COALESCE(costs[i], cost));
             outcomes := outcomes || o;
             granted := granted AND (o.allowed OR targets[i].shadow);
             any_allowed := any_allowed OR o.allowed;
@@ -210,7 +212,7 @@ BEGIN
         RETURN outcomes;
     END IF;
     IF n = 1 THEN
-        RETURN ARRAY[rate_limit._take_one(targets[1], cost)];
+        RETURN ARRAY[rate_limit._take_one(targets[1], COALESCE(costs[1], cost))];
     END IF;
     -- 1. decide denials from reads, writing nothing
     FOR i IN 1..n LOOP
@@ -219,7 +221,7 @@ BEGIN
     now := rate_limit._now();
     FOR i IN 1..n LOOP
         o := rate_limit._evaluate(targets[i].lim, rows[i].level, rows[i].at, rows[i].numbers,
-                                  targets[i].changed_at, now, cost);
+                                  targets[i].changed_at, now, COALESCE(costs[i], cost));
         outcomes := outcomes || o;
         granted := granted AND (o.allowed OR targets[i].shadow);
     END LOOP;
@@ -239,7 +241,7 @@ BEGIN
         IF NOT outcomes[i].allowed THEN
             CONTINUE; -- a bucket in shadow mode that would deny: it keeps its state
         END IF;
-        o := rate_limit._take_one(targets[i], cost);
+        o := rate_limit._take_one(targets[i], COALESCE(costs[i], cost));
         outcomes[i] := o;
         IF NOT o.allowed AND targets[i].shadow THEN
             CONTINUE;
@@ -247,7 +249,8 @@ BEGIN
         IF NOT o.allowed THEN
             -- 3. short after all: give back what this call took (rows it holds), exactly
             FOREACH j IN ARRAY taken LOOP
-                r := rate_limit._refund(targets[j].lim, outcomes[j].level, outcomes[j].at, outcomes[j].at, cost);
+                r := rate_limit._refund(targets[j].lim, outcomes[j].level, outcomes[j].at, outcomes[j].at,
+                                        COALESCE(costs[j], cost));
                 PERFORM rate_limit._write(targets[j], r.new_level, r.new_at);
             END LOOP;
             RETURN outcomes;
@@ -400,7 +403,8 @@ CREATE FUNCTION rate_limit._not_looked_at() RETURNS rate_limit._outcome
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 AS $$ SELECT ROW(true, 0, 0, 0, NULL, 0)::rate_limit._outcome $$;
 
-CREATE FUNCTION rate_limit._take_targets(targets rate_limit._target[], cost bigint) RETURNS rate_limit._outcome[]
+CREATE FUNCTION rate_limit._take_targets(targets rate_limit._target[], cost bigint, costs bigint[] DEFAULT NULL)
+RETURNS rate_limit._outcome[]
 LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
 DECLARE
@@ -408,6 +412,7 @@ DECLARE
     decided rate_limit._outcome[] := rate_limit._blocked(targets);
     outcomes rate_limit._outcome[];
     open rate_limit._target[] := '{}';
+    open_costs bigint[] := '{}';
     asked rate_limit._outcome[];
     now bigint;
     v rate_limit._outcome;
@@ -437,12 +442,13 @@ BEGIN
     FOR i IN 1..n LOOP
         IF (decided[i]).allowed IS NULL THEN
             open := open || targets[i];
+            open_costs := open_costs || COALESCE(costs[i], cost);
         END IF;
     END LOOP;
     IF pg_catalog.cardinality(open) = 0 THEN
         asked := '{}';
     ELSE
-        asked := rate_limit._store_take(open, cost);
+        asked := rate_limit._store_take(open, cost, open_costs);
     END IF;
     outcomes := '{}';
     FOR i IN 1..n LOOP

@@ -105,6 +105,8 @@ GRANT EXECUTE ON FUNCTION
     rate_limit.release(text, text, bigint, text, interval),
     rate_limit.reserve(text, text, bigint, interval, jsonb),
     rate_limit.settle(text, text, bigint, bigint, jsonb),
+    rate_limit.reserve_many(text[], text, bigint[], interval, jsonb),
+    rate_limit.settle_many(text[], text, bigint, bigint[], jsonb),
     rate_limit.book(text, text, bigint, interval),
     rate_limit.cancel_booking(text, text, bigint),
     rate_limit.headers(rate_limit.decision, text),

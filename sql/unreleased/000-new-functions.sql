@@ -10,6 +10,10 @@ CREATE FUNCTION rate_limit.reserve(policy text, key text, estimate bigint DEFAUL
     VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'reserve_wrapper';
 CREATE FUNCTION rate_limit.settle(policy text, key text, reservation bigint, actual bigint DEFAULT NULL::bigint, amounts jsonb DEFAULT NULL::jsonb) RETURNS rate_limit.decision
     VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'settle_wrapper';
+CREATE FUNCTION rate_limit.reserve_many(policies text[], key text, estimates bigint[] DEFAULT NULL::bigint[], hold interval DEFAULT '00:05:00'::interval, amounts jsonb DEFAULT NULL::jsonb) RETURNS rate_limit.decision
+    VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'reserve_many_wrapper';
+CREATE FUNCTION rate_limit.settle_many(policies text[], key text, reservation bigint, actuals bigint[] DEFAULT NULL::bigint[], amounts jsonb DEFAULT NULL::jsonb) RETURNS rate_limit.decision
+    VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'settle_many_wrapper';
 CREATE FUNCTION rate_limit.book(policy text, key text, cost bigint DEFAULT 1, max_delay interval DEFAULT '1 day'::interval) RETURNS rate_limit.decision
     VOLATILE SECURITY DEFINER PARALLEL UNSAFE LANGUAGE c AS 'MODULE_PATHNAME', 'book_wrapper';
 CREATE FUNCTION rate_limit.cancel_booking(policy text, key text, booking bigint) RETURNS rate_limit.decision

@@ -14,12 +14,14 @@ use super::{
 };
 use crate::decision::Decision;
 use crate::error;
-use crate::gucs;
+use crate::gucs::{self, Store};
 use crate::policies;
+use crate::policies::Named;
 use crate::store;
 use crate::time::clock;
 use rate_limit_model::algorithm::{Algorithm, Outcome};
 use rate_limit_model::target::{Namespace, Target, MAX_TARGETS};
+use std::rc::Rc;
 
 use super::policies::build_policy;
 
@@ -70,7 +72,10 @@ pub(super) fn take_policy_answer<R>(
 }
 
 /// 22023 when two targets name the same bucket.
-fn each_bucket_once(function: &'static str, targets: &[Target<'_>]) -> Result<(), ErrorReport> {
+pub(super) fn each_bucket_once(
+    function: &'static str,
+    targets: &[Target<'_>],
+) -> Result<(), ErrorReport> {
     for (i, t) in targets.iter().enumerate() {
         if targets[..i].iter().any(|o| o.same_bucket(t)) {
             return Err(error::invalid_value(
@@ -151,17 +156,35 @@ fn take_pairs(
         })
         .collect::<Result<Vec<Target<'_>>, ErrorReport>>()?;
     each_bucket_once(function, &targets)?;
-    let store = store_of(Some(&named[0]));
+    let store = one_store(
+        function,
+        &named,
+        "call",
+        "Give the policies the same store (create_policy's store argument), or call take twice.",
+    )?;
+    decide(function, store, &targets, cost)
+}
+
+/// The store of every policy of `named` (at least one), the policies of one `call` (a call, a
+/// reservation); 0A000 when they keep their buckets in different stores, with `hint`: all or nothing
+/// holds within one store only.
+pub(super) fn one_store(
+    function: &'static str,
+    named: &[Rc<Named>],
+    call: &str,
+    hint: &str,
+) -> Result<Store, ErrorReport> {
+    let store = store_of(named.first().map(|n| &**n));
     if named.iter().any(|n| store_of(Some(n)) != store) {
         return Err(ErrorReport::new(
             PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-            "the policies of one call must keep their buckets in the same store",
+            format!("the policies of one {call} must keep their buckets in the same store"),
             function,
         )
         .set_detail("All-or-nothing consumption is atomic within one store only.")
-        .set_hint("Give the policies the same store (create_policy's store argument), or call take twice."));
+        .set_hint(hint));
     }
-    decide(function, store, &targets, cost)
+    Ok(store)
 }
 
 /// Calls of the full limiter API, in schema `rate_limit`.

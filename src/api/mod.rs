@@ -41,6 +41,7 @@ pub mod policies;
 pub mod purge_idle;
 pub mod request;
 pub mod reservations;
+pub mod reservations_many;
 pub mod stats;
 pub mod trigger_call;
 pub mod triggers;

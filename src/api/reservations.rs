@@ -67,9 +67,10 @@ pub(super) fn tokens_arg(
 
 /// What a reserve or settle calls its tokens: the argument's name, the least it may be, what to pass when
 /// it is missing or too small, and what to pass when amounts weighed to too few tokens.
-pub(super) struct TokensArgument {
-    /// The argument's name.
-    pub name: &'static str,
+#[derive(Clone, Copy)]
+pub(super) struct TokensArgument<'a> {
+    /// The argument's name (in a message: "{name} must be …").
+    pub name: &'a str,
     /// The fewest tokens it may be.
     pub least: i64,
     /// What to pass for it.
@@ -79,7 +80,7 @@ pub(super) struct TokensArgument {
 }
 
 /// A reserve's estimate: 1 token or more.
-pub(super) const ESTIMATE: TokensArgument = TokensArgument {
+pub(super) const ESTIMATE: TokensArgument<'static> = TokensArgument {
     name: "estimate",
     least: 1,
     hint: "Pass the tokens the work is expected to use (or amounts of the policy's meters); settle it \
@@ -88,7 +89,7 @@ pub(super) const ESTIMATE: TokensArgument = TokensArgument {
 };
 
 /// What a settle's work used: 0 tokens or more.
-pub(super) const ACTUAL: TokensArgument = TokensArgument {
+pub(super) const ACTUAL: TokensArgument<'static> = TokensArgument {
     name: "actual",
     least: 0,
     hint: "Pass the tokens the work used (0 gives the whole reservation back), or amounts of the \
@@ -103,7 +104,7 @@ pub(super) const ACTUAL: TokensArgument = TokensArgument {
 pub(super) fn tokens_or_amounts(
     function: &'static str,
     named: &Named,
-    argument: &TokensArgument,
+    argument: &TokensArgument<'_>,
     tokens: Option<i64>,
     amounts: Option<&JsonbText>,
 ) -> Result<i64, ErrorReport> {
@@ -178,6 +179,39 @@ pub(super) fn tokens_or_amounts(
     tokens_arg(function, argument, Some(weighed), least, weighed_hint)
 }
 
+/// How long a reservation waits to be settled, in µs: not NULL (22004), within the bounds of a hold
+/// ([`policies::hold_us`]).
+pub(super) fn hold_arg(function: &'static str, hold: Option<Interval>) -> Result<i64, ErrorReport> {
+    let hold = hold.ok_or_else(|| {
+        error::null_argument(
+            function,
+            "hold",
+            "Pass how long the reservation waits to be settled, e.g. interval '5 minutes'.",
+        )
+    })?;
+    policies::hold_us(function, "hold", hold)
+}
+
+/// The id of a reservation to settle: not NULL (22004); `made_by` names the call that returned it.
+pub(super) fn reservation_arg(
+    function: &'static str,
+    reservation: Option<i64>,
+    made_by: &str,
+) -> Result<i64, ErrorReport> {
+    reservation.ok_or_else(|| {
+        error::null_argument(
+            function,
+            "reservation",
+            &format!("Pass the id that {made_by} returned in its lease field."),
+        )
+    })
+}
+
+/// A new reservation's id: 62 random bits, plus 1 (positive, never 0).
+pub(super) fn new_reservation_id(function: &'static str) -> Result<i64, ErrorReport> {
+    Ok(i64::try_from(random_bits(function)? >> 2).unwrap_or(0) + 1)
+}
+
 /// Reservations of tokens, in schema `rate_limit`.
 #[pg_schema]
 mod rate_limit {
@@ -201,17 +235,9 @@ mod rate_limit {
         let named = policy_arg(F, policy)?;
         let key = key_arg(F, "key", key)?;
         let estimate = tokens_or_amounts(F, &named, &ESTIMATE, estimate, amounts.as_ref())?;
-        let hold = hold.ok_or_else(|| {
-            error::null_argument(
-                F,
-                "hold",
-                "Pass how long the reservation waits to be settled, e.g. interval '5 minutes'.",
-            )
-        })?;
-        let hold = policies::hold_us(F, "hold", hold)?;
+        let hold = hold_arg(F, hold)?;
         let t = policy_target(F, &named, key)?;
-        // 62 random bits, plus 1: positive, never 0
-        let id = i64::try_from(random_bits(F)? >> 2).unwrap_or(0) + 1;
+        let id = new_reservation_id(F)?;
         let name = reservation_namespace(&named.name, id);
         let r = held_bucket(F, &t, &name, hold)?;
         let (outcome, recorded) = store::reserve(F, store_of(Some(&named)), &t, &r, estimate)?;
@@ -237,13 +263,7 @@ mod rate_limit {
         const F: &str = "rate_limit.settle";
         let named = policy_arg(F, policy)?;
         let key = key_arg(F, "key", key)?;
-        let reservation = reservation.ok_or_else(|| {
-            error::null_argument(
-                F,
-                "reservation",
-                "Pass the id that rate_limit.reserve returned in its lease field.",
-            )
-        })?;
+        let reservation = reservation_arg(F, reservation, "rate_limit.reserve")?;
         let actual = tokens_or_amounts(F, &named, &ACTUAL, actual, amounts.as_ref())?;
         let t = policy_target(F, &named, key)?;
         let name = reservation_namespace(&named.name, reservation);

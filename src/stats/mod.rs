@@ -74,10 +74,10 @@ fn entry_for(stats: &Stats, name: &str) -> Option<u32> {
     Some(i)
 }
 
-/// Counts a call of `cost` tokens over `targets` with their `outcomes`. Does nothing when the library is
-/// not preloaded, for cost 0, or with `rate_limit.track_stats` off.
-pub fn record(targets: &[Target<'_>], outcomes: &[Outcome], cost: i64) {
-    if cost <= 0 || !gucs::track_stats() {
+/// Counts a call of `costs[i]` tokens of `targets[i]` with their `outcomes`. Does nothing when the library
+/// is not preloaded, for a report (every cost 0), or with `rate_limit.track_stats` off.
+pub fn record(targets: &[Target<'_>], outcomes: &[Outcome], costs: &[i64]) {
+    if costs.iter().all(|c| *c <= 0) || !gucs::track_stats() {
         return;
     }
     let Some(stats) = Stats::attach() else {
@@ -86,7 +86,7 @@ pub fn record(targets: &[Target<'_>], outcomes: &[Outcome], cost: i64) {
     let allowed = rate_limit_model::target::granted(targets, outcomes);
     // SAFETY: MyProcPid is a plain global of the backend.
     let stripe = unsafe { pg_sys::MyProcPid } as usize % STRIPES;
-    for (t, o) in targets.iter().zip(outcomes) {
+    for ((t, o), cost) in targets.iter().zip(outcomes).zip(costs) {
         let Some(i) = entry_for(&stats, t.namespace.stored_name()) else {
             stats.header.untracked.fetch_add(1, Ordering::Relaxed);
             continue;
@@ -96,7 +96,7 @@ pub fn record(targets: &[Target<'_>], outcomes: &[Outcome], cost: i64) {
         s.calls.fetch_add(1, Ordering::Relaxed);
         if allowed && o.allowed {
             s.granted.fetch_add(1, Ordering::Relaxed);
-            s.tokens.fetch_add(cost as u64, Ordering::Relaxed);
+            s.tokens.fetch_add(*cost as u64, Ordering::Relaxed);
         } else if !o.allowed {
             s.denied.fetch_add(1, Ordering::Relaxed);
             if t.shadow {

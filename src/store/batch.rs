@@ -118,6 +118,6 @@ fn apply_one(store: Store, template: &Target<'_>, k: Key<'_>, answer: &Answer) {
     let (t, a) = (std::slice::from_ref(&t), std::slice::from_ref(answer));
     remember(store, t, a);
     if !(answer.outcome.allowed && k.cost > 0) {
-        count(t, &[answer.outcome], a, k.cost);
+        count(t, &[answer.outcome], a, &[k.cost]);
     }
 }

@@ -42,12 +42,13 @@ pub(super) trait Buckets {
     /// Now on this store's clock.
     fn now(&self, function: &'static str) -> Result<i64, ErrorReport>;
 
-    /// Takes `cost` tokens from every target, all or nothing (cost 0 only reports): one outcome each.
+    /// Takes `costs[i]` tokens from `targets[i]`, every target, all or nothing (every cost 0 only reports):
+    /// one outcome each.
     fn take(
         &self,
         function: &'static str,
         targets: &[Target<'_>],
-        cost: i64,
+        costs: &[i64],
     ) -> Result<PerTarget<Outcome>, ErrorReport>;
 
     /// Visits every key of a batch in this store's order ([`rate_limit_model::pipeline::Store::take_each`]),
@@ -168,9 +169,9 @@ impl Buckets for TableBuckets {
         &self,
         function: &'static str,
         targets: &[Target<'_>],
-        cost: i64,
+        costs: &[i64],
     ) -> Result<PerTarget<Outcome>, ErrorReport> {
-        table::take(function, targets, cost).map(PerTarget::from_vec)
+        table::take(function, targets, costs).map(PerTarget::from_vec)
     }
 
     fn take_each(
@@ -281,7 +282,7 @@ impl MemoryBuckets {
     ) -> Result<Outcome, ErrorReport> {
         let one = std::slice::from_ref(target);
         self.ensure_here(function, one)?;
-        memory::take(function, one, ask)?
+        memory::take(function, one, &[ask])?
             .first()
             .copied()
             .ok_or_else(|| crate::error::bug(function, "the store returned no outcome"))
@@ -324,10 +325,11 @@ impl Buckets for MemoryBuckets {
         &self,
         function: &'static str,
         targets: &[Target<'_>],
-        cost: i64,
+        costs: &[i64],
     ) -> Result<PerTarget<Outcome>, ErrorReport> {
         self.ensure_here(function, targets)?;
-        memory::take(function, targets, Ask::Take(cost))
+        let asks: PerTarget<Ask> = costs.iter().map(|c| Ask::Take(*c)).collect();
+        memory::take(function, targets, &asks)
     }
 
     fn take_each(
@@ -352,7 +354,9 @@ impl Buckets for MemoryBuckets {
         function: &'static str,
         targets: &[Target<'_>],
     ) -> Result<Vec<Outcome>, ErrorReport> {
-        self.take(function, targets, 0).map(PerTarget::into_vec)
+        let reports: PerTarget<i64> = targets.iter().map(|_| 0).collect();
+        self.take(function, targets, &reports)
+            .map(PerTarget::into_vec)
     }
 
     fn write(

@@ -35,6 +35,7 @@ mod batch;
 mod blocks;
 mod buckets;
 mod dropped;
+mod held;
 mod interrupts;
 mod memory;
 pub mod settles;
@@ -44,6 +45,7 @@ mod table;
 pub use batch::take_each;
 #[cfg(any(test, feature = "pg_test"))]
 pub use blocks::block_reads;
+pub use held::{book, cancel, reserve, reserve_many, settle, settle_many};
 #[cfg(any(test, feature = "pg_test"))]
 pub use memory::hand_blocks_now_and_saved;
 pub use memory::{
@@ -98,20 +100,26 @@ fn take_in<S: Buckets>(
     s.ensure_here(function, targets)?;
     let remembered = short::remembered(S::STORE);
     let answers = pipeline::take(&Seam { s, function }, remembered, targets, cost)?;
-    Ok(apply(S::STORE, targets, &answers, cost))
+    Ok(apply(S::STORE, targets, &answers, &costs_of(targets, cost)))
 }
 
-/// Applies the effects of a call's `answers` (`answers[i]` is `targets[i]`'s) on this backend's memory of
-/// short buckets and counts them in the statistics; returns their outcomes.
+/// One cost per target: `cost` tokens of each.
+fn costs_of(targets: &[Target<'_>], cost: i64) -> PerTarget<i64> {
+    targets.iter().map(|_| cost).collect()
+}
+
+/// Applies the effects of a call's `answers` (`answers[i]` is `targets[i]`'s, asked for `costs[i]`
+/// tokens) on this backend's memory of short buckets and counts them in the statistics; returns their
+/// outcomes.
 fn apply(
     store: Store,
     targets: &[Target<'_>],
     answers: &[Answer],
-    cost: i64,
+    costs: &[i64],
 ) -> PerTarget<Outcome> {
     remember(store, targets, answers);
     let outcomes = pipeline::outcomes(answers);
-    count(targets, &outcomes, answers, cost);
+    count(targets, &outcomes, answers, costs);
     outcomes
 }
 
@@ -126,11 +134,11 @@ fn remember(store: Store, targets: &[Target<'_>], answers: &[Answer]) {
     }
 }
 
-/// Counts a call of `cost` tokens that answered `answers` (their `outcomes`) in the statistics (nothing
+/// Counts a call of `costs[i]` tokens of each target that answered `answers` (their `outcomes`) in the statistics (nothing
 /// for a call that only reports).
-fn count(targets: &[Target<'_>], outcomes: &[Outcome], answers: &[Answer], cost: i64) {
-    if cost > 0 {
-        stats::record(targets, outcomes, cost);
+fn count(targets: &[Target<'_>], outcomes: &[Outcome], answers: &[Answer], costs: &[i64]) {
+    if costs.iter().any(|c| *c > 0) {
+        stats::record(targets, outcomes, costs);
         stats::record_blocks(targets, answers);
     }
 }
@@ -154,8 +162,12 @@ impl<S: Buckets> pipeline::Store for Seam<'_, S> {
         self.s.peek_fresh(self.function, buckets)
     }
 
-    fn take(&self, targets: &[Target<'_>], cost: i64) -> Result<PerTarget<Outcome>, ErrorReport> {
-        self.s.take(self.function, targets, cost)
+    fn take(
+        &self,
+        targets: &[Target<'_>],
+        costs: &[i64],
+    ) -> Result<PerTarget<Outcome>, ErrorReport> {
+        self.s.take(self.function, targets, costs)
     }
 
     fn take_each(
@@ -221,7 +233,7 @@ pub fn charge(
     max_debt: i64,
 ) -> Result<Outcome, ErrorReport> {
     let answer = with_store!(store, s => pipeline::single::charge(&Seam { s, function }, target, cost, max_debt))?;
-    apply(store, std::slice::from_ref(target), &[answer], cost);
+    apply(store, std::slice::from_ref(target), &[answer], &[cost]);
     Ok(answer.outcome)
 }
 
@@ -241,7 +253,7 @@ pub fn acquire(
 ) -> Result<(Outcome, Option<i64>), ErrorReport> {
     let (answer, lease) = with_store!(store, s => pipeline::single::acquire(&Seam { s, function }, target, random, limit))?;
     // counted like a take of one token, a block's refusal in `blocked` too
-    apply(store, std::slice::from_ref(target), &[answer], 1);
+    apply(store, std::slice::from_ref(target), &[answer], &[1]);
     Ok((answer.outcome, lease))
 }
 
@@ -258,109 +270,6 @@ pub fn release(
     report: Option<&CallReport<'_>>,
 ) -> Result<bool, ErrorReport> {
     with_store!(store, s => pipeline::single::release(&Seam { s, function }, target, lease, report))
-}
-
-/// Reserves `estimate` tokens of the key of `target` (a named policy's bucket) as [`take`] would, and
-/// records them in the bucket of `reservation`, a fresh reservation's ([`pipeline::single::reserve`]):
-/// the key's outcome, and whether a reservation was recorded (none for a denial, an exempt key or a
-/// would-be denial in shadow mode, which took nothing). Counted in the statistics as a take of `estimate`.
-/// The table store writes both in the caller's transaction (a ROLLBACK undoes the reservation and its
-/// take); the memory store at once.
-pub fn reserve(
-    function: &'static str,
-    store: Store,
-    target: &Target<'_>,
-    reservation: &Target<'_>,
-    estimate: i64,
-) -> Result<(Outcome, bool), ErrorReport> {
-    let one = std::slice::from_ref(target);
-    let (answer, recorded) = with_store!(store, s => {
-        // before this backend's memory answers for a bucket that may not be this node's
-        s.ensure_here(function, one)?;
-        let remembered = short::remembered(store);
-        pipeline::single::reserve(&Seam { s, function }, remembered, target, reservation, estimate)
-    })?;
-    apply(store, one, &[answer], estimate);
-    Ok((answer.outcome, recorded))
-}
-
-/// Settles the reservation whose bucket is `reservation` on `actual` tokens used by the key of `target`
-/// ([`pipeline::single::settle`]): what was reserved and not used goes back into the key's bucket, what
-/// was used beyond it is charged down to `max_debt` tokens of debt. The key's bucket afterwards, and
-/// whether this call settled the reservation (false: settled already, expired, or unknown; nothing
-/// changed). Not counted in the statistics (the reserve was). The table store writes in the caller's
-/// transaction (a ROLLBACK undoes the settle, which a later one can then make); the memory store applies
-/// it when the transaction commits ([`settles`]) and answers now what it will do.
-pub fn settle(
-    function: &'static str,
-    store: Store,
-    target: &Target<'_>,
-    reservation: &Target<'_>,
-    actual: i64,
-    max_debt: i64,
-) -> Result<(Outcome, bool), ErrorReport> {
-    if store == Store::Memory {
-        // answered now, applied at commit ([`settles`])
-        let settled_before = settles::waiting(reservation);
-        let (answer, held) = with_store!(store, s => pipeline::single::settle_preview(
-            &Seam { s, function }, target, reservation, actual, max_debt, settled_before))?;
-        if held {
-            settles::defer(target, reservation, actual, max_debt);
-        }
-        return Ok((answer.outcome, held));
-    }
-    let (answer, settled) = with_store!(store, s => pipeline::single::settle(
-        &Seam { s, function }, target, reservation, actual, max_debt))?;
-    remember(
-        store,
-        std::slice::from_ref(target),
-        std::slice::from_ref(&answer),
-    );
-    Ok((answer.outcome, settled))
-}
-
-/// Books `cost` tokens of the key of `target` (a token bucket policy's) first come first served, down to
-/// `max_debt` tokens of debt and no further than `max_delay` µs ahead, recording a booking for later in
-/// the bucket `booking` ([`pipeline::single::book`]): what the call did (the key's answer, the wait until
-/// the booked tokens exist, whether a booking was recorded). Counted in the statistics as a take of
-/// `cost`. The table store writes in the caller's transaction (a ROLLBACK undoes the booking); the memory
-/// store at once.
-pub fn book(
-    function: &'static str,
-    store: Store,
-    target: &Target<'_>,
-    booking: &Target<'_>,
-    cost: i64,
-    max_debt: i64,
-    max_delay: i64,
-) -> Result<pipeline::single::Booked, ErrorReport> {
-    let one = std::slice::from_ref(target);
-    let booked = with_store!(store, s => {
-        s.ensure_here(function, one)?;
-        pipeline::single::book(&Seam { s, function }, target, booking, cost, max_debt, max_delay)
-    })?;
-    apply(store, one, &[booked.answer], cost);
-    Ok(booked)
-}
-
-/// Cancels the booking whose bucket is `booking` of the key of `target` ([`pipeline::single::cancel`]):
-/// the key's bucket afterwards, and whether this call cancelled it (false: cancelled already, its time
-/// has come, or unknown; nothing changed). Not counted in the statistics (the booking was). The table
-/// store writes in the caller's transaction (a ROLLBACK undoes the cancel); the memory store at once.
-pub fn cancel(
-    function: &'static str,
-    store: Store,
-    target: &Target<'_>,
-    booking: &Target<'_>,
-) -> Result<(Outcome, bool), ErrorReport> {
-    let (answer, cancelled) = with_store!(store, s => pipeline::single::cancel(
-        &Seam { s, function }, target, booking))?;
-    remember(
-        store,
-        std::slice::from_ref(target),
-        std::slice::from_ref(&answer),
-    );
-    Ok((answer.outcome, cancelled))
 }
 
 /// Blocks the key of `target` (a named policy's bucket) for `duration` µs from now, replacing any block it

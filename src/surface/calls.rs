@@ -253,6 +253,43 @@ pub const CALLS: &[Function] = &[
         back the rest or charges the excess, once; allowed when this call settled it",
     ),
     keyed(
+        "reserve_many",
+        "text[], text, bigint[], interval, jsonb",
+        Access::Public,
+        "key",
+        "#rate_limitreserve_many-rate_limitsettle_many",
+    )
+    .declared(
+        "policies text[], key text, estimates bigint[] DEFAULT NULL::bigint[], hold interval DEFAULT \
+        '00:05:00'::interval, amounts jsonb DEFAULT NULL::jsonb",
+        "rate_limit.decision",
+    )
+    .in_c("reserve_many_wrapper", "VOLATILE SECURITY DEFINER PARALLEL UNSAFE")
+    .since("0.5.0")
+    .takes_tokens()
+    .commented(
+        "Reserve estimates of key under several policies at once, all or nothing (or amounts each \
+        policy weighs with its own meters): the decision, with one reservation id in lease when allowed",
+    ),
+    keyed(
+        "settle_many",
+        "text[], text, bigint, bigint[], jsonb",
+        Access::Public,
+        "key",
+        "#rate_limitreserve_many-rate_limitsettle_many",
+    )
+    .declared(
+        "policies text[], key text, reservation bigint, actuals bigint[] DEFAULT NULL::bigint[], \
+        amounts jsonb DEFAULT NULL::jsonb",
+        "rate_limit.decision",
+    )
+    .in_c("settle_many_wrapper", "VOLATILE SECURITY DEFINER PARALLEL UNSAFE")
+    .since("0.5.0")
+    .commented(
+        "Settle a reservation of rate_limit.reserve_many under each of its policies on what the work \
+        used, once each; allowed when this call settled it under at least one",
+    ),
+    keyed(
         "book",
         "text, text, bigint, interval",
         Access::Public,

@@ -143,6 +143,14 @@ test('every public function accepts untyped parameters', async () => {
     assert.deepEqual([s.allowed, s.remaining], [true, '988']);
     d = await one('SELECT * FROM rate_limit.reserve($1, $2, $3, $4, $5)', ['gateway', 'bob', null, '1 minute', '{"output": 8}']);
     assert.deepEqual([d.allowed, d.remaining], [true, '980']);
+    // a reservation over two policies: arrays of names and estimates untyped, one id for both
+    d = await one('SELECT * FROM rate_limit.reserve_many($1, $2, $3)', [['llm', 'gateway'], 'dave', [2, 50]]);
+    assert.deepEqual([d.allowed, d.policy, d.remaining], [true, 'llm', '8']);
+    s = await one('SELECT * FROM rate_limit.settle_many($1, $2, $3, $4)', [['llm', 'gateway'], 'dave', d.lease, [1, 20]]);
+    assert.deepEqual([s.allowed, s.policy, s.remaining, s.lease], [true, 'llm', '9', d.lease]);
+    assert.equal((await one('SELECT remaining FROM rate_limit.peek($1, $2)', ['gateway', 'dave'])).remaining, '980');
+    s = await one('SELECT * FROM rate_limit.settle_many($1, $2, $3, actuals => $4)', [['llm', 'gateway'], 'dave', d.lease, [0]]);
+    assert.equal(s.allowed, false);
     // a booking: the burst now (no id), then one a minute apart with its id, cancelled untyped
     await one('SELECT rate_limit.create_policy($1, $2, $3, burst => $4, max_debt => $5)',
       ['exports', 1, '1 minute', 1, 5]);

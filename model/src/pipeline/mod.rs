@@ -76,10 +76,14 @@ pub trait Store {
     /// seen).
     fn read(&self, buckets: &[Target<'_>]) -> Result<Vec<Outcome>, Self::Error>;
 
-    /// Takes `cost` tokens from every target, all or nothing (cost 0 only reports), under the store's
-    /// concurrency: one outcome per target. Denied: nothing written. Granted: every allowed outcome's state
-    /// written (a denied one is of a bucket in shadow mode, and keeps its state).
-    fn take(&self, targets: &[Target<'_>], cost: i64) -> Result<PerTarget<Outcome>, Self::Error>;
+    /// Takes `costs[i]` tokens from `targets[i]`, every target, all or nothing (every cost is above 0, or
+    /// every cost is 0: the call only reports), under the store's concurrency: one outcome per target. Denied: nothing written. Granted: every allowed outcome's state written (a denied one is of a
+    /// bucket in shadow mode, and keeps its state).
+    fn take(
+        &self,
+        targets: &[Target<'_>],
+        costs: &[i64],
+    ) -> Result<PerTarget<Outcome>, Self::Error>;
 
     /// Visits every key of a batch once (`template` with `keys[i]`, `costs[i]` tokens each), in the
     /// order this store takes keys in (its lock order; a key named twice in the order given), telling
@@ -201,13 +205,28 @@ pub fn take<S: Store>(
     targets: &[Target<'_>],
     cost: i64,
 ) -> Result<PerTarget<Answer>, S::Error> {
+    let costs: PerTarget<i64> = smallvec::smallvec![cost; targets.len()];
+    take_costs(s, remembered_short, targets, &costs)
+}
+
+/// [`take`] of `costs[i]` tokens from `targets[i]` (one cost per target, e.g. a reservation over several
+/// policies that weigh one call differently), all or nothing. Every cost is above 0, or every cost is 0
+/// (the call only reports).
+pub fn take_costs<S: Store>(
+    s: &S,
+    remembered_short: impl FnMut(&Target<'_>, i64, i64) -> Result<Option<Outcome>, S::Error>,
+    targets: &[Target<'_>],
+    costs: &[i64],
+) -> Result<PerTarget<Answer>, S::Error> {
+    debug_assert_eq!(targets.len(), costs.len());
+    debug_assert!(costs.iter().all(|c| *c > 0) || costs.iter().all(|c| *c == 0));
     let mut answers: PerTarget<Answer> =
         smallvec::smallvec![Answer::not_looked_at(); targets.len()];
-    match known_short(s, remembered_short, targets, cost)? {
+    match known_short(s, remembered_short, targets, costs)? {
         Some((i, denied)) => answers[i].outcome = denied,
-        None => decide(s, targets, cost, &mut answers)?,
+        None => decide(s, targets, costs, &mut answers)?,
     }
-    if cost > 0 {
+    if costs.iter().any(|c| *c > 0) {
         blocks::count_denials(s, targets, &mut answers)?;
     }
     Ok(answers)
@@ -220,11 +239,12 @@ fn known_short<S: Store>(
     s: &S,
     mut remembered_short: impl FnMut(&Target<'_>, i64, i64) -> Result<Option<Outcome>, S::Error>,
     targets: &[Target<'_>],
-    cost: i64,
+    costs: &[i64],
 ) -> Result<Option<(usize, Outcome)>, S::Error> {
-    let [t] = targets else {
+    let ([t], [cost]) = (targets, costs) else {
         return Ok(None);
     };
+    let cost = *cost;
     if cost == 0 || t.shadow || t.verdict.is_some() {
         return Ok(None);
     }
@@ -237,7 +257,7 @@ fn known_short<S: Store>(
 fn decide<S: Store>(
     s: &S,
     targets: &[Target<'_>],
-    cost: i64,
+    costs: &[i64],
     answers: &mut [Answer],
 ) -> Result<(), S::Error> {
     // each target's outcome decided without its bucket: its override's answer, else its block
@@ -271,27 +291,29 @@ fn decide<S: Store>(
     }
     let taken = if decided.iter().all(Option::is_none) {
         // the common call: every target asked, nothing copied
-        s.take(targets, cost)?
+        s.take(targets, costs)?
     } else {
         // the decided keys (exempt, or in shadow mode) leave their buckets alone
-        let open: Vec<Target<'_>> = targets
+        let (open, open_costs): (Vec<Target<'_>>, PerTarget<i64>) = targets
             .iter()
+            .zip(costs)
             .zip(&decided)
             .filter(|(_, d)| d.is_none())
-            .map(|(t, _)| *t)
-            .collect();
+            .map(|((t, c), _)| (*t, *c))
+            .unzip();
         if open.is_empty() {
             return Ok(());
         }
-        s.take(&open, cost)?
+        s.take(&open, &open_costs)?
     };
     let asked = answers
         .iter_mut()
+        .zip(costs)
         .zip(&decided)
         .filter(|(_, d)| d.is_none());
-    for ((a, _), o) in asked.zip(taken) {
+    for (((a, cost), _), o) in asked.zip(taken) {
         a.outcome = o;
-        if cost > 0 {
+        if *cost > 0 {
             a.memo = if o.allowed {
                 Memo::Forget
             } else {

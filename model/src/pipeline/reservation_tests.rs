@@ -11,7 +11,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::algorithm::{reservation_namespace, Algorithm, Policy};
-use crate::target::Namespace;
+use crate::target::{granted, Namespace};
 use tests::TestStore;
 
 const S: i64 = 1_000_000;
@@ -177,4 +177,79 @@ fn settles_change_nothing_after_the_first_or_the_hold_and_take_nothing_that_was_
         40,
         "nothing given back"
     );
+}
+
+/// A reservation over two policies of one key takes each its own estimate, all or nothing, records one
+/// bucket per policy under one id, and each is settled once on what its policy counted.
+#[test]
+fn a_reservation_over_two_policies_takes_each_its_estimate_all_or_nothing() {
+    let store = TestStore {
+        now: std::cell::Cell::new(10 * S),
+        ..TestStore::default()
+    };
+    let tokens = key_target();
+    let requests = Target {
+        namespace: Namespace::Policy {
+            name: "rpm",
+            created_at: 0,
+        },
+        policy: Policy::new(Algorithm::TokenBucket, 1, 1_000_000 * S, 3).expect("valid"),
+        ..key_target()
+    };
+    let keys = [requests, tokens];
+    let reserve = |id: i64, estimates: [i64; 2]| {
+        let names = [
+            reservation_namespace("rpm", id),
+            reservation_namespace("llm", id),
+        ];
+        let held = [
+            reservation_target(&names[0], S),
+            reservation_target(&names[1], S),
+        ];
+        let (answers, recorded) =
+            single::reserve_many(&store, |_, _, _| Ok(None), &keys, &held, &estimates)
+                .expect("store");
+        let remaining: Vec<i64> = answers.iter().map(|a| a.outcome.remaining).collect();
+        (granted(&keys, &outcomes(&answers)), recorded, remaining)
+    };
+    assert_eq!(reserve(1, [1, 60]), (true, true, vec![2, 40]));
+    // the tokens' bucket is short: nothing is taken from the requests' either
+    assert!(!reserve(2, [1, 41]).0, "the tokens' bucket holds 40");
+    assert_eq!(reserve(3, [1, 40]), (true, true, vec![1, 0]));
+    assert_eq!(
+        keys.map(|k| k.evaluate(store.stored(&k), 10 * S, 0).remaining),
+        [1, 0]
+    );
+    // id 1 settled per policy on what each counted: 1 request, 25 tokens; once
+    let settle = |name: &str, key: &Target<'_>, actual: i64| {
+        let r = reservation_target(name, S);
+        single::settle(&store, key, &r, actual, 0).expect("store")
+    };
+    let (a, settled) = settle(&reservation_namespace("rpm", 1), &requests, 1);
+    assert!(settled && a.outcome.remaining == 1);
+    let (a, settled) = settle(&reservation_namespace("llm", 1), &tokens, 25);
+    assert!(settled && a.outcome.remaining == 35);
+    let (a, settled) = settle(&reservation_namespace("llm", 1), &tokens, 0);
+    assert!(!settled && a.outcome.remaining == 35);
+    // a denied reservation recorded nothing to settle
+    let (_, settled) = settle(&reservation_namespace("llm", 2), &tokens, 0);
+    assert!(!settled);
+    // id 3 settled under both policies in one call (1 request back; 10 of 40 tokens used: 35 + 30), once
+    let names = [
+        reservation_namespace("rpm", 3),
+        reservation_namespace("llm", 3),
+    ];
+    let held = [
+        reservation_target(&names[0], S),
+        reservation_target(&names[1], S),
+    ];
+    let settle_both = || {
+        single::settle_many(&store, &keys, &held, &[0, 10], &[0, 0])
+            .expect("store")
+            .iter()
+            .map(|(a, settled)| (a.outcome.remaining, *settled))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(settle_both(), [(2, true), (65, true)]);
+    assert_eq!(settle_both(), [(2, false), (65, false)]);
 }

@@ -3,11 +3,11 @@
 //! reservation made and settled, and tokens booked ahead. Each answers as a take does ([`Answer`]: the outcome, and what the
 //! backend's memory of short buckets should do); the caller counts the statistics.
 
-use super::{blocks, take, Answer, Memo, PerTarget, Store};
+use super::{blocks, outcomes, take, take_costs, Answer, Memo, PerTarget, Store};
 use crate::algorithm::{
     leases_outcome, slot_namespace, slot_of, Adaptive, Outcome, Policy, Report, MAX_HOLD_US,
 };
-use crate::target::{Ask, Namespace, Stored, Target};
+use crate::target::{granted, Ask, Namespace, Stored, Target};
 
 /// Charges `cost` tokens to the bucket of `target`, whatever it holds, down to `max_debt` tokens below
 /// zero ([`crate::algorithm::Policy::charge`]), creating the bucket when missing: always allowed; the
@@ -183,6 +183,37 @@ pub fn reserve<S: Store>(
     Ok((answer, recorded.allowed))
 }
 
+/// [`reserve`] over several buckets at once (one key's under several policies, each weighing the work its
+/// own way): takes `estimates[i]` tokens from `targets[i]`, all or nothing ([`crate::pipeline::take_costs`]),
+/// and when they were taken records each target's in its bucket `reservations[i]` (one reservation id
+/// across them). The answers of the take, and whether a reservation was recorded: none when the call was
+/// denied, and none of a target from which no token was taken (an exempt key, a would-be denial in shadow
+/// mode). The targets' buckets are locked before any reservation's (the lock order).
+pub fn reserve_many<S: Store>(
+    s: &S,
+    remembered_short: impl FnMut(&Target<'_>, i64, i64) -> Result<Option<Outcome>, S::Error>,
+    targets: &[Target<'_>],
+    reservations: &[Target<'_>],
+    estimates: &[i64],
+) -> Result<(PerTarget<Answer>, bool), S::Error> {
+    let answers = take_costs(s, remembered_short, targets, estimates)?;
+    if !granted(targets, &outcomes(&answers)) {
+        return Ok((answers, false));
+    }
+    let mut recorded = false;
+    for (((t, r), a), estimate) in targets
+        .iter()
+        .zip(reservations)
+        .zip(&answers)
+        .zip(estimates)
+    {
+        if a.outcome.allowed && t.verdict.is_none() && *estimate > 0 {
+            recorded |= s.write(r, Ask::Take(*estimate))?.allowed;
+        }
+    }
+    Ok((answers, recorded))
+}
+
 /// Settles the reservation whose bucket is `reservation` on `actual` tokens used by the key of `target`:
 /// if it is held (not settled, not expired), frees it and puts back into the key's bucket what was
 /// reserved and not used ([`refund`], never above the capacity), or charges what was used beyond it
@@ -200,15 +231,58 @@ pub fn settle<S: Store>(
     actual: i64,
     max_debt: i64,
 ) -> Result<(Answer, bool), S::Error> {
-    let Some((reserved, _)) = free_held(s, reservation)? else {
-        return Ok((report(s, target)?, false));
+    let reserved = free_held(s, reservation)?.map(|(tokens, _)| tokens);
+    Ok((
+        settle_freed(s, target, reserved, actual, max_debt)?,
+        reserved.is_some(),
+    ))
+}
+
+/// What a settle does to the key's bucket of `target` once its reservation is freed: `reserved` tokens
+/// (`None`: it held none, and the bucket is only reported) against `actual` used.
+fn settle_freed<S: Store>(
+    s: &S,
+    target: &Target<'_>,
+    reserved: Option<i64>,
+    actual: i64,
+    max_debt: i64,
+) -> Result<Answer, S::Error> {
+    let Some(reserved) = reserved else {
+        return report(s, target);
     };
-    let answer = match actual.cmp(&reserved) {
-        std::cmp::Ordering::Less => refund(s, target, reserved - actual)?,
-        std::cmp::Ordering::Greater => charge(s, target, actual - reserved, max_debt)?,
-        std::cmp::Ordering::Equal => report(s, target)?,
-    };
-    Ok((answer, true))
+    match actual.cmp(&reserved) {
+        std::cmp::Ordering::Less => refund(s, target, reserved - actual),
+        std::cmp::Ordering::Greater => charge(s, target, actual - reserved, max_debt),
+        std::cmp::Ordering::Equal => report(s, target),
+    }
+}
+
+/// [`settle`] of one reservation id under several policies of one key: `reservations[i]` settled on
+/// `actuals[i]` tokens used in the key's bucket `targets[i]`, down to `max_debts[i]` of debt. Every
+/// reservation's bucket is freed first, then every key's bucket refunded or charged, each in the order
+/// given (the caller's lock order, the same for every call): so, as for one settle, no call waits for a
+/// reservation's bucket while it holds a key's. Each key's bucket afterwards, and whether its reservation
+/// was settled by this call.
+pub fn settle_many<S: Store>(
+    s: &S,
+    targets: &[Target<'_>],
+    reservations: &[Target<'_>],
+    actuals: &[i64],
+    max_debts: &[i64],
+) -> Result<PerTarget<(Answer, bool)>, S::Error> {
+    let mut freed: PerTarget<Option<i64>> = PerTarget::with_capacity(reservations.len());
+    for r in reservations {
+        freed.push(free_held(s, r)?.map(|(tokens, _)| tokens));
+    }
+    let mut settled = PerTarget::with_capacity(targets.len());
+    for (((t, reserved), actual), max_debt) in targets.iter().zip(freed).zip(actuals).zip(max_debts)
+    {
+        settled.push((
+            settle_freed(s, t, reserved, *actual, *max_debt)?,
+            reserved.is_some(),
+        ));
+    }
+    Ok(settled)
 }
 
 /// Frees the reservation (or booking) whose bucket is `held` if it is held (not settled, not expired): the
@@ -243,7 +317,7 @@ pub fn settle_preview<S: Store>(
     settled_before: bool,
 ) -> Result<(Answer, bool), S::Error> {
     let now = s.now()?;
-    let held = s.take(std::slice::from_ref(reservation), 0)?[0];
+    let held = s.take(std::slice::from_ref(reservation), &[0])?[0];
     let reserved = held.remaining;
     let answer = report(s, target)?;
     if settled_before || reserved <= 0 {
@@ -379,7 +453,7 @@ pub fn cancel<S: Store>(
 fn report<S: Store>(s: &S, target: &Target<'_>) -> Result<Answer, S::Error> {
     let outcome = match target.verdict {
         Some(v) => v.outcome(&target.policy, s.now()?),
-        None => s.take(std::slice::from_ref(target), 0)?[0],
+        None => s.take(std::slice::from_ref(target), &[0])?[0],
     };
     Ok(Answer::of(outcome))
 }

@@ -86,13 +86,14 @@ impl Store for TestStore {
             .collect())
     }
 
-    fn take(&self, targets: &[Target<'_>], cost: i64) -> Result<PerTarget<Outcome>, ()> {
+    fn take(&self, targets: &[Target<'_>], costs: &[i64]) -> Result<PerTarget<Outcome>, ()> {
         let now = self.now.get();
         let outcomes: PerTarget<Outcome> = targets
             .iter()
-            .map(|t| t.evaluate(self.stored(t), now, cost))
+            .zip(costs)
+            .map(|(t, cost)| t.evaluate(self.stored(t), now, *cost))
             .collect();
-        if cost > 0 && granted(targets, &outcomes) {
+        if costs.iter().any(|c| *c > 0) && granted(targets, &outcomes) {
             // the rows it writes stay locked (a denial locks nothing: it writes nothing)
             let mut order: Vec<Place> = targets.iter().map(place).collect();
             order.sort();
@@ -328,8 +329,11 @@ type TargetSpec = (usize, usize, bool, Option<Verdict>);
 enum Step {
     /// The clock moves on by this many µs.
     Wait(i64),
-    /// A take of `cost` over distinct targets.
-    Take { targets: Vec<TargetSpec>, cost: i64 },
+    /// A take of `costs[i]` from distinct targets `targets[i]` (every cost above 0, or every cost 0).
+    Take {
+        targets: Vec<TargetSpec>,
+        costs: Vec<i64>,
+    },
     /// A charge of `cost` tokens with up to `max_debt` of debt ([`single::charge`]), the key perhaps with
     /// an override's answer.
     Charge {
@@ -377,15 +381,20 @@ fn step() -> impl Strategy<Value = Step> {
     );
     prop_oneof![
         3 => (0..700_000i64).prop_map(Step::Wait),
-        8 => (prop::collection::vec(target, 1..4), 0..4i64).prop_map(|(mut targets, cost)| {
-            let mut seen = Vec::new();
-            targets.retain(|t| {
-                let fresh = !seen.contains(&(t.0, t.1));
-                seen.push((t.0, t.1));
-                fresh
-            });
-            Step::Take { targets, cost }
-        }),
+        8 => (prop::collection::vec((target, 1..4i64), 1..4), prop::bool::weighted(0.25))
+            .prop_map(|(mut targets, reports)| {
+                let mut seen = Vec::new();
+                targets.retain(|(t, _)| {
+                    let fresh = !seen.contains(&(t.0, t.1));
+                    seen.push((t.0, t.1));
+                    fresh
+                });
+                let (targets, costs) = targets
+                    .into_iter()
+                    .map(|(t, c)| (t, if reports { 0 } else { c }))
+                    .unzip();
+                Step::Take { targets, costs }
+            }),
         1 => (0..NAMES.len(), 0..KEYS.len(), 1..5i64, 0..4i64, verdict())
             .prop_map(|(policy, key, cost, max_debt, verdict)| {
                 Step::Charge { policy, key, cost, max_debt, verdict }
@@ -408,12 +417,16 @@ fn world() -> impl Strategy<Value = Vec<PolicySpec>> {
         .prop_map(|(a, b, c)| vec![a, b, c])
 }
 
-/// The slow reference decision of a take of `cost` over `targets` against the store as it is: whether
+/// The slow reference decision of a take of `costs[i]` from each of `targets` against the store as it is: whether
 /// the call is granted, and for every target asked of its bucket its outcome (`None`: decided without
 /// it). Written apart from the pipeline, from the rules in the docs: an override's answer first, then
 /// the key's block (the real one, or under shadow mode the shadowed penalty box's too), and only if no
 /// key is denied that way outside shadow mode, every other bucket, all or nothing.
-fn reference(store: &TestStore, targets: &[Target<'_>], cost: i64) -> (bool, Vec<Option<Outcome>>) {
+fn reference(
+    store: &TestStore,
+    targets: &[Target<'_>],
+    costs: &[i64],
+) -> (bool, Vec<Option<Outcome>>) {
     let now = store.now.get();
     let blocked_in = |t: &Target<'_>, ns: String| -> bool {
         let b = t.blocking.expect("policy targets");
@@ -453,8 +466,9 @@ fn reference(store: &TestStore, targets: &[Target<'_>], cost: i64) -> (bool, Vec
     }
     let outcomes: Vec<Option<Outcome>> = targets
         .iter()
+        .zip(costs)
         .zip(&asked)
-        .map(|(t, &a)| a.then(|| t.evaluate(store.stored(t), now, cost)))
+        .map(|((t, cost), &a)| a.then(|| t.evaluate(store.stored(t), now, *cost)))
         .collect();
     let call_granted = targets
         .iter()
@@ -637,14 +651,14 @@ fn run(
                 prop_assert_eq!(&*store.buckets.borrow(), &*copy.buckets.borrow());
                 answers_of_calls.push(answers);
             }
-            Step::Take { targets, cost } => {
+            Step::Take { targets, costs } => {
                 let targets: Vec<Target<'_>> = targets
                     .iter()
                     .map(|&(p, k, shadow, verdict)| world[p].target(KEYS[k], shadow, verdict))
                     .collect();
                 // a block by hand is noted in its policy: the world's flag stands for that note
                 let before = store.buckets.borrow().clone();
-                let (expect_granted, expected) = reference(&store, &targets, *cost);
+                let (expect_granted, expected) = reference(&store, &targets, costs);
                 store.locks.borrow_mut().clear();
                 let remembered = |t: &Target<'_>, now, cost| {
                     Ok(if with_memory {
@@ -653,7 +667,7 @@ fn run(
                         None
                     })
                 };
-                let answers = take(&store, remembered, &targets, *cost)
+                let answers = take_costs(&store, remembered, &targets, costs)
                     .map_err(|_| TestCaseError::fail("store error"))?;
                 memory.apply(&targets, &answers);
                 check_lock_order(&store.locks.borrow())?;
@@ -685,7 +699,8 @@ fn run(
                             e
                         );
                     }
-                    match (call_granted && *cost > 0, expected[i]) {
+                    let cost = costs[i];
+                    match (call_granted && cost > 0, expected[i]) {
                         // taken exactly as the reference evaluates it, or left alone (shadow mode)
                         (true, Some(e)) => {
                             if e.allowed {

@@ -130,13 +130,13 @@ pub fn prefetch(function: &'static str, targets: &[Target<'_>]) -> Result<(), Er
     Ok(())
 }
 
-/// Answers `ask` for every target (policy and ad-hoc buckets): takes tokens all or nothing (cost 0 only
-/// reports, under shared locks, writing nothing), or charges them. One existing bucket takes the lock-free
-/// path; everything else the exclusive one.
+/// Answers `asks[i]` for `targets[i]`, every target (policy and ad-hoc buckets): takes tokens all or
+/// nothing (every ask a take of 0 only reports, under shared locks, writing nothing), or charges them. One
+/// existing bucket takes the lock-free path; everything else the exclusive one.
 pub fn take(
     function: &'static str,
     targets: &[Target<'_>],
-    ask: Ask,
+    asks: &[Ask],
 ) -> Result<PerTarget<Outcome>, ErrorReport> {
     let table = Table::attach(function)?;
     let n = targets.len();
@@ -150,7 +150,7 @@ pub fn take(
         parts[i] = table.partition_of(&hashes[i]);
         table.prefetch(&hashes[i]);
     }
-    if ask.only_reports() {
+    if asks.iter().all(|a| a.only_reports()) {
         let mut stored: [Option<Stored>; MAX_TARGETS] = [None; MAX_TARGETS];
         let mut now = 0;
         for (i, s) in stored.iter_mut().enumerate().take(n) {
@@ -167,14 +167,14 @@ pub fn take(
             0,
         )));
     }
-    if let ([target], true) = (targets, AtomicState::swaps_are_lock_free()) {
+    if let ([target], [ask], true) = (targets, asks, AtomicState::swaps_are_lock_free()) {
         if let Some(outcome) =
-            take_shared_at(&table, target, &hashes[0], parts[0], ask, || table.now())
+            take_shared_at(&table, target, &hashes[0], parts[0], *ask, || table.now())
         {
             return Ok(PerTarget::from_slice(&[outcome]));
         }
     }
-    multi::take_exclusive(function, &table, targets, &hashes[..n], &parts[..n], ask)
+    multi::take_exclusive(function, &table, targets, &hashes[..n], &parts[..n], asks)
         .map(PerTarget::from_vec)
 }
 

@@ -19,7 +19,8 @@ use rate_limit_model::algorithm::Outcome;
 use rate_limit_model::shares::{self, Caller, NoRoom, Room};
 use rate_limit_model::target::{granted, Ask, Target, MAX_TARGETS};
 
-/// Answers `ask` for every target under the exclusive locks of their partitions, all or nothing: nothing
+/// Answers `asks[i]` for `targets[i]`, every target, under the exclusive locks of their partitions, all or
+/// nothing: nothing
 /// is written unless the call is granted ([`granted`]), and then every allowed outcome is written (a
 /// bucket in shadow mode that would have denied keeps its state). `hashes` and `parts` are the targets'
 /// keyed hashes and partitions.
@@ -29,7 +30,7 @@ pub(super) fn take_exclusive(
     targets: &[Target<'_>],
     hashes: &[[u64; 2]],
     parts: &[u32],
-    ask: Ask,
+    asks: &[Ask],
 ) -> Result<Vec<Outcome>, ErrorReport> {
     let caller = this_caller(table.header.limit_per_partition);
     let lossy = gucs::on_full() == OnFull::EvictOldest;
@@ -44,7 +45,7 @@ pub(super) fn take_exclusive(
                 Probe::Found(idx) => stored_of(&g.slots[idx]),
                 Probe::Empty(_) => None,
             };
-            t.answer(stored, now, ask)
+            t.answer(stored, now, asks[i])
         })
         .collect();
     if !granted(targets, &outcomes) {

@@ -57,7 +57,7 @@ use crate::error;
 use crate::kept_plans;
 use crate::time::clock;
 use rate_limit_model::algorithm::{Algorithm, Outcome, Policy, State};
-use rate_limit_model::target::{evaluate_all, granted, Namespace, Stored, Target};
+use rate_limit_model::target::{evaluate_all, evaluate_costs, granted, Namespace, Stored, Target};
 
 /// How often a call starts again (its row changed, vanished or appeared under it) before it gives up with
 /// 40001.
@@ -226,17 +226,18 @@ fn gave_up(function: &'static str) -> ErrorReport {
     .set_hint("Retry the call.")
 }
 
-/// Asks every target for `cost` tokens, all or nothing; returns each target's outcome (all allowed, or with
-/// at least one denial and nothing taken).
+/// Asks `targets[i]` for `costs[i]` tokens, every target, all or nothing (every cost above 0, or every cost
+/// 0: a report); returns each target's outcome (all allowed, or with at least one denial and nothing taken).
 pub fn take(
     function: &'static str,
     targets: &[Target<'_>],
-    cost: i64,
+    costs: &[i64],
 ) -> Result<Vec<Outcome>, ErrorReport> {
+    let reports = costs.iter().all(|c| *c == 0);
     connect(|client| {
         let plans = plans_for(function, client, one_key(targets))?;
-        if cost == 0 || read_only() {
-            let plan = if cost == 0 {
+        if reports || read_only() {
+            let plan = if reports {
                 &plans.read
             } else {
                 &plans.read_fresh
@@ -246,17 +247,17 @@ pub fn take(
                 stored.push(read(client, plan, function, t)?);
             }
             let now = clock::table_now_us();
-            let outcomes = evaluate_all(targets, &stored, now, cost);
+            let outcomes = evaluate_costs(targets, &stored, now, costs);
             // a grant would write (unless only buckets in shadow mode denying it were asked)
-            if cost > 0 && granted(targets, &outcomes) && outcomes.iter().any(|o| o.allowed) {
+            if !reports && granted(targets, &outcomes) && outcomes.iter().any(|o| o.allowed) {
                 return Err(error::read_only(function));
             }
             return Ok(outcomes);
         }
-        if let [target] = targets {
-            return take_one(client, plans, function, target, cost).map(|o| vec![o]);
+        if let ([target], [cost]) = (targets, costs) {
+            return take_one(client, plans, function, target, *cost).map(|o| vec![o]);
         }
-        take_many(client, plans, function, targets, cost)
+        take_many(client, plans, function, targets, costs)
     })
 }
 
@@ -349,7 +350,7 @@ fn take_many(
     plans: &Plans,
     function: &'static str,
     targets: &[Target<'_>],
-    cost: i64,
+    costs: &[i64],
 ) -> Result<Vec<Outcome>, ErrorReport> {
     // 1. decide denials from fresh reads, writing nothing
     let mut stored = Vec::with_capacity(targets.len());
@@ -357,7 +358,7 @@ fn take_many(
         stored.push(read(client, &plans.read_fresh, function, t)?);
     }
     let now = clock::table_now_us();
-    let mut outcomes = evaluate_all(targets, &stored, now, cost);
+    let mut outcomes = evaluate_costs(targets, &stored, now, costs);
     if !granted(targets, &outcomes) {
         for ((t, s), o) in targets.iter().zip(&stored).zip(&outcomes) {
             if !o.allowed {
@@ -378,7 +379,7 @@ fn take_many(
         if !outcomes[i].allowed {
             continue; // a bucket in shadow mode that would deny: it keeps its state
         }
-        let outcome = take_one(client, plans, function, &targets[i], cost)?;
+        let outcome = take_one(client, plans, function, &targets[i], costs[i])?;
         outcomes[i] = outcome;
         if !outcome.allowed && targets[i].shadow {
             continue; // short after all, in shadow mode: it takes nothing, the call goes on
@@ -387,7 +388,7 @@ fn take_many(
             // 3. short after all: give back what this call took (rows locked by it), exactly
             for &j in &taken {
                 let after = outcomes[j].state;
-                let before = targets[j].policy.refund(after, after.at, cost);
+                let before = targets[j].policy.refund(after, after.at, costs[j]);
                 write(client, plans, function, &targets[j], before)?;
             }
             return Ok(outcomes);

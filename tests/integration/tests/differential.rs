@@ -1,12 +1,12 @@
-//! The two editions are one model: the same random calls give the same answers. One plan of at least
-//! 100 000 calls (every algorithm, costs of 0 to several tokens, several keys per call, batches, overrides
-//! set and cleared, blocks and penalty boxes, refunds, charges into debt, leases, reservations made and
-//! settled (in tokens or in amounts of weighted meters, twice, late, with ids nobody was given), shadow
-//! mode, policy changes) runs in two databases of the faketime server, the compiled edition in one and the
-//! portable edition in the other, on a frozen clock that the test steps between runs of calls: forward
-//! by microseconds to hours, and back. Every answer (the decision's allowed, remaining, limit, retry_after,
-//! reset_after, policy and shadow_denied; a count, a boolean, a header, the tokens to the millionth, or
-//! the SQLSTATE of an error) must be the same in both.
+//! The two editions are one model: the same random calls give the same answers. One plan of at least 100 000
+//! calls (every algorithm, costs of 0 to several tokens, several keys per call, batches, overrides set and
+//! cleared, blocks and penalty boxes, refunds, charges into debt, leases, reservations made and settled (in
+//! tokens or in amounts of weighted meters, under one policy or two, twice, late, with ids nobody was given),
+//! shadow mode, policy changes) runs in two databases of the faketime server, the compiled edition in one and
+//! the portable edition in the other, on a frozen clock that the test steps between runs of calls: forward by
+//! microseconds to hours, and back. Every answer (the decision's allowed, remaining, limit, retry_after,
+//! reset_after, policy and shadow_denied; a count, a boolean, a header, the tokens to the millionth, or the
+//! SQLSTATE of an error) must be the same in both.
 //!
 //! The plan is drawn from a seeded generator (`RATE_LIMIT_DIFFERENTIAL_SEED` replays another plan,
 //! `RATE_LIMIT_DIFFERENTIAL_CALLS` sizes it); the first difference fails the test with the call, the
@@ -334,7 +334,7 @@ fn civil(days: i64) -> (i64, i64, i64) {
 struct Side {
     client: Client,
     leases: Vec<(String, i64)>,
-    reservations: Vec<(String, String, i64)>,
+    reservations: Vec<(Vec<String>, String, i64)>,
     bookings: Vec<(String, String, i64)>,
 }
 
@@ -414,23 +414,45 @@ impl Side {
                 // one in four by weighted meters (only 'tb' has them: the others refuse with 22023)
                 let amounts = (hold_seconds % 4 == 0)
                     .then(|| format!("{{\"output\": {estimate}, \"input\": {hold_seconds}}}"));
-                let estimate = (amounts.is_none()).then_some(*estimate as i64);
-                let row = self
-                    .client
-                    .query_one(
+                // one in three under a second policy too (reserve_many), estimates of its own
+                let also =
+                    TOKEN_POLICIES[((estimate + hold_seconds) as usize) % TOKEN_POLICIES.len()];
+                let policies: Vec<String> = if hold_seconds % 3 == 1 && also != policy {
+                    vec![policy.clone(), also.to_string()]
+                } else {
+                    vec![policy.clone()]
+                };
+                let row = if policies.len() == 1 {
+                    let estimate = (amounts.is_none()).then_some(*estimate as i64);
+                    self.client.query_one(
                         &format!(
                             "SELECT {DECISION_AND_LEASE} FROM rate_limit.reserve($1, $2, $3, \
                              make_interval(secs => $4), $5::text::jsonb) AS d"
                         ),
                         &[policy, key, &estimate, &(*hold_seconds as f64), &amounts],
                     )
-                    .map_err(|e| {
-                        format!("error {}", e.code().map(|c| c.code()).unwrap_or_default())
-                    });
+                } else {
+                    let estimates = (amounts.is_none())
+                        .then(|| vec![*estimate as i64, 1 + *estimate as i64 / 2]);
+                    self.client.query_one(
+                        &format!(
+                            "SELECT {DECISION_AND_LEASE} FROM rate_limit.reserve_many($1, $2, $3, \
+                             make_interval(secs => $4), $5::text::jsonb) AS d"
+                        ),
+                        &[
+                            &policies,
+                            key,
+                            &estimates,
+                            &(*hold_seconds as f64),
+                            &amounts,
+                        ],
+                    )
+                }
+                .map_err(|e| format!("error {}", e.code().map(|c| c.code()).unwrap_or_default()));
                 match row {
                     Ok(row) => {
                         if let Some(id) = row.get::<_, Option<i64>>(1) {
-                            self.reservations.push((policy.clone(), key.clone(), id));
+                            self.reservations.push((policies, key.clone(), id));
                         }
                         row.get(0)
                     }
@@ -492,22 +514,30 @@ impl Side {
                     return "no reservation".to_string();
                 }
                 let i = (*nth % self.reservations.len() as u64) as usize;
-                let (policy, key, id) = self.reservations[i].clone();
+                let (policies, key, id) = self.reservations[i].clone();
                 // now and then one nobody was given
                 let id = if nth % 7 == 0 { -id } else { id };
                 // one in three by weighted meters
                 let amounts = (nth % 3 == 0)
                     .then(|| format!("{{\"input\": {actual}, \"output\": {}}}", actual / 2));
-                let actual = (amounts.is_none()).then_some(*actual as i64);
-                let row = self
-                    .client
-                    .query_one(
+                let row = if let [policy] = &policies[..] {
+                    let actual = (amounts.is_none()).then_some(*actual as i64);
+                    self.client.query_one(
                         &format!(
                             "SELECT {DECISION_AND_LEASE} FROM rate_limit.settle($1, $2, $3, $4, $5::text::jsonb) AS d"
                         ),
-                        &[&policy, &key, &id, &actual, &amounts],
+                        &[policy, &key, &id, &actual, &amounts],
                     )
-                    .map_err(|e| format!("error {}", e.code().map(|c| c.code()).unwrap_or_default()));
+                } else {
+                    let actuals = (amounts.is_none()).then(|| vec![*actual as i64, *actual as i64 / 2]);
+                    self.client.query_one(
+                        &format!(
+                            "SELECT {DECISION_AND_LEASE} FROM rate_limit.settle_many($1, $2, $3, $4, $5::text::jsonb) AS d"
+                        ),
+                        &[&policies, &key, &id, &actuals, &amounts],
+                    )
+                }
+                .map_err(|e| format!("error {}", e.code().map(|c| c.code()).unwrap_or_default()));
                 match row {
                     Ok(row) => row.get(0),
                     Err(e) => e,

@@ -106,6 +106,12 @@ fn scenario(client: &mut Client, p: &str) -> Vec<String> {
         "SELECT (a.allowed, a.remaining, r) FROM rate_limit.acquire('conc', '{p}l') AS a, \
          rate_limit.release('conc', '{p}l', a.lease, 'ok', interval '1 millisecond') AS r",
     );
+    // a reservation over two policies, settled on what each counted
+    row(
+        "SELECT (s.allowed, s.remaining, s.policy) FROM (SELECT lease FROM rate_limit.reserve_many( \
+         ARRAY['budget', 'metered'], '{p}n', ARRAY[20, 50])) AS r, \
+         rate_limit.settle_many(ARRAY['budget', 'metered'], '{p}n', r.lease, ARRAY[5, 10]) AS s",
+    );
     if edition() == Edition::Compiled {
         // the memory store (the portable edition has none)
         row("SELECT (allowed, remaining) FROM rate_limit.take('strict_memory', '{p}x')");
@@ -181,6 +187,10 @@ fn look_alike_objects_before_pg_catalog_change_nothing() {
         clean[26..31],
         ["(t,3,t)", "false", "(t,2,t)", "(t,2,t)", "(t,1,t)"],
         "the adaptive limit cut by a drop, a slow call and a timeout; the made-up lease refused"
+    );
+    assert_eq!(
+        clean[31], "(t,990,metered)",
+        "a reservation over two policies settled: 5 and 10 tokens used"
     );
 
     // a fresh backend: its first calls prepare every plan under the attacker's search_path

@@ -241,6 +241,10 @@ const FLOOD_CALLS: &[(&str, &str)] = &[
         "SELECT allowed FROM rate_limit.reserve('{store}_daily', $1, 1)",
     ),
     (
+        "rate_limit.reserve_many(text[],text,bigint[],interval,jsonb)",
+        "SELECT allowed FROM rate_limit.reserve_many(ARRAY['{store}_daily', '{store}_hourly'], $1, ARRAY[1])",
+    ),
+    (
         "rate_limit.book(text,text,bigint,interval)",
         "SELECT allowed FROM rate_limit.book('{store}_debt', $1, 1)",
     ),
