@@ -80,6 +80,22 @@ pub(super) trait Buckets {
         ask: Ask,
     ) -> Result<Outcome, ErrorReport>;
 
+    /// Creates the fresh buckets `held` (one call's reservations), `held[i]` holding `amounts[i]` tokens:
+    /// whether every one was recorded ([`rate_limit_model::pipeline::Store::record`]). [`Buckets::write`]
+    /// of each, unless the store does it in one pass.
+    fn record(
+        &self,
+        function: &'static str,
+        held: &[Target<'_>],
+        amounts: &[i64],
+    ) -> Result<bool, ErrorReport> {
+        let mut all = true;
+        for (t, amount) in held.iter().zip(amounts) {
+            all &= self.write(function, t, Ask::Take(*amount))?.allowed;
+        }
+        Ok(all)
+    }
+
     /// Locks and reads the bucket of `target`, asks `step` what to write given it and the clock, and writes
     /// that state over the bucket if it exists (a missing bucket is full: nothing is inserted). `step` must
     /// be pure arithmetic: the memory store runs it under a partition's lock.
@@ -366,6 +382,20 @@ impl Buckets for MemoryBuckets {
         ask: Ask,
     ) -> Result<Outcome, ErrorReport> {
         self.answer_one(function, target, ask)
+    }
+
+    /// Every bucket under one pass of exclusive locks (the multi-bucket take, all or nothing), not one
+    /// lock per bucket.
+    fn record(
+        &self,
+        function: &'static str,
+        held: &[Target<'_>],
+        amounts: &[i64],
+    ) -> Result<bool, ErrorReport> {
+        self.ensure_here(function, held)?;
+        let asks: PerTarget<Ask> = amounts.iter().map(|a| Ask::Take(*a)).collect();
+        let outcomes = memory::take(function, held, &asks)?;
+        Ok(outcomes.iter().all(|o| o.allowed))
     }
 
     fn update<R>(

@@ -186,6 +186,10 @@ impl<S: Buckets> pipeline::Store for Seam<'_, S> {
         self.s.write(self.function, target, ask)
     }
 
+    fn record(&self, held: &[Target<'_>], amounts: &[i64]) -> Result<bool, ErrorReport> {
+        self.s.record(self.function, held, amounts)
+    }
+
     fn update<R>(
         &self,
         target: &Target<'_>,

@@ -106,6 +106,18 @@ pub trait Store {
     /// answered, written), creating it when missing: the bucket afterwards.
     fn write(&self, target: &Target<'_>, ask: Ask) -> Result<Outcome, Self::Error>;
 
+    /// Creates the fresh buckets `held` (one call's reservations, under ids nobody else knows yet),
+    /// `held[i]` holding `amounts[i]` tokens (each above 0): whether every one was recorded. The same as
+    /// [`Store::write`] of a take of each, which is what it does unless the store can do it in one pass
+    /// (the memory store locks their partitions once).
+    fn record(&self, held: &[Target<'_>], amounts: &[i64]) -> Result<bool, Self::Error> {
+        let mut all = true;
+        for (t, amount) in held.iter().zip(amounts) {
+            all &= self.write(t, Ask::Take(*amount))?.allowed;
+        }
+        Ok(all)
+    }
+
     /// Locks and reads the bucket of `target`, asks `step` what to write given it and the clock, and
     /// writes that state if the bucket exists (a missing bucket is full: nothing is inserted): a refund, a
     /// release. `step` is pure arithmetic (the memory store runs it under a lock).

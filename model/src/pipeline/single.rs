@@ -186,9 +186,9 @@ pub fn reserve<S: Store>(
 /// [`reserve`] over several buckets at once (one key's under several policies, each weighing the work its
 /// own way): takes `estimates[i]` tokens from `targets[i]`, all or nothing ([`crate::pipeline::take_costs`]),
 /// and when they were taken records each target's in its bucket `reservations[i]` (one reservation id
-/// across them). The answers of the take, and whether a reservation was recorded: none when the call was
-/// denied, and none of a target from which no token was taken (an exempt key, a would-be denial in shadow
-/// mode). The targets' buckets are locked before any reservation's (the lock order).
+/// across them), all together ([`Store::record`]). The answers of the take, and whether the reservations
+/// were recorded: none when the call was denied, and none of a target from which no token was taken (an
+/// exempt key, a would-be denial in shadow mode). The targets' buckets are locked before any reservation's (the lock order).
 pub fn reserve_many<S: Store>(
     s: &S,
     remembered_short: impl FnMut(&Target<'_>, i64, i64) -> Result<Option<Outcome>, S::Error>,
@@ -200,17 +200,18 @@ pub fn reserve_many<S: Store>(
     if !granted(targets, &outcomes(&answers)) {
         return Ok((answers, false));
     }
-    let mut recorded = false;
-    for (((t, r), a), estimate) in targets
+    // recorded together (one pass where the store can), for the targets tokens were taken from
+    let (held, amounts): (PerTarget<Target<'_>>, PerTarget<i64>) = targets
         .iter()
         .zip(reservations)
         .zip(&answers)
         .zip(estimates)
-    {
-        if a.outcome.allowed && t.verdict.is_none() && *estimate > 0 {
-            recorded |= s.write(r, Ask::Take(*estimate))?.allowed;
-        }
-    }
+        .filter(|(((t, _), a), estimate)| {
+            a.outcome.allowed && t.verdict.is_none() && **estimate > 0
+        })
+        .map(|(((_, r), _), estimate)| (*r, *estimate))
+        .unzip();
+    let recorded = !held.is_empty() && s.record(&held, &amounts)?;
     Ok((answers, recorded))
 }
 
