@@ -115,16 +115,7 @@ fn take_pairs(
         )
     })?;
     let cost = cost_arg(function, cost)?;
-    if names.is_empty() || names.len() > MAX_TARGETS {
-        return Err(error::invalid_value(
-            function,
-            format!(
-                "policies must name 1 to {MAX_TARGETS} policies, got {}",
-                names.len()
-            ),
-            "Split the limits over several calls, or combine them in fewer policies.",
-        ));
-    }
+    policy_count(function, names.len(), "calls")?;
     if keys.len() != 1 && keys.len() != names.len() {
         return Err(error::invalid_value(
             function,
@@ -163,6 +154,23 @@ fn take_pairs(
         "Give the policies the same store (create_policy's store argument), or call take twice.",
     )?;
     decide(function, store, &targets, cost)
+}
+
+/// 22023 unless `count` policies are 1 to [`MAX_TARGETS`], the most one call or reservation spans; the
+/// hint suggests splitting them over several `calls` ("calls", "reservations").
+pub(super) fn policy_count(
+    function: &'static str,
+    count: usize,
+    calls: &str,
+) -> Result<(), ErrorReport> {
+    if count == 0 || count > MAX_TARGETS {
+        return Err(error::invalid_value(
+            function,
+            format!("policies must name 1 to {MAX_TARGETS} policies, got {count}"),
+            &format!("Split the limits over several {calls}, or combine them in fewer policies."),
+        ));
+    }
+    Ok(())
 }
 
 /// The store of every policy of `named` (at least one), the policies of one `call` (a call, a

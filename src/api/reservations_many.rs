@@ -9,7 +9,7 @@ use pgrx::prelude::*;
 use std::rc::Rc;
 
 use super::json_arg::JsonbText;
-use super::limits::{each_bucket_once, one_store};
+use super::limits::{each_bucket_once, one_store, policy_count};
 use super::reservations::{
     held_bucket, hold_arg, new_reservation_id, reservation_arg, tokens_or_amounts, TokensArgument,
     ACTUAL, ESTIMATE,
@@ -19,9 +19,9 @@ use crate::error;
 use crate::policies::Named;
 use crate::store;
 use rate_limit_model::algorithm::reservation_namespace;
-use rate_limit_model::target::{Target, MAX_TARGETS};
+use rate_limit_model::target::Target;
 
-/// The policies of a call over several limits: not NULL (22004), 1 to [`MAX_TARGETS`] (22023), each a
+/// The policies of a call over several limits: not NULL (22004), 1 to [`rate_limit_model::target::MAX_TARGETS`] (22023), each a
 /// policy ([`policy_arg`]), all in one store (0A000: all or nothing holds within one store). A policy named
 /// twice is refused once its buckets are known ([`targets_of`]).
 fn policies_arg(
@@ -35,16 +35,7 @@ fn policies_arg(
             "Pass an array of policy names, e.g. ARRAY['requests_per_minute', 'tokens_per_minute'].",
         )
     })?;
-    if names.is_empty() || names.len() > MAX_TARGETS {
-        return Err(error::invalid_value(
-            function,
-            format!(
-                "policies must name 1 to {MAX_TARGETS} policies, got {}",
-                names.len()
-            ),
-            "Split the limits over several reservations, or combine them in fewer policies.",
-        ));
-    }
+    policy_count(function, names.len(), "reservations")?;
     let named = names
         .iter()
         .map(|n| policy_arg(function, n.as_deref()))

@@ -80,20 +80,17 @@ pub(super) trait Buckets {
         ask: Ask,
     ) -> Result<Outcome, ErrorReport>;
 
-    /// Creates the fresh buckets `held` (one call's reservations), `held[i]` holding `amounts[i]` tokens:
-    /// whether every one was recorded ([`rate_limit_model::pipeline::Store::record`]). [`Buckets::write`]
-    /// of each, unless the store does it in one pass.
-    fn record(
+    /// Creates the fresh buckets `held` (one call's reservations), `held[i]` holding `amounts[i]` tokens,
+    /// in one pass when the store has one: whether every one was recorded
+    /// ([`rate_limit_model::pipeline::Store::record`]), or `None` for a store that writes them one by one
+    /// (the model's [`rate_limit_model::pipeline::record_each`] then does).
+    fn record_in_one_pass(
         &self,
-        function: &'static str,
-        held: &[Target<'_>],
-        amounts: &[i64],
-    ) -> Result<bool, ErrorReport> {
-        let mut all = true;
-        for (t, amount) in held.iter().zip(amounts) {
-            all &= self.write(function, t, Ask::Take(*amount))?.allowed;
-        }
-        Ok(all)
+        _function: &'static str,
+        _held: &[Target<'_>],
+        _amounts: &[i64],
+    ) -> Result<Option<bool>, ErrorReport> {
+        Ok(None)
     }
 
     /// Locks and reads the bucket of `target`, asks `step` what to write given it and the clock, and writes
@@ -386,16 +383,16 @@ impl Buckets for MemoryBuckets {
 
     /// Every bucket under one pass of exclusive locks (the multi-bucket take, all or nothing), not one
     /// lock per bucket.
-    fn record(
+    fn record_in_one_pass(
         &self,
         function: &'static str,
         held: &[Target<'_>],
         amounts: &[i64],
-    ) -> Result<bool, ErrorReport> {
+    ) -> Result<Option<bool>, ErrorReport> {
         self.ensure_here(function, held)?;
         let asks: PerTarget<Ask> = amounts.iter().map(|a| Ask::Take(*a)).collect();
         let outcomes = memory::take(function, held, &asks)?;
-        Ok(outcomes.iter().all(|o| o.allowed))
+        Ok(Some(outcomes.iter().all(|o| o.allowed)))
     }
 
     fn update<R>(

@@ -187,7 +187,10 @@ impl<S: Buckets> pipeline::Store for Seam<'_, S> {
     }
 
     fn record(&self, held: &[Target<'_>], amounts: &[i64]) -> Result<bool, ErrorReport> {
-        self.s.record(self.function, held, amounts)
+        match self.s.record_in_one_pass(self.function, held, amounts)? {
+            Some(all) => Ok(all),
+            None => pipeline::record_each(self, held, amounts),
+        }
     }
 
     fn update<R>(

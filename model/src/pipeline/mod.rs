@@ -111,11 +111,7 @@ pub trait Store {
     /// [`Store::write`] of a take of each, which is what it does unless the store can do it in one pass
     /// (the memory store locks their partitions once).
     fn record(&self, held: &[Target<'_>], amounts: &[i64]) -> Result<bool, Self::Error> {
-        let mut all = true;
-        for (t, amount) in held.iter().zip(amounts) {
-            all &= self.write(t, Ask::Take(*amount))?.allowed;
-        }
-        Ok(all)
+        record_each(self, held, amounts)
     }
 
     /// Locks and reads the bucket of `target`, asks `step` what to write given it and the clock, and
@@ -150,6 +146,20 @@ pub trait Store {
     /// blocked: blocks by hand the store could not note in the policy (see
     /// [`crate::target::Blocking::may_be_blocked`]).
     fn reads_block_anyway(&self, target: &Target<'_>) -> Result<bool, Self::Error>;
+}
+
+/// [`Store::record`] done bucket by bucket: a [`Store::write`] of a take of `amounts[i]` from each
+/// `held[i]`; whether every one was granted. The default of every store that has no single pass.
+pub fn record_each<S: Store + ?Sized>(
+    store: &S,
+    held: &[Target<'_>],
+    amounts: &[i64],
+) -> Result<bool, S::Error> {
+    let mut all = true;
+    for (t, amount) in held.iter().zip(amounts) {
+        all &= store.write(t, Ask::Take(*amount))?.allowed;
+    }
+    Ok(all)
 }
 
 /// What the backend's memory of short buckets should do with a target's bucket after a call.

@@ -314,6 +314,20 @@ fn misuse(store: &str) {
     for (sql, expected) in &cases {
         assert_eq!(&state(&mut c, sql), expected, "{store}: {sql}");
     }
+    // a concurrency policy holds leases, not tokens: it cannot be reserved from (as with reserve)
+    c.batch_execute(&format!(
+        "SELECT rate_limit.create_policy('slots', 4, '1 minute', algorithm => 'concurrency', \
+         store => '{store}')"
+    ))
+    .expect("a concurrency policy");
+    assert_eq!(
+        state(
+            &mut c,
+            &format!("{r}(ARRAY['rpm', 'slots'], 'k', ARRAY[1])")
+        ),
+        "42809",
+        "{store}"
+    );
     if stores().len() > 1 {
         // all or nothing holds within one store only
         c.batch_execute(&format!(
