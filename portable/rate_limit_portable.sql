@@ -69,6 +69,8 @@ CREATE TABLE rate_limit.policies (
     adaptive_min bigint CHECK (adaptive_min >= 1),
     latency_target interval CHECK (latency_target > interval '0'),
     meters jsonb CHECK (pg_catalog.jsonb_typeof(meters) = 'object'),
+    -- a hierarchy: a call on this policy also takes from its parent's bucket of the same key (one level)
+    parent text CHECK (parent <> name),
     CONSTRAINT policies_calendar_check
         CHECK ((algorithm = 'calendar_window') = (time_zone IS NOT NULL) AND (anchor IS NULL OR time_zone IS NOT NULL)),
     CONSTRAINT policies_block_check CHECK ((block_after IS NULL) = (block_for IS NULL))
@@ -1288,7 +1290,9 @@ CREATE TYPE rate_limit._policy AS (
     adaptive_min   bigint,
     latency_target_us bigint,
     -- weighted meters: what a unit of each named quantity costs in tokens (NULL: none)
-    meters         jsonb
+    meters         jsonb,
+    -- the policy whose bucket of a key a call on this one also takes from (NULL: none)
+    parent         text
 );
 
 -- 22023 for numbers that do not make a policy (PolicyError), with its hint.
@@ -1628,6 +1632,7 @@ BEGIN
         END IF;
     END IF;
     p.meters := r.meters;
+    p.parent := r.parent;
     p.rate := l.rate;
     p.per := r.per;
     p.burst := l.burst;
@@ -1722,6 +1727,25 @@ BEGIN
 END
 $$;
 
+-- The string an option takes (NULL for JSON null); 22023 for a value of another JSON type
+-- (options.rs, wrong_value), its hint showing example.
+CREATE FUNCTION rate_limit._option_string(name text, value jsonb, takes text, example text) RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+BEGIN
+    CASE pg_catalog.jsonb_typeof(value)
+    WHEN 'null' THEN
+        RETURN NULL;
+    WHEN 'string' THEN
+        RETURN value #>> '{}';
+    ELSE
+        PERFORM rate_limit._raise('22023', 'policy option "' || name || '" takes ' || takes || ', got a '
+            || pg_catalog.jsonb_typeof(value), 'Pass e.g. options => ''{"' || name || '": ' || example || '}''.');
+    END CASE;
+    RETURN NULL;
+END
+$$;
+
 -- options (jsonb): each known option set on the row; 22023 for anything else (src/policies/options.rs).
 -- The option meters (options.rs, set_meters; the model's Meters::from_json): up to 16 names of [a-z0-9_]
 -- (1 to 63 bytes) with weights from 0 to 1000000 tokens exact to the millionth, written as the compiled
@@ -1793,47 +1817,38 @@ BEGIN
     END LOOP;
     IF deepest > 16 THEN
         PERFORM rate_limit._raise('22023', 'options are nested ' || deepest || ' levels deep; at most 16 are accepted',
-            'Pass a flat JSON object of options, e.g. options => ''{"description": "…"}''; known options: description, latency_target, adaptive_min, meters.');
+            'Pass a flat JSON object of options, e.g. options => ''{"description": "…"}''; known options: description, latency_target, adaptive_min, meters, parent.');
     END IF;
     IF pg_catalog.jsonb_typeof(options) <> 'object' THEN
         PERFORM rate_limit._raise('22023', 'options must be a JSON object, got ' || pg_catalog.jsonb_typeof(options),
-            'Pass options by name, e.g. options => ''{"description": "…"}''; known options: description, latency_target, adaptive_min, meters.');
+            'Pass options by name, e.g. options => ''{"description": "…"}''; known options: description, latency_target, adaptive_min, meters, parent.');
     END IF;
     FOR option IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(options) AS e LOOP
-        IF option.key NOT IN ('description', 'latency_target', 'adaptive_min', 'meters') THEN
+        IF option.key NOT IN ('description', 'latency_target', 'adaptive_min', 'meters', 'parent') THEN
             PERFORM rate_limit._raise('22023', 'unknown policy option "'
                 || pg_catalog.left(option.key, 64) || CASE WHEN pg_catalog.length(option.key) > 64 THEN '…' ELSE '' END || '"',
-                'Known options: description, latency_target, adaptive_min, meters.');
+                'Known options: description, latency_target, adaptive_min, meters, parent.');
         END IF;
         CASE option.key
         WHEN 'description' THEN
-            CASE pg_catalog.jsonb_typeof(option.value)
-            WHEN 'null' THEN
-                r.description := NULL;
-            WHEN 'string' THEN
-                IF pg_catalog.length(option.value #>> '{}') > 1000 THEN
-                    PERFORM rate_limit._raise('22023', 'policy option "description" takes at most 1000 characters, got '
-                        || pg_catalog.length(option.value #>> '{}'), 'Shorten it; link to a longer text if needed.');
-                END IF;
-                r.description := option.value #>> '{}';
-            ELSE
-                PERFORM rate_limit._raise('22023', 'policy option "description" takes a string of at most 1000 characters, or null, got a '
-                    || pg_catalog.jsonb_typeof(option.value),
-                    'Pass e.g. options => ''{"description": "Partner API, owned by the integrations team"}''.');
-            END CASE;
+            r.description := rate_limit._option_string(option.key, option.value,
+                'a string of at most 1000 characters, or null', '"Partner API, owned by the integrations team"');
+            IF pg_catalog.length(r.description) > 1000 THEN
+                PERFORM rate_limit._raise('22023', 'policy option "description" takes at most 1000 characters, got '
+                    || pg_catalog.length(r.description), 'Shorten it; link to a longer text if needed.');
+            END IF;
         WHEN 'latency_target' THEN
-            CASE pg_catalog.jsonb_typeof(option.value)
-            WHEN 'null' THEN
-                r.latency_target := NULL;
-            WHEN 'string' THEN
-                r.latency_target := (option.value #>> '{}')::interval;
-            ELSE
-                PERFORM rate_limit._raise('22023', 'policy option "latency_target" takes an interval as a string (a concurrency policy''s), or null, got a '
-                    || pg_catalog.jsonb_typeof(option.value),
-                    'Pass e.g. options => ''{"latency_target": "250 milliseconds"}''.');
-            END CASE;
+            r.latency_target := rate_limit._option_string(option.key, option.value,
+                'an interval as a string (a concurrency policy''s), or null', '"250 milliseconds"')::interval;
         WHEN 'meters' THEN
             r.meters := rate_limit._meters_option(option.value);
+        WHEN 'parent' THEN
+            r.parent := rate_limit._option_string(option.key, option.value,
+                'the name of another policy that limits tokens, in the same store and without a parent of its own, or null',
+                '"tenant"');
+            IF r.parent IS NOT NULL THEN
+                PERFORM rate_limit._check_name(r.parent);
+            END IF;
         ELSE -- adaptive_min
             IF pg_catalog.jsonb_typeof(option.value) = 'null' THEN
                 r.adaptive_min := NULL;
@@ -1849,6 +1864,97 @@ BEGIN
     END LOOP;
     RETURN r;
 END
+$$;
+
+-- A policy's parent and children (src/policies/family.rs, check), for the row r about to be written:
+-- 22023 for itself as parent, a second level or a seventeenth child, 42704 for a parent that does not
+-- exist, 42809 when either limits leases, 0A000 for two stores. Locks the parent's row.
+CREATE FUNCTION rate_limit._check_family(r rate_limit.policies) RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    parent_row rate_limit.policies;
+    child record;
+    first_child text;
+    siblings integer;
+BEGIN
+    IF r.parent = r.name THEN
+        PERFORM rate_limit._raise('22023', 'policy ' || rate_limit._quoted(r.name) || ' cannot be its own parent',
+            'Name another policy as its parent, or null for none.');
+    END IF;
+    FOR child IN SELECT c.name, c.algorithm, c.store FROM rate_limit.policies AS c
+                  WHERE c.parent OPERATOR(pg_catalog.=) r.name ORDER BY c.name COLLATE "C" LIMIT 17 LOOP
+        IF first_child IS NULL THEN
+            first_child := child.name;
+            IF r.parent IS NOT NULL THEN
+                PERFORM rate_limit._two_levels(r.name, child.name);
+            END IF;
+            IF r.algorithm = 'concurrency' THEN
+                PERFORM rate_limit._leases_in_family(r.name);
+            END IF;
+        END IF;
+        IF child.store IS DISTINCT FROM r.store THEN
+            PERFORM rate_limit._two_stores(child.name, r.name);
+        END IF;
+        IF child.algorithm = 'concurrency' THEN
+            PERFORM rate_limit._leases_in_family(child.name);
+        END IF;
+    END LOOP;
+    IF r.parent IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT * INTO parent_row FROM rate_limit.policies AS p WHERE p.name OPERATOR(pg_catalog.=) r.parent FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM rate_limit._raise('42704', 'rate limit policy ' || rate_limit._quoted(r.parent) || ' does not exist',
+            'Create the parent first with rate_limit.create_policy, or see rate_limit.policies.');
+    END IF;
+    IF parent_row.parent IS NOT NULL THEN
+        PERFORM rate_limit._two_levels(parent_row.name, parent_row.parent);
+    END IF;
+    IF r.algorithm = 'concurrency' THEN
+        PERFORM rate_limit._leases_in_family(r.name);
+    END IF;
+    IF parent_row.algorithm = 'concurrency' THEN
+        PERFORM rate_limit._leases_in_family(parent_row.name);
+    END IF;
+    IF parent_row.store IS DISTINCT FROM r.store THEN
+        PERFORM rate_limit._two_stores(r.name, parent_row.name);
+    END IF;
+    SELECT pg_catalog.count(*) INTO siblings FROM rate_limit.policies AS c
+     WHERE c.parent OPERATOR(pg_catalog.=) r.parent AND c.name OPERATOR(pg_catalog.<>) r.name;
+    IF siblings >= 16 THEN
+        PERFORM rate_limit._raise('22023', 'policy ' || rate_limit._quoted(r.parent) || ' has 16 children, the most a parent may have',
+            'Give some of the children another parent, or limit them with take_many over two keys.');
+    END IF;
+END
+$$;
+
+-- 22023: policy middle would be both a parent and a child (family.rs, two_levels).
+CREATE FUNCTION rate_limit._two_levels(middle text, related text) RETURNS void
+LANGUAGE sql VOLATILE PARALLEL SAFE
+AS $$
+SELECT rate_limit._raise('22023', 'policy ' || rate_limit._quoted(middle) || ' would be both a parent and a child (of or with '
+    || rate_limit._quoted(related) || '); a hierarchy has one level',
+    'Give every child the top policy as its parent; limit deeper trees (org, team, user) with take_many over their keys.')
+$$;
+
+-- 42809: a concurrency policy can be neither a parent nor a child (family.rs, leases_in_family).
+CREATE FUNCTION rate_limit._leases_in_family(name text) RETURNS void
+LANGUAGE sql VOLATILE PARALLEL SAFE
+AS $$
+SELECT rate_limit._raise('42809', 'policy ' || rate_limit._quoted(name)
+    || ' limits leases held at once, not tokens: it can be neither a parent nor a child',
+    'Parents and children limit tokens; hold leases with a concurrency policy of its own.')
+$$;
+
+-- 0A000: a child and its parent in two stores (family.rs, two_stores).
+CREATE FUNCTION rate_limit._two_stores(child text, parent text) RETURNS void
+LANGUAGE sql VOLATILE PARALLEL SAFE
+AS $$
+SELECT rate_limit._raise('0A000', 'policy ' || rate_limit._quoted(child) || ' and its parent ' || rate_limit._quoted(parent)
+    || ' must keep their buckets in the same store',
+    'Give both the same store (create_policy''s store argument).',
+    'All-or-nothing consumption is atomic within one store only.')
 $$;
 
 ------------------------------------------------------------------------------------------------------------
@@ -1899,6 +2005,7 @@ BEGIN
     r.burst := p.burst;
     r.time_zone := p.time_zone;
     r.anchor := p.anchor;
+    PERFORM rate_limit._check_family(r);
     INSERT INTO rate_limit.policies VALUES (r.*) ON CONFLICT ON CONSTRAINT policies_pkey DO NOTHING;
     IF NOT FOUND THEN
         PERFORM rate_limit._raise('42710', 'rate limit policy ' || rate_limit._quoted(name) || ' already exists',
@@ -1959,12 +2066,14 @@ BEGIN
     IF sets_the_bound THEN
         PERFORM rate_limit._check_policy_bound(p);
     END IF;
+    PERFORM rate_limit._check_family(r);
     UPDATE rate_limit.policies AS u
        SET algorithm = r.algorithm, rate = p.rate, per = r.per, burst = p.burst, store = r.store,
            changed_at = r.changed_at, shadow = r.shadow, max_debt = r.max_debt, time_zone = p.time_zone,
            anchor = p.anchor, block_after = r.block_after, block_for = r.block_for,
            blocks_by_hand = r.blocks_by_hand, description = r.description,
-           adaptive_min = r.adaptive_min, latency_target = r.latency_target, meters = r.meters
+           adaptive_min = r.adaptive_min, latency_target = r.latency_target, meters = r.meters,
+           parent = r.parent
      WHERE u.name OPERATOR(pg_catalog.=) alter_policy.name;
 END
 $$;
@@ -1973,11 +2082,22 @@ CREATE FUNCTION rate_limit.drop_policy(name text) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    first_child text;
+    children bigint;
 BEGIN
     IF name IS NULL THEN PERFORM rate_limit._null_argument('name', 'Pass the name of an existing policy.'); END IF;
     DELETE FROM rate_limit.policies AS p WHERE p.name OPERATOR(pg_catalog.=) drop_policy.name;
     IF NOT FOUND THEN
         RETURN false;
+    END IF;
+    -- a parent outlives its children (family.rs, refuse_orphans)
+    SELECT pg_catalog.min(c.name COLLATE "C"), pg_catalog.count(*) INTO first_child, children
+      FROM rate_limit.policies AS c WHERE c.parent OPERATOR(pg_catalog.=) drop_policy.name;
+    IF children > 0 THEN
+        PERFORM rate_limit._raise('2BP01', 'policy ' || rate_limit._quoted(name) || ' has ' || children
+            || ' children (' || rate_limit._quoted(first_child) || ' first)',
+            'Drop the children first, or give them another parent: alter_policy(child, options => ''{"parent": null}'').');
     END IF;
     -- only a policy's own namespace and those it owns (name U+001F part): never '#'-named ones
     DELETE FROM rate_limit.bucket_state AS s
@@ -2793,7 +2913,7 @@ BEGIN
     IF TG_OP IN ('UPDATE', 'DELETE') THEN
         DELETE FROM rate_limit._fast_policies AS f WHERE f.name = OLD.name;
     END IF;
-    IF TG_OP IN ('INSERT', 'UPDATE') AND NEW.algorithm = 'token_bucket' AND NOT NEW.shadow
+    IF TG_OP IN ('INSERT', 'UPDATE') AND NEW.algorithm = 'token_bucket' AND NOT NEW.shadow AND NEW.parent IS NULL
        AND NEW.block_after IS NULL AND NOT NEW.blocks_by_hand AND rate_limit._interval_months(NEW.per) = 0 THEN
         per_us := rate_limit._interval_us(NEW.per);
         IF per_us >= 1 AND per_us <= 4611686018427387903 / NEW.burst AND NEW.rate <= 4611686018427387903 THEN
@@ -2962,6 +3082,63 @@ BEGIN
 END
 $$;
 
+-- The buckets of key a call on p takes from (src/api/family.rs, family_targets): its own, then its
+-- parent's when it has one.
+CREATE FUNCTION rate_limit._family_targets(p rate_limit._policy, key text) RETURNS rate_limit._target[]
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+BEGIN
+    IF p.parent IS NULL THEN
+        RETURN ARRAY[rate_limit._policy_target(p, key)];
+    END IF;
+    RETURN ARRAY[rate_limit._policy_target(p, key),
+                 rate_limit._policy_target(rate_limit._token_policy(p.parent), key)];
+END
+$$;
+
+-- named followed by the parent of each that has one, and tokens followed by each parent's: its child's
+-- (family.rs, with_parents); 22023 beyond 16 buckets.
+CREATE FUNCTION rate_limit._with_parents(INOUT named rate_limit._policy[], INOUT tokens bigint[])
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+DECLARE
+    n integer := pg_catalog.cardinality(named);
+BEGIN
+    FOR i IN 1..n LOOP
+        IF named[i].parent IS NOT NULL THEN
+            named := named || rate_limit._token_policy(named[i].parent);
+            tokens := tokens || tokens[i];
+        END IF;
+    END LOOP;
+    IF pg_catalog.cardinality(named) > 16 THEN
+        PERFORM rate_limit._raise('22023', 'the policies of one call and their parents must name at most 16 buckets, got '
+            || pg_catalog.cardinality(named),
+            'Split the limits over several calls: a call on a child also takes from its parent''s bucket.');
+    END IF;
+END
+$$;
+
+-- 0A000 for a call that does not take from a parent's bucket (yet) on a child policy (family.rs, no_parent).
+CREATE FUNCTION rate_limit._no_parent(p rate_limit._policy, call text) RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+BEGIN
+    IF p.parent IS NOT NULL THEN
+        PERFORM rate_limit._raise('0A000', call || ' does not take from a parent''s bucket: policy '
+            || rate_limit._quoted(p.name) || ' has parent ' || rate_limit._quoted(p.parent),
+            'Call rate_limit.take (or take_many, reserve, charge) on a child policy, or give it no parent.');
+    END IF;
+END
+$$;
+
+-- Indexes 1..n of targets in the order every call locks buckets in: their namespaces' (one key).
+CREATE FUNCTION rate_limit._lock_order(targets rate_limit._target[]) RETURNS integer[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT pg_catalog.array_agg(g ORDER BY targets[g].ns COLLATE "C")
+  FROM pg_catalog.generate_series(1, pg_catalog.cardinality(targets)) AS g
+$$;
+
 -- take(policy, key, cost) as a decision, every case: also the body of peek and wait (the fast path in
 -- 45_fast.sql decides the common ones).
 CREATE FUNCTION rate_limit._take_policy(policy text, key text, cost integer) RETURNS rate_limit.decision
@@ -2971,13 +3148,13 @@ AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);
     c bigint;
-    t rate_limit._target;
+    targets rate_limit._target[];
 BEGIN
     PERFORM rate_limit._key_arg('key', key);
     c := rate_limit._cost_arg(cost);
     PERFORM rate_limit._check_session_store(p.store);
-    t := rate_limit._policy_target(p, key);
-    RETURN rate_limit._combine(ARRAY[t], rate_limit._take_targets(ARRAY[t], c));
+    targets := rate_limit._family_targets(p, key);
+    RETURN rate_limit._combine(targets, rate_limit._take_targets(targets, c));
 END
 $$;
 
@@ -3259,6 +3436,7 @@ DECLARE
     n integer;
     named rate_limit._policy[] := '{}';
     targets rate_limit._target[] := '{}';
+    key_of integer[] := '{}';
     t rate_limit._target;
 BEGIN
     IF policies IS NULL THEN
@@ -3284,12 +3462,22 @@ BEGIN
     FOR i IN 1..pg_catalog.cardinality(keys) LOOP
         PERFORM rate_limit._key_arg('keys', keys[i]);
     END LOOP;
+    -- each policy's key, then each child's key again for its parent
     FOR i IN 1..n LOOP
-        t := rate_limit._policy_target(named[i], keys[CASE WHEN pg_catalog.cardinality(keys) = 1 THEN 1 ELSE i END]);
+        key_of := key_of || CASE WHEN pg_catalog.cardinality(keys) = 1 THEN 1 ELSE i END;
+    END LOOP;
+    FOR i IN 1..n LOOP
+        IF named[i].parent IS NOT NULL THEN
+            key_of := key_of || key_of[i];
+        END IF;
+    END LOOP;
+    SELECT w.named INTO named FROM rate_limit._with_parents(named, pg_catalog.array_fill(0::bigint, ARRAY[n])) AS w;
+    FOR i IN 1..pg_catalog.cardinality(named) LOOP
+        t := rate_limit._policy_target(named[i], keys[key_of[i]]);
         FOR j IN 1..i - 1 LOOP
             IF targets[j].ns = t.ns AND targets[j].key = t.key THEN
                 PERFORM rate_limit._raise('22023', 'policy ' || rate_limit._quoted(t.ns) || ' is named twice for key '
-                    || rate_limit._quoted(t.key), 'Name each (policy, key) once; pass a higher cost to take more tokens.');
+                    || rate_limit._quoted(t.key), 'Name each (policy, key) once (a call on a child also takes from its parent''s bucket); pass a higher cost to take more tokens.');
             END IF;
         END LOOP;
         targets := targets || t;
@@ -3352,14 +3540,21 @@ SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);
-    t rate_limit._target;
+    targets rate_limit._target[];
+    outcomes rate_limit._outcome[];
+    i integer;
 BEGIN
     PERFORM rate_limit._key_arg('key', key);
     IF tokens IS NULL THEN PERFORM rate_limit._null_argument('tokens', 'Pass the number of tokens to give back.'); END IF;
     IF tokens < 0 THEN PERFORM rate_limit._out_of_range('tokens', tokens, 0, 9223372036854775807); END IF;
-    t := rate_limit._policy_target(p, key);
+    targets := rate_limit._family_targets(p, key);
     PERFORM rate_limit._check_session_store(p.store);
-    RETURN rate_limit._combine(ARRAY[t], ARRAY[rate_limit._refund_target(t, tokens, 'refund tokens')]);
+    -- every bucket of the family (a child's parent too), in the lock order
+    outcomes := pg_catalog.array_fill(rate_limit._not_looked_at(), ARRAY[pg_catalog.cardinality(targets)]);
+    FOREACH i IN ARRAY rate_limit._lock_order(targets) LOOP
+        outcomes[i] := rate_limit._refund_target(targets[i], tokens, 'refund tokens');
+    END LOOP;
+    RETURN rate_limit._combine(targets, outcomes);
 END
 $$;
 
@@ -3395,7 +3590,10 @@ SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);
-    t rate_limit._target;
+    targets rate_limit._target[];
+    outcomes rate_limit._outcome[];
+    debts bigint[];
+    i integer;
 BEGIN
     PERFORM rate_limit._key_arg('key', key);
     IF cost IS NULL THEN
@@ -3406,9 +3604,18 @@ BEGIN
         PERFORM rate_limit._raise('22023', 'cost must be between 0 and 9223372036854775807, got ' || cost,
             'To give tokens back, use rate_limit.refund.');
     END IF;
-    t := rate_limit._policy_target(p, key);
+    targets := rate_limit._family_targets(p, key);
     PERFORM rate_limit._check_session_store(p.store);
-    RETURN rate_limit._combine(ARRAY[t], ARRAY[rate_limit._charge_target(t, cost, p.max_debt)]);
+    -- each bucket down to its own policy's max_debt, in the lock order
+    debts := ARRAY[p.max_debt];
+    IF p.parent IS NOT NULL THEN
+        debts := debts || (rate_limit._token_policy(p.parent)).max_debt;
+    END IF;
+    outcomes := pg_catalog.array_fill(rate_limit._not_looked_at(), ARRAY[pg_catalog.cardinality(targets)]);
+    FOREACH i IN ARRAY rate_limit._lock_order(targets) LOOP
+        outcomes[i] := rate_limit._charge_target(targets[i], cost, debts[i]);
+    END LOOP;
+    RETURN rate_limit._combine(targets, outcomes);
 END
 $$;
 
@@ -4024,6 +4231,9 @@ BEGIN
             'Pass how long the reservation waits to be settled, e.g. interval ''5 minutes''.');
     END IF;
     us := rate_limit._hold_us('hold', hold);
+    IF p.parent IS NOT NULL THEN
+        RETURN rate_limit._reserve_over(ARRAY[p], key, ARRAY[n], us);
+    END IF;
     PERFORM rate_limit._check_session_store(p.store);
     t := rate_limit._policy_target(p, key);
     o := (rate_limit._take_targets(ARRAY[t], n))[1];
@@ -4064,6 +4274,9 @@ BEGIN
     used := rate_limit._tokens_or_amounts(p, 'actual', actual, amounts, 0,
         'Pass the tokens the work used (0 gives the whole reservation back), or amounts of the policy''s meters.',
         'Pass the amounts the work used.');
+    IF p.parent IS NOT NULL THEN
+        RETURN rate_limit._settle_over(ARRAY[p], key, reservation, ARRAY[used]);
+    END IF;
     PERFORM rate_limit._check_session_store(p.store);
     t := rate_limit._policy_target(p, key);
     -- the reservation's bucket first, then the key's (the lock order's one exception: see semantics.md)
@@ -4161,7 +4374,7 @@ BEGIN
         FOR j IN 1..i - 1 LOOP
             IF targets[j].ns = t.ns AND targets[j].key = t.key THEN
                 PERFORM rate_limit._raise('22023', 'policy ' || rate_limit._quoted(t.ns) || ' is named twice for key '
-                    || rate_limit._quoted(t.key), 'Name each (policy, key) once; pass a higher cost to take more tokens.');
+                    || rate_limit._quoted(t.key), 'Name each (policy, key) once (a call on a child also takes from its parent''s bucket); pass a higher cost to take more tokens.');
             END IF;
         END LOOP;
         targets := targets || t;
@@ -4170,34 +4383,24 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION rate_limit.reserve_many(policies text[], key text, estimates bigint[] DEFAULT NULL,
-                                        hold interval DEFAULT '00:05:00'::interval, amounts jsonb DEFAULT NULL)
+-- Reserves each[i] tokens of key under named[i] (one store), and each child's under its parent too, all or
+-- nothing, for us microseconds: the decision over every bucket, with the reservation's id in lease when
+-- recorded (reservations.rs, reserve_over): the body of reserve_many, and of reserve on a child.
+CREATE FUNCTION rate_limit._reserve_over(named rate_limit._policy[], key text, each bigint[], us bigint)
 RETURNS rate_limit.decision
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
 DECLARE
-    named rate_limit._policy[] := rate_limit._policies_many(policies);
-    n integer := pg_catalog.cardinality(named);
+    n integer;
     targets rate_limit._target[];
-    each bigint[];
-    us bigint;
     id bigint;
     outcomes rate_limit._outcome[];
     o rate_limit._outcome;
     d rate_limit.decision;
     recorded boolean := false;
 BEGIN
-    PERFORM rate_limit._key_arg('key', key);
-    each := rate_limit._tokens_of_each(named, 'estimate', 'estimates', estimates, amounts, 1,
-        'Pass the tokens the work is expected to use (or amounts of the policy''s meters); settle it with what it used.',
-        'Amounts of the work expected must cost 1 or more tokens.');
-    IF hold IS NULL THEN
-        PERFORM rate_limit._null_argument('hold',
-            'Pass how long the reservation waits to be settled, e.g. interval ''5 minutes''.');
-    END IF;
-    us := rate_limit._hold_us('hold', hold);
+    SELECT w.named, w.tokens INTO named, each FROM rate_limit._with_parents(named, each) AS w;
+    n := pg_catalog.cardinality(named);
     targets := rate_limit._targets_of_one_key(named, key);
     PERFORM rate_limit._check_session_store(named[1].store);
     outcomes := rate_limit._take_targets(targets, 1, each);
@@ -4221,47 +4424,35 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION rate_limit.settle_many(policies text[], key text, reservation bigint, actuals bigint[] DEFAULT NULL,
-                                       amounts jsonb DEFAULT NULL)
+-- Settles reservation of key under each of named on each[i] tokens (and each child's under its parent
+-- too): every reservation freed first, then every key's bucket refunded or charged, in the order every
+-- call locks buckets in (reservations.rs, settle_over; settle_many in single.rs): the body of
+-- settle_many, and of settle on a child.
+CREATE FUNCTION rate_limit._settle_over(named rate_limit._policy[], key text, reservation bigint, each bigint[])
 RETURNS rate_limit.decision
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
 DECLARE
-    named rate_limit._policy[] := rate_limit._policies_many(policies);
-    n integer := pg_catalog.cardinality(named);
+    n integer;
     targets rate_limit._target[];
     outcomes rate_limit._outcome[];
-    each bigint[];
     reserved bigint[];
     settled boolean := false;
-    order_of integer[];
     i integer;
     o rate_limit._outcome;
     d rate_limit.decision;
 BEGIN
-    PERFORM rate_limit._key_arg('key', key);
-    IF reservation IS NULL THEN
-        PERFORM rate_limit._null_argument('reservation',
-            'Pass the id that rate_limit.reserve_many returned in its lease field.');
-    END IF;
-    each := rate_limit._tokens_of_each(named, 'actual', 'actuals', actuals, amounts, 0,
-        'Pass the tokens the work used (0 gives the whole reservation back), or amounts of the policy''s meters.',
-        'Pass the amounts the work used.');
+    SELECT w.named, w.tokens INTO named, each FROM rate_limit._with_parents(named, each) AS w;
+    n := pg_catalog.cardinality(named);
     targets := rate_limit._targets_of_one_key(named, key);
     PERFORM rate_limit._check_session_store(named[1].store);
     outcomes := pg_catalog.array_fill(rate_limit._not_looked_at(), ARRAY[n]);
-    -- each policy as settle does it, in the order every call locks buckets in (settle_many in
-    -- single.rs): every reservation freed first, then every key's bucket refunded or charged
-    SELECT pg_catalog.array_agg(x.i ORDER BY x.ns COLLATE "C") INTO order_of
-      FROM (SELECT g AS i, targets[g].ns AS ns FROM pg_catalog.generate_series(1, n) AS g) AS x;
     reserved := pg_catalog.array_fill(NULL::bigint, ARRAY[n]);
-    FOREACH i IN ARRAY order_of LOOP
+    FOREACH i IN ARRAY rate_limit._lock_order(targets) LOOP
         reserved[i] := (rate_limit._free_held(rate_limit._reservation_target(targets[i], reservation, 1),
                                                'settle a reservation')).tokens;
     END LOOP;
-    FOREACH i IN ARRAY order_of LOOP
+    FOREACH i IN ARRAY rate_limit._lock_order(targets) LOOP
         IF reserved[i] IS NOT NULL AND each[i] < reserved[i] THEN
             o := rate_limit._refund_target(targets[i], reserved[i] - each[i], 'settle a reservation');
         ELSIF reserved[i] IS NOT NULL AND each[i] > reserved[i] THEN
@@ -4276,6 +4467,52 @@ BEGIN
     d.allowed := settled;
     d.lease := CASE WHEN settled THEN reservation END;
     RETURN d;
+END
+$$;
+
+CREATE FUNCTION rate_limit.reserve_many(policies text[], key text, estimates bigint[] DEFAULT NULL,
+                                        hold interval DEFAULT '00:05:00'::interval, amounts jsonb DEFAULT NULL)
+RETURNS rate_limit.decision
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $$
+DECLARE
+    named rate_limit._policy[] := rate_limit._policies_many(policies);
+    each bigint[];
+BEGIN
+    PERFORM rate_limit._key_arg('key', key);
+    each := rate_limit._tokens_of_each(named, 'estimate', 'estimates', estimates, amounts, 1,
+        'Pass the tokens the work is expected to use (or amounts of the policy''s meters); settle it with what it used.',
+        'Amounts of the work expected must cost 1 or more tokens.');
+    IF hold IS NULL THEN
+        PERFORM rate_limit._null_argument('hold',
+            'Pass how long the reservation waits to be settled, e.g. interval ''5 minutes''.');
+    END IF;
+    RETURN rate_limit._reserve_over(named, key, each, rate_limit._hold_us('hold', hold));
+END
+$$;
+
+CREATE FUNCTION rate_limit.settle_many(policies text[], key text, reservation bigint, actuals bigint[] DEFAULT NULL,
+                                       amounts jsonb DEFAULT NULL)
+RETURNS rate_limit.decision
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $$
+DECLARE
+    named rate_limit._policy[] := rate_limit._policies_many(policies);
+    each bigint[];
+BEGIN
+    PERFORM rate_limit._key_arg('key', key);
+    IF reservation IS NULL THEN
+        PERFORM rate_limit._null_argument('reservation',
+            'Pass the id that rate_limit.reserve_many returned in its lease field.');
+    END IF;
+    each := rate_limit._tokens_of_each(named, 'actual', 'actuals', actuals, amounts, 0,
+        'Pass the tokens the work used (0 gives the whole reservation back), or amounts of the policy''s meters.',
+        'Pass the amounts the work used.');
+    RETURN rate_limit._settle_over(named, key, reservation, each);
 END
 $$;
 
@@ -4338,6 +4575,7 @@ BEGIN
             || (p.lim).algorithm || ' policy: only a token bucket books tokens ahead',
             'Book under a policy created with algorithm => ''token_bucket'' (or ''gcra''), whose steady refill gives every booking an exact time.');
     END IF;
+    PERFORM rate_limit._no_parent(p, 'book');
     PERFORM rate_limit._check_session_store(p.store);
     t := rate_limit._policy_target(p, key);
     -- an override's answer, else a block (enforced, or reported in shadow mode): no bucket is touched
@@ -4566,6 +4804,7 @@ BEGIN
             'Split the job into batches of at most 1000000 keys.');
     END IF;
     p := rate_limit._token_policy(policy);
+    PERFORM rate_limit._no_parent(p, 'take_batch');
     FOR i IN 1..n LOOP
         IF keys[i] IS NULL THEN
             PERFORM rate_limit._null_argument('keys[' || i || ']', 'Every element of keys must be a key; filter NULLs out first.');

@@ -37,9 +37,9 @@ END
 $$;
 INSERT INTO rate_limit.policies (name, algorithm, rate, per, burst, store, created_at, changed_at, shadow,
     max_debt, time_zone, anchor, block_after, block_for, blocks_by_hand, description, adaptive_min,
-    latency_target, meters)
+    latency_target, meters, parent)
 SELECT name, algorithm, rate, per, burst, store, created_at, changed_at, shadow, max_debt, time_zone, anchor,
-       block_after, block_for, blocks_by_hand, description, adaptive_min, latency_target, meters
+       block_after, block_for, blocks_by_hand, description, adaptive_min, latency_target, meters, parent
 FROM rl_move_policies;
 INSERT INTO rate_limit.key_overrides (policy, key, action, rate, per, burst, expires_at, set_at, note)
 SELECT policy, key, action, rate, per, burst, expires_at, set_at, note FROM rl_move_overrides;

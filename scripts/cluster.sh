@@ -83,8 +83,8 @@ run_regress() {
 # with the same expected output (scripts/portable-test.sh installs it instead of setup).
 REGRESS_TESTS=(setup seed_timeline management transactions errors permissions memory_store bounds bounds_settings
   policies policy_errors policy_options postgrest write_limits statistics shadow_mode shadow_switch charges reservations
-  weighted_meters reservations_many bookings calendar_windows concurrency_leases adaptive_concurrency blocks batches monitoring
-  monitoring_policies nothing_left_behind)
+  weighted_meters reservations_many hierarchy bookings calendar_windows concurrency_leases adaptive_concurrency blocks batches
+  monitoring monitoring_policies nothing_left_behind)
 REGRESS_PORTABLE=(seed_timeline management transactions errors permissions bounds policies policy_errors
-  policy_options write_limits shadow_mode charges reservations weighted_meters reservations_many bookings calendar_windows
-  concurrency_leases adaptive_concurrency blocks batches monitoring_policies nothing_left_behind)
+  policy_options write_limits shadow_mode charges reservations weighted_meters reservations_many hierarchy bookings
+  calendar_windows concurrency_leases adaptive_concurrency blocks batches monitoring_policies nothing_left_behind)

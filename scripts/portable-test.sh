@@ -107,7 +107,7 @@ export RATE_LIMIT_TEST_CONNINFO RATE_LIMIT_TEST_PLAIN_CONNINFO
 RATE_LIMIT_TEST_CONNINFO=$(conninfo "$port")
 RATE_LIMIT_TEST_PLAIN_CONNINFO=$RATE_LIMIT_TEST_CONNINFO
 tests=()
-for t in adaptive batch blocks block_reads bookings charges coherence concurrency hijack leases meters misuse overrides plans \
+for t in adaptive batch blocks block_reads bookings charges coherence concurrency hierarchy hijack leases meters misuse overrides plans \
   policies purge_idle reservations reservations_many semantics shadow write_limits; do tests+=(--test "$t"); done
 cargo test -p rate_limit_integration "${tests[@]}" -- --test-threads=1
 # the clock steps and a calendar's month boundary, on the faketime cluster (its library unused here)

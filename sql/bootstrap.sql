@@ -73,6 +73,8 @@ CREATE TABLE rate_limit.policies (
     latency_target interval CHECK (latency_target > interval '0'), -- NULL: fixed leases
     -- weighted meters: what a unit of each named quantity costs in tokens (reserve and settle's amounts)
     meters jsonb CHECK (pg_catalog.jsonb_typeof(meters) = 'object'),
+    -- a hierarchy: a call on this policy also takes from its parent's bucket of the same key (one level)
+    parent text CHECK (parent <> name),
     CONSTRAINT policies_calendar_check
         CHECK ((algorithm = 'calendar_window') = (time_zone IS NOT NULL) AND (anchor IS NULL OR time_zone IS NOT NULL)),
     CONSTRAINT policies_block_check CHECK ((block_after IS NULL) = (block_for IS NULL))

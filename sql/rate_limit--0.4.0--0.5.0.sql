@@ -286,6 +286,11 @@ $$;
 ALTER TABLE rate_limit.policies
     ADD COLUMN meters jsonb CHECK (pg_catalog.jsonb_typeof(meters) = 'object');
 
+-- Hierarchical quotas (create_policy / alter_policy option parent): a call on a child policy also takes
+-- from its parent's bucket of the same key, all or nothing.
+ALTER TABLE rate_limit.policies
+    ADD COLUMN parent text CHECK (parent <> name);
+
 -- Every function's privileges and comment, as sql/finalize.sql gives a fresh install:
 -- BEGIN made from src/surface/ by scripts/generate-surface.sh: every function's privileges and comment
 COMMENT ON FUNCTION rate_limiting_request(text, integer, integer) IS

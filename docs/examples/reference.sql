@@ -221,6 +221,17 @@ SELECT policy, calls, granted, denied FROM rate_limit.stats WHERE policy = 'sear
 SELECT rate_limit.alter_policy('search_v2', shadow => false);
 SELECT allowed, shadow_denied FROM rate_limit.take('search_v2', 'frank');
 
+--@ block reference-hierarchy
+--@ hide
+SELECT rate_limit.create_policy('tenant_pool', 100, '1 hour');
+--@ hide
+SELECT rate_limit.create_policy('tenant_search', 80, '1 hour', options => '{"parent": "tenant_pool"}');
+--@ hide
+SELECT rate_limit.create_policy('tenant_export', 30, '1 hour', options => '{"parent": "tenant_pool"}');
+SELECT allowed, remaining, policy FROM rate_limit.take('tenant_search', 'acme', 70);
+SELECT allowed, remaining, policy FROM rate_limit.take('tenant_export', 'acme', 25);
+SELECT allowed, remaining, policy FROM rate_limit.take('tenant_search', 'acme', 6);
+
 --@ block reference-charge
 --@ hide
 SELECT rate_limit.create_policy('llm_tokens', 10000, '1 hour', max_debt => 5000);

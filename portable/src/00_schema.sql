@@ -61,6 +61,8 @@ CREATE TABLE rate_limit.policies (
     adaptive_min bigint CHECK (adaptive_min >= 1),
     latency_target interval CHECK (latency_target > interval '0'),
     meters jsonb CHECK (pg_catalog.jsonb_typeof(meters) = 'object'),
+    -- a hierarchy: a call on this policy also takes from its parent's bucket of the same key (one level)
+    parent text CHECK (parent <> name),
     CONSTRAINT policies_calendar_check
         CHECK ((algorithm = 'calendar_window') = (time_zone IS NOT NULL) AND (anchor IS NULL OR time_zone IS NOT NULL)),
     CONSTRAINT policies_block_check CHECK ((block_after IS NULL) = (block_for IS NULL))

@@ -45,7 +45,9 @@ CREATE TYPE rate_limit._policy AS (
     adaptive_min   bigint,
     latency_target_us bigint,
     -- weighted meters: what a unit of each named quantity costs in tokens (NULL: none)
-    meters         jsonb
+    meters         jsonb,
+    -- the policy whose bucket of a key a call on this one also takes from (NULL: none)
+    parent         text
 );
 
 -- 22023 for numbers that do not make a policy (PolicyError), with its hint.
@@ -385,6 +387,7 @@ BEGIN
         END IF;
     END IF;
     p.meters := r.meters;
+    p.parent := r.parent;
     p.rate := l.rate;
     p.per := r.per;
     p.burst := l.burst;
@@ -479,6 +482,25 @@ BEGIN
 END
 $$;
 
+-- The string an option takes (NULL for JSON null); 22023 for a value of another JSON type
+-- (options.rs, wrong_value), its hint showing example.
+CREATE FUNCTION rate_limit._option_string(name text, value jsonb, takes text, example text) RETURNS text
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+BEGIN
+    CASE pg_catalog.jsonb_typeof(value)
+    WHEN 'null' THEN
+        RETURN NULL;
+    WHEN 'string' THEN
+        RETURN value #>> '{}';
+    ELSE
+        PERFORM rate_limit._raise('22023', 'policy option "' || name || '" takes ' || takes || ', got a '
+            || pg_catalog.jsonb_typeof(value), 'Pass e.g. options => ''{"' || name || '": ' || example || '}''.');
+    END CASE;
+    RETURN NULL;
+END
+$$;
+
 -- options (jsonb): each known option set on the row; 22023 for anything else (src/policies/options.rs).
 -- The option meters (options.rs, set_meters; the model's Meters::from_json): up to 16 names of [a-z0-9_]
 -- (1 to 63 bytes) with weights from 0 to 1000000 tokens exact to the millionth, written as the compiled
@@ -550,47 +572,38 @@ BEGIN
     END LOOP;
     IF deepest > 16 THEN
         PERFORM rate_limit._raise('22023', 'options are nested ' || deepest || ' levels deep; at most 16 are accepted',
-            'Pass a flat JSON object of options, e.g. options => ''{"description": "…"}''; known options: description, latency_target, adaptive_min, meters.');
+            'Pass a flat JSON object of options, e.g. options => ''{"description": "…"}''; known options: description, latency_target, adaptive_min, meters, parent.');
     END IF;
     IF pg_catalog.jsonb_typeof(options) <> 'object' THEN
         PERFORM rate_limit._raise('22023', 'options must be a JSON object, got ' || pg_catalog.jsonb_typeof(options),
-            'Pass options by name, e.g. options => ''{"description": "…"}''; known options: description, latency_target, adaptive_min, meters.');
+            'Pass options by name, e.g. options => ''{"description": "…"}''; known options: description, latency_target, adaptive_min, meters, parent.');
     END IF;
     FOR option IN SELECT e.key, e.value FROM pg_catalog.jsonb_each(options) AS e LOOP
-        IF option.key NOT IN ('description', 'latency_target', 'adaptive_min', 'meters') THEN
+        IF option.key NOT IN ('description', 'latency_target', 'adaptive_min', 'meters', 'parent') THEN
             PERFORM rate_limit._raise('22023', 'unknown policy option "'
                 || pg_catalog.left(option.key, 64) || CASE WHEN pg_catalog.length(option.key) > 64 THEN '…' ELSE '' END || '"',
-                'Known options: description, latency_target, adaptive_min, meters.');
+                'Known options: description, latency_target, adaptive_min, meters, parent.');
         END IF;
         CASE option.key
         WHEN 'description' THEN
-            CASE pg_catalog.jsonb_typeof(option.value)
-            WHEN 'null' THEN
-                r.description := NULL;
-            WHEN 'string' THEN
-                IF pg_catalog.length(option.value #>> '{}') > 1000 THEN
-                    PERFORM rate_limit._raise('22023', 'policy option "description" takes at most 1000 characters, got '
-                        || pg_catalog.length(option.value #>> '{}'), 'Shorten it; link to a longer text if needed.');
-                END IF;
-                r.description := option.value #>> '{}';
-            ELSE
-                PERFORM rate_limit._raise('22023', 'policy option "description" takes a string of at most 1000 characters, or null, got a '
-                    || pg_catalog.jsonb_typeof(option.value),
-                    'Pass e.g. options => ''{"description": "Partner API, owned by the integrations team"}''.');
-            END CASE;
+            r.description := rate_limit._option_string(option.key, option.value,
+                'a string of at most 1000 characters, or null', '"Partner API, owned by the integrations team"');
+            IF pg_catalog.length(r.description) > 1000 THEN
+                PERFORM rate_limit._raise('22023', 'policy option "description" takes at most 1000 characters, got '
+                    || pg_catalog.length(r.description), 'Shorten it; link to a longer text if needed.');
+            END IF;
         WHEN 'latency_target' THEN
-            CASE pg_catalog.jsonb_typeof(option.value)
-            WHEN 'null' THEN
-                r.latency_target := NULL;
-            WHEN 'string' THEN
-                r.latency_target := (option.value #>> '{}')::interval;
-            ELSE
-                PERFORM rate_limit._raise('22023', 'policy option "latency_target" takes an interval as a string (a concurrency policy''s), or null, got a '
-                    || pg_catalog.jsonb_typeof(option.value),
-                    'Pass e.g. options => ''{"latency_target": "250 milliseconds"}''.');
-            END CASE;
+            r.latency_target := rate_limit._option_string(option.key, option.value,
+                'an interval as a string (a concurrency policy''s), or null', '"250 milliseconds"')::interval;
         WHEN 'meters' THEN
             r.meters := rate_limit._meters_option(option.value);
+        WHEN 'parent' THEN
+            r.parent := rate_limit._option_string(option.key, option.value,
+                'the name of another policy that limits tokens, in the same store and without a parent of its own, or null',
+                '"tenant"');
+            IF r.parent IS NOT NULL THEN
+                PERFORM rate_limit._check_name(r.parent);
+            END IF;
         ELSE -- adaptive_min
             IF pg_catalog.jsonb_typeof(option.value) = 'null' THEN
                 r.adaptive_min := NULL;
@@ -606,6 +619,97 @@ BEGIN
     END LOOP;
     RETURN r;
 END
+$$;
+
+-- A policy's parent and children (src/policies/family.rs, check), for the row r about to be written:
+-- 22023 for itself as parent, a second level or a seventeenth child, 42704 for a parent that does not
+-- exist, 42809 when either limits leases, 0A000 for two stores. Locks the parent's row.
+CREATE FUNCTION rate_limit._check_family(r rate_limit.policies) RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
+AS $$
+DECLARE
+    parent_row rate_limit.policies;
+    child record;
+    first_child text;
+    siblings integer;
+BEGIN
+    IF r.parent = r.name THEN
+        PERFORM rate_limit._raise('22023', 'policy ' || rate_limit._quoted(r.name) || ' cannot be its own parent',
+            'Name another policy as its parent, or null for none.');
+    END IF;
+    FOR child IN SELECT c.name, c.algorithm, c.store FROM rate_limit.policies AS c
+                  WHERE c.parent OPERATOR(pg_catalog.=) r.name ORDER BY c.name COLLATE "C" LIMIT 17 LOOP
+        IF first_child IS NULL THEN
+            first_child := child.name;
+            IF r.parent IS NOT NULL THEN
+                PERFORM rate_limit._two_levels(r.name, child.name);
+            END IF;
+            IF r.algorithm = 'concurrency' THEN
+                PERFORM rate_limit._leases_in_family(r.name);
+            END IF;
+        END IF;
+        IF child.store IS DISTINCT FROM r.store THEN
+            PERFORM rate_limit._two_stores(child.name, r.name);
+        END IF;
+        IF child.algorithm = 'concurrency' THEN
+            PERFORM rate_limit._leases_in_family(child.name);
+        END IF;
+    END LOOP;
+    IF r.parent IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT * INTO parent_row FROM rate_limit.policies AS p WHERE p.name OPERATOR(pg_catalog.=) r.parent FOR UPDATE;
+    IF NOT FOUND THEN
+        PERFORM rate_limit._raise('42704', 'rate limit policy ' || rate_limit._quoted(r.parent) || ' does not exist',
+            'Create the parent first with rate_limit.create_policy, or see rate_limit.policies.');
+    END IF;
+    IF parent_row.parent IS NOT NULL THEN
+        PERFORM rate_limit._two_levels(parent_row.name, parent_row.parent);
+    END IF;
+    IF r.algorithm = 'concurrency' THEN
+        PERFORM rate_limit._leases_in_family(r.name);
+    END IF;
+    IF parent_row.algorithm = 'concurrency' THEN
+        PERFORM rate_limit._leases_in_family(parent_row.name);
+    END IF;
+    IF parent_row.store IS DISTINCT FROM r.store THEN
+        PERFORM rate_limit._two_stores(r.name, parent_row.name);
+    END IF;
+    SELECT pg_catalog.count(*) INTO siblings FROM rate_limit.policies AS c
+     WHERE c.parent OPERATOR(pg_catalog.=) r.parent AND c.name OPERATOR(pg_catalog.<>) r.name;
+    IF siblings >= 16 THEN
+        PERFORM rate_limit._raise('22023', 'policy ' || rate_limit._quoted(r.parent) || ' has 16 children, the most a parent may have',
+            'Give some of the children another parent, or limit them with take_many over two keys.');
+    END IF;
+END
+$$;
+
+-- 22023: policy middle would be both a parent and a child (family.rs, two_levels).
+CREATE FUNCTION rate_limit._two_levels(middle text, related text) RETURNS void
+LANGUAGE sql VOLATILE PARALLEL SAFE
+AS $$
+SELECT rate_limit._raise('22023', 'policy ' || rate_limit._quoted(middle) || ' would be both a parent and a child (of or with '
+    || rate_limit._quoted(related) || '); a hierarchy has one level',
+    'Give every child the top policy as its parent; limit deeper trees (org, team, user) with take_many over their keys.')
+$$;
+
+-- 42809: a concurrency policy can be neither a parent nor a child (family.rs, leases_in_family).
+CREATE FUNCTION rate_limit._leases_in_family(name text) RETURNS void
+LANGUAGE sql VOLATILE PARALLEL SAFE
+AS $$
+SELECT rate_limit._raise('42809', 'policy ' || rate_limit._quoted(name)
+    || ' limits leases held at once, not tokens: it can be neither a parent nor a child',
+    'Parents and children limit tokens; hold leases with a concurrency policy of its own.')
+$$;
+
+-- 0A000: a child and its parent in two stores (family.rs, two_stores).
+CREATE FUNCTION rate_limit._two_stores(child text, parent text) RETURNS void
+LANGUAGE sql VOLATILE PARALLEL SAFE
+AS $$
+SELECT rate_limit._raise('0A000', 'policy ' || rate_limit._quoted(child) || ' and its parent ' || rate_limit._quoted(parent)
+    || ' must keep their buckets in the same store',
+    'Give both the same store (create_policy''s store argument).',
+    'All-or-nothing consumption is atomic within one store only.')
 $$;
 
 ------------------------------------------------------------------------------------------------------------
@@ -656,6 +760,7 @@ BEGIN
     r.burst := p.burst;
     r.time_zone := p.time_zone;
     r.anchor := p.anchor;
+    PERFORM rate_limit._check_family(r);
     INSERT INTO rate_limit.policies VALUES (r.*) ON CONFLICT ON CONSTRAINT policies_pkey DO NOTHING;
     IF NOT FOUND THEN
         PERFORM rate_limit._raise('42710', 'rate limit policy ' || rate_limit._quoted(name) || ' already exists',
@@ -716,12 +821,14 @@ BEGIN
     IF sets_the_bound THEN
         PERFORM rate_limit._check_policy_bound(p);
     END IF;
+    PERFORM rate_limit._check_family(r);
     UPDATE rate_limit.policies AS u
        SET algorithm = r.algorithm, rate = p.rate, per = r.per, burst = p.burst, store = r.store,
            changed_at = r.changed_at, shadow = r.shadow, max_debt = r.max_debt, time_zone = p.time_zone,
            anchor = p.anchor, block_after = r.block_after, block_for = r.block_for,
            blocks_by_hand = r.blocks_by_hand, description = r.description,
-           adaptive_min = r.adaptive_min, latency_target = r.latency_target, meters = r.meters
+           adaptive_min = r.adaptive_min, latency_target = r.latency_target, meters = r.meters,
+           parent = r.parent
      WHERE u.name OPERATOR(pg_catalog.=) alter_policy.name;
 END
 $$;
@@ -730,11 +837,22 @@ CREATE FUNCTION rate_limit.drop_policy(name text) RETURNS boolean
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    first_child text;
+    children bigint;
 BEGIN
     IF name IS NULL THEN PERFORM rate_limit._null_argument('name', 'Pass the name of an existing policy.'); END IF;
     DELETE FROM rate_limit.policies AS p WHERE p.name OPERATOR(pg_catalog.=) drop_policy.name;
     IF NOT FOUND THEN
         RETURN false;
+    END IF;
+    -- a parent outlives its children (family.rs, refuse_orphans)
+    SELECT pg_catalog.min(c.name COLLATE "C"), pg_catalog.count(*) INTO first_child, children
+      FROM rate_limit.policies AS c WHERE c.parent OPERATOR(pg_catalog.=) drop_policy.name;
+    IF children > 0 THEN
+        PERFORM rate_limit._raise('2BP01', 'policy ' || rate_limit._quoted(name) || ' has ' || children
+            || ' children (' || rate_limit._quoted(first_child) || ' first)',
+            'Drop the children first, or give them another parent: alter_policy(child, options => ''{"parent": null}'').');
     END IF;
     -- only a policy's own namespace and those it owns (name U+001F part): never '#'-named ones
     DELETE FROM rate_limit.bucket_state AS s

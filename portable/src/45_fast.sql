@@ -163,7 +163,7 @@ BEGIN
     IF TG_OP IN ('UPDATE', 'DELETE') THEN
         DELETE FROM rate_limit._fast_policies AS f WHERE f.name = OLD.name;
     END IF;
-    IF TG_OP IN ('INSERT', 'UPDATE') AND NEW.algorithm = 'token_bucket' AND NOT NEW.shadow
+    IF TG_OP IN ('INSERT', 'UPDATE') AND NEW.algorithm = 'token_bucket' AND NOT NEW.shadow AND NEW.parent IS NULL
        AND NEW.block_after IS NULL AND NOT NEW.blocks_by_hand AND rate_limit._interval_months(NEW.per) = 0 THEN
         per_us := rate_limit._interval_us(NEW.per);
         IF per_us >= 1 AND per_us <= 4611686018427387903 / NEW.burst AND NEW.rate <= 4611686018427387903 THEN

@@ -71,6 +71,63 @@ BEGIN
 END
 $$;
 
+-- The buckets of key a call on p takes from (src/api/family.rs, family_targets): its own, then its
+-- parent's when it has one.
+CREATE FUNCTION rate_limit._family_targets(p rate_limit._policy, key text) RETURNS rate_limit._target[]
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+BEGIN
+    IF p.parent IS NULL THEN
+        RETURN ARRAY[rate_limit._policy_target(p, key)];
+    END IF;
+    RETURN ARRAY[rate_limit._policy_target(p, key),
+                 rate_limit._policy_target(rate_limit._token_policy(p.parent), key)];
+END
+$$;
+
+-- named followed by the parent of each that has one, and tokens followed by each parent's: its child's
+-- (family.rs, with_parents); 22023 beyond 16 buckets.
+CREATE FUNCTION rate_limit._with_parents(INOUT named rate_limit._policy[], INOUT tokens bigint[])
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+DECLARE
+    n integer := pg_catalog.cardinality(named);
+BEGIN
+    FOR i IN 1..n LOOP
+        IF named[i].parent IS NOT NULL THEN
+            named := named || rate_limit._token_policy(named[i].parent);
+            tokens := tokens || tokens[i];
+        END IF;
+    END LOOP;
+    IF pg_catalog.cardinality(named) > 16 THEN
+        PERFORM rate_limit._raise('22023', 'the policies of one call and their parents must name at most 16 buckets, got '
+            || pg_catalog.cardinality(named),
+            'Split the limits over several calls: a call on a child also takes from its parent''s bucket.');
+    END IF;
+END
+$$;
+
+-- 0A000 for a call that does not take from a parent's bucket (yet) on a child policy (family.rs, no_parent).
+CREATE FUNCTION rate_limit._no_parent(p rate_limit._policy, call text) RETURNS void
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE
+AS $$
+BEGIN
+    IF p.parent IS NOT NULL THEN
+        PERFORM rate_limit._raise('0A000', call || ' does not take from a parent''s bucket: policy '
+            || rate_limit._quoted(p.name) || ' has parent ' || rate_limit._quoted(p.parent),
+            'Call rate_limit.take (or take_many, reserve, charge) on a child policy, or give it no parent.');
+    END IF;
+END
+$$;
+
+-- Indexes 1..n of targets in the order every call locks buckets in: their namespaces' (one key).
+CREATE FUNCTION rate_limit._lock_order(targets rate_limit._target[]) RETURNS integer[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$
+SELECT pg_catalog.array_agg(g ORDER BY targets[g].ns COLLATE "C")
+  FROM pg_catalog.generate_series(1, pg_catalog.cardinality(targets)) AS g
+$$;
+
 -- take(policy, key, cost) as a decision, every case: also the body of peek and wait (the fast path in
 -- 45_fast.sql decides the common ones).
 CREATE FUNCTION rate_limit._take_policy(policy text, key text, cost integer) RETURNS rate_limit.decision
@@ -80,13 +137,13 @@ AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);
     c bigint;
-    t rate_limit._target;
+    targets rate_limit._target[];
 BEGIN
     PERFORM rate_limit._key_arg('key', key);
     c := rate_limit._cost_arg(cost);
     PERFORM rate_limit._check_session_store(p.store);
-    t := rate_limit._policy_target(p, key);
-    RETURN rate_limit._combine(ARRAY[t], rate_limit._take_targets(ARRAY[t], c));
+    targets := rate_limit._family_targets(p, key);
+    RETURN rate_limit._combine(targets, rate_limit._take_targets(targets, c));
 END
 $$;
 
@@ -368,6 +425,7 @@ DECLARE
     n integer;
     named rate_limit._policy[] := '{}';
     targets rate_limit._target[] := '{}';
+    key_of integer[] := '{}';
     t rate_limit._target;
 BEGIN
     IF policies IS NULL THEN
@@ -393,12 +451,22 @@ BEGIN
     FOR i IN 1..pg_catalog.cardinality(keys) LOOP
         PERFORM rate_limit._key_arg('keys', keys[i]);
     END LOOP;
+    -- each policy's key, then each child's key again for its parent
     FOR i IN 1..n LOOP
-        t := rate_limit._policy_target(named[i], keys[CASE WHEN pg_catalog.cardinality(keys) = 1 THEN 1 ELSE i END]);
+        key_of := key_of || CASE WHEN pg_catalog.cardinality(keys) = 1 THEN 1 ELSE i END;
+    END LOOP;
+    FOR i IN 1..n LOOP
+        IF named[i].parent IS NOT NULL THEN
+            key_of := key_of || key_of[i];
+        END IF;
+    END LOOP;
+    SELECT w.named INTO named FROM rate_limit._with_parents(named, pg_catalog.array_fill(0::bigint, ARRAY[n])) AS w;
+    FOR i IN 1..pg_catalog.cardinality(named) LOOP
+        t := rate_limit._policy_target(named[i], keys[key_of[i]]);
         FOR j IN 1..i - 1 LOOP
             IF targets[j].ns = t.ns AND targets[j].key = t.key THEN
                 PERFORM rate_limit._raise('22023', 'policy ' || rate_limit._quoted(t.ns) || ' is named twice for key '
-                    || rate_limit._quoted(t.key), 'Name each (policy, key) once; pass a higher cost to take more tokens.');
+                    || rate_limit._quoted(t.key), 'Name each (policy, key) once (a call on a child also takes from its parent''s bucket); pass a higher cost to take more tokens.');
             END IF;
         END LOOP;
         targets := targets || t;
@@ -461,14 +529,21 @@ SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);
-    t rate_limit._target;
+    targets rate_limit._target[];
+    outcomes rate_limit._outcome[];
+    i integer;
 BEGIN
     PERFORM rate_limit._key_arg('key', key);
     IF tokens IS NULL THEN PERFORM rate_limit._null_argument('tokens', 'Pass the number of tokens to give back.'); END IF;
     IF tokens < 0 THEN PERFORM rate_limit._out_of_range('tokens', tokens, 0, 9223372036854775807); END IF;
-    t := rate_limit._policy_target(p, key);
+    targets := rate_limit._family_targets(p, key);
     PERFORM rate_limit._check_session_store(p.store);
-    RETURN rate_limit._combine(ARRAY[t], ARRAY[rate_limit._refund_target(t, tokens, 'refund tokens')]);
+    -- every bucket of the family (a child's parent too), in the lock order
+    outcomes := pg_catalog.array_fill(rate_limit._not_looked_at(), ARRAY[pg_catalog.cardinality(targets)]);
+    FOREACH i IN ARRAY rate_limit._lock_order(targets) LOOP
+        outcomes[i] := rate_limit._refund_target(targets[i], tokens, 'refund tokens');
+    END LOOP;
+    RETURN rate_limit._combine(targets, outcomes);
 END
 $$;
 
@@ -504,7 +579,10 @@ SET enable_seqscan = off
 AS $$
 DECLARE
     p rate_limit._policy := rate_limit._token_policy(policy);
-    t rate_limit._target;
+    targets rate_limit._target[];
+    outcomes rate_limit._outcome[];
+    debts bigint[];
+    i integer;
 BEGIN
     PERFORM rate_limit._key_arg('key', key);
     IF cost IS NULL THEN
@@ -515,9 +593,18 @@ BEGIN
         PERFORM rate_limit._raise('22023', 'cost must be between 0 and 9223372036854775807, got ' || cost,
             'To give tokens back, use rate_limit.refund.');
     END IF;
-    t := rate_limit._policy_target(p, key);
+    targets := rate_limit._family_targets(p, key);
     PERFORM rate_limit._check_session_store(p.store);
-    RETURN rate_limit._combine(ARRAY[t], ARRAY[rate_limit._charge_target(t, cost, p.max_debt)]);
+    -- each bucket down to its own policy's max_debt, in the lock order
+    debts := ARRAY[p.max_debt];
+    IF p.parent IS NOT NULL THEN
+        debts := debts || (rate_limit._token_policy(p.parent)).max_debt;
+    END IF;
+    outcomes := pg_catalog.array_fill(rate_limit._not_looked_at(), ARRAY[pg_catalog.cardinality(targets)]);
+    FOREACH i IN ARRAY rate_limit._lock_order(targets) LOOP
+        outcomes[i] := rate_limit._charge_target(targets[i], cost, debts[i]);
+    END LOOP;
+    RETURN rate_limit._combine(targets, outcomes);
 END
 $$;
 
@@ -1133,6 +1220,9 @@ BEGIN
             'Pass how long the reservation waits to be settled, e.g. interval ''5 minutes''.');
     END IF;
     us := rate_limit._hold_us('hold', hold);
+    IF p.parent IS NOT NULL THEN
+        RETURN rate_limit._reserve_over(ARRAY[p], key, ARRAY[n], us);
+    END IF;
     PERFORM rate_limit._check_session_store(p.store);
     t := rate_limit._policy_target(p, key);
     o := (rate_limit._take_targets(ARRAY[t], n))[1];
@@ -1173,6 +1263,9 @@ BEGIN
     used := rate_limit._tokens_or_amounts(p, 'actual', actual, amounts, 0,
         'Pass the tokens the work used (0 gives the whole reservation back), or amounts of the policy''s meters.',
         'Pass the amounts the work used.');
+    IF p.parent IS NOT NULL THEN
+        RETURN rate_limit._settle_over(ARRAY[p], key, reservation, ARRAY[used]);
+    END IF;
     PERFORM rate_limit._check_session_store(p.store);
     t := rate_limit._policy_target(p, key);
     -- the reservation's bucket first, then the key's (the lock order's one exception: see semantics.md)
@@ -1270,7 +1363,7 @@ BEGIN
         FOR j IN 1..i - 1 LOOP
             IF targets[j].ns = t.ns AND targets[j].key = t.key THEN
                 PERFORM rate_limit._raise('22023', 'policy ' || rate_limit._quoted(t.ns) || ' is named twice for key '
-                    || rate_limit._quoted(t.key), 'Name each (policy, key) once; pass a higher cost to take more tokens.');
+                    || rate_limit._quoted(t.key), 'Name each (policy, key) once (a call on a child also takes from its parent''s bucket); pass a higher cost to take more tokens.');
             END IF;
         END LOOP;
         targets := targets || t;
@@ -1279,34 +1372,24 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION rate_limit.reserve_many(policies text[], key text, estimates bigint[] DEFAULT NULL,
-                                        hold interval DEFAULT '00:05:00'::interval, amounts jsonb DEFAULT NULL)
+-- Reserves each[i] tokens of key under named[i] (one store), and each child's under its parent too, all or
+-- nothing, for us microseconds: the decision over every bucket, with the reservation's id in lease when
+-- recorded (reservations.rs, reserve_over): the body of reserve_many, and of reserve on a child.
+CREATE FUNCTION rate_limit._reserve_over(named rate_limit._policy[], key text, each bigint[], us bigint)
 RETURNS rate_limit.decision
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
 DECLARE
-    named rate_limit._policy[] := rate_limit._policies_many(policies);
-    n integer := pg_catalog.cardinality(named);
+    n integer;
     targets rate_limit._target[];
-    each bigint[];
-    us bigint;
     id bigint;
     outcomes rate_limit._outcome[];
     o rate_limit._outcome;
     d rate_limit.decision;
     recorded boolean := false;
 BEGIN
-    PERFORM rate_limit._key_arg('key', key);
-    each := rate_limit._tokens_of_each(named, 'estimate', 'estimates', estimates, amounts, 1,
-        'Pass the tokens the work is expected to use (or amounts of the policy''s meters); settle it with what it used.',
-        'Amounts of the work expected must cost 1 or more tokens.');
-    IF hold IS NULL THEN
-        PERFORM rate_limit._null_argument('hold',
-            'Pass how long the reservation waits to be settled, e.g. interval ''5 minutes''.');
-    END IF;
-    us := rate_limit._hold_us('hold', hold);
+    SELECT w.named, w.tokens INTO named, each FROM rate_limit._with_parents(named, each) AS w;
+    n := pg_catalog.cardinality(named);
     targets := rate_limit._targets_of_one_key(named, key);
     PERFORM rate_limit._check_session_store(named[1].store);
     outcomes := rate_limit._take_targets(targets, 1, each);
@@ -1330,47 +1413,35 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION rate_limit.settle_many(policies text[], key text, reservation bigint, actuals bigint[] DEFAULT NULL,
-                                       amounts jsonb DEFAULT NULL)
+-- Settles reservation of key under each of named on each[i] tokens (and each child's under its parent
+-- too): every reservation freed first, then every key's bucket refunded or charged, in the order every
+-- call locks buckets in (reservations.rs, settle_over; settle_many in single.rs): the body of
+-- settle_many, and of settle on a child.
+CREATE FUNCTION rate_limit._settle_over(named rate_limit._policy[], key text, reservation bigint, each bigint[])
 RETURNS rate_limit.decision
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
-SET search_path = pg_catalog, pg_temp
-SET enable_seqscan = off
+LANGUAGE plpgsql VOLATILE PARALLEL UNSAFE
 AS $$
 DECLARE
-    named rate_limit._policy[] := rate_limit._policies_many(policies);
-    n integer := pg_catalog.cardinality(named);
+    n integer;
     targets rate_limit._target[];
     outcomes rate_limit._outcome[];
-    each bigint[];
     reserved bigint[];
     settled boolean := false;
-    order_of integer[];
     i integer;
     o rate_limit._outcome;
     d rate_limit.decision;
 BEGIN
-    PERFORM rate_limit._key_arg('key', key);
-    IF reservation IS NULL THEN
-        PERFORM rate_limit._null_argument('reservation',
-            'Pass the id that rate_limit.reserve_many returned in its lease field.');
-    END IF;
-    each := rate_limit._tokens_of_each(named, 'actual', 'actuals', actuals, amounts, 0,
-        'Pass the tokens the work used (0 gives the whole reservation back), or amounts of the policy''s meters.',
-        'Pass the amounts the work used.');
+    SELECT w.named, w.tokens INTO named, each FROM rate_limit._with_parents(named, each) AS w;
+    n := pg_catalog.cardinality(named);
     targets := rate_limit._targets_of_one_key(named, key);
     PERFORM rate_limit._check_session_store(named[1].store);
     outcomes := pg_catalog.array_fill(rate_limit._not_looked_at(), ARRAY[n]);
-    -- each policy as settle does it, in the order every call locks buckets in (settle_many in
-    -- single.rs): every reservation freed first, then every key's bucket refunded or charged
-    SELECT pg_catalog.array_agg(x.i ORDER BY x.ns COLLATE "C") INTO order_of
-      FROM (SELECT g AS i, targets[g].ns AS ns FROM pg_catalog.generate_series(1, n) AS g) AS x;
     reserved := pg_catalog.array_fill(NULL::bigint, ARRAY[n]);
-    FOREACH i IN ARRAY order_of LOOP
+    FOREACH i IN ARRAY rate_limit._lock_order(targets) LOOP
         reserved[i] := (rate_limit._free_held(rate_limit._reservation_target(targets[i], reservation, 1),
                                                'settle a reservation')).tokens;
     END LOOP;
-    FOREACH i IN ARRAY order_of LOOP
+    FOREACH i IN ARRAY rate_limit._lock_order(targets) LOOP
         IF reserved[i] IS NOT NULL AND each[i] < reserved[i] THEN
             o := rate_limit._refund_target(targets[i], reserved[i] - each[i], 'settle a reservation');
         ELSIF reserved[i] IS NOT NULL AND each[i] > reserved[i] THEN
@@ -1385,6 +1456,52 @@ BEGIN
     d.allowed := settled;
     d.lease := CASE WHEN settled THEN reservation END;
     RETURN d;
+END
+$$;
+
+CREATE FUNCTION rate_limit.reserve_many(policies text[], key text, estimates bigint[] DEFAULT NULL,
+                                        hold interval DEFAULT '00:05:00'::interval, amounts jsonb DEFAULT NULL)
+RETURNS rate_limit.decision
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $$
+DECLARE
+    named rate_limit._policy[] := rate_limit._policies_many(policies);
+    each bigint[];
+BEGIN
+    PERFORM rate_limit._key_arg('key', key);
+    each := rate_limit._tokens_of_each(named, 'estimate', 'estimates', estimates, amounts, 1,
+        'Pass the tokens the work is expected to use (or amounts of the policy''s meters); settle it with what it used.',
+        'Amounts of the work expected must cost 1 or more tokens.');
+    IF hold IS NULL THEN
+        PERFORM rate_limit._null_argument('hold',
+            'Pass how long the reservation waits to be settled, e.g. interval ''5 minutes''.');
+    END IF;
+    RETURN rate_limit._reserve_over(named, key, each, rate_limit._hold_us('hold', hold));
+END
+$$;
+
+CREATE FUNCTION rate_limit.settle_many(policies text[], key text, reservation bigint, actuals bigint[] DEFAULT NULL,
+                                       amounts jsonb DEFAULT NULL)
+RETURNS rate_limit.decision
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER PARALLEL UNSAFE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off
+AS $$
+DECLARE
+    named rate_limit._policy[] := rate_limit._policies_many(policies);
+    each bigint[];
+BEGIN
+    PERFORM rate_limit._key_arg('key', key);
+    IF reservation IS NULL THEN
+        PERFORM rate_limit._null_argument('reservation',
+            'Pass the id that rate_limit.reserve_many returned in its lease field.');
+    END IF;
+    each := rate_limit._tokens_of_each(named, 'actual', 'actuals', actuals, amounts, 0,
+        'Pass the tokens the work used (0 gives the whole reservation back), or amounts of the policy''s meters.',
+        'Pass the amounts the work used.');
+    RETURN rate_limit._settle_over(named, key, reservation, each);
 END
 $$;
 
@@ -1447,6 +1564,7 @@ BEGIN
             || (p.lim).algorithm || ' policy: only a token bucket books tokens ahead',
             'Book under a policy created with algorithm => ''token_bucket'' (or ''gcra''), whose steady refill gives every booking an exact time.');
     END IF;
+    PERFORM rate_limit._no_parent(p, 'book');
     PERFORM rate_limit._check_session_store(p.store);
     t := rate_limit._policy_target(p, key);
     -- an override's answer, else a block (enforced, or reported in shadow mode): no bucket is touched

@@ -129,6 +129,7 @@ BEGIN
             'Split the job into batches of at most 1000000 keys.');
     END IF;
     p := rate_limit._token_policy(policy);
+    PERFORM rate_limit._no_parent(p, 'take_batch');
     FOR i IN 1..n LOOP
         IF keys[i] IS NULL THEN
             PERFORM rate_limit._null_argument('keys[' || i || ']', 'Every element of keys must be a key; filter NULLs out first.');

@@ -17,6 +17,7 @@ use pgrx::Array;
 
 use std::collections::HashMap;
 
+use super::family::no_parent;
 use super::materialized::Materialized;
 use super::{policy_arg, policy_target, store_of, with_override};
 use crate::error::{self, MAX_ID_BYTES};
@@ -256,6 +257,7 @@ fn take_batch<'k>(
     all_or_nothing: Option<bool>,
 ) -> Result<(Vec<&'k str>, Vec<Outcome>), ErrorReport> {
     let named = policy_arg(function, policy)?;
+    no_parent(function, &named, "take_batch")?;
     let keys = keys_arg(function, keys)?;
     let costs = costs_arg(function, costs, keys.len())?;
     let all_or_nothing = all_or_nothing.ok_or_else(|| {

@@ -9,6 +9,7 @@ use pgrx::datum::Interval;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
+use super::family::no_parent;
 use super::leases::random_bits;
 use super::reservations::{held_bucket, tokens_arg};
 use super::{combine, key_arg, policy_arg, policy_target, store_of, to_row};
@@ -84,6 +85,7 @@ mod rate_limit {
         if named.policy.algorithm() != Algorithm::TokenBucket {
             return Err(not_bookable(F, &named));
         }
+        no_parent(F, &named, "book")?;
         let t = policy_target(F, &named, key)?;
         // 62 random bits, plus 1: positive, never 0
         let id = i64::try_from(random_bits(F)? >> 2).unwrap_or(0) + 1;

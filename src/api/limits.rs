@@ -8,6 +8,7 @@ use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
+use super::family::{family_targets, lock_order, parent_of, with_parents};
 use super::{
     combine, decide, key_arg, policy_arg, policy_target, store_of, take_answered, to_row,
     with_override,
@@ -67,7 +68,8 @@ pub(super) fn take_policy_answer<R>(
     let named = policy_arg(function, policy)?;
     let key = key_arg(function, "key", key)?;
     let cost = cost_arg(function, cost)?;
-    let targets = [policy_target(function, &named, key)?];
+    let parent = parent_of(function, &named)?;
+    let targets = family_targets(function, &named, parent.as_deref(), key)?;
     take_answered(function, store_of(Some(&named)), &targets, cost, answer)
 }
 
@@ -85,7 +87,8 @@ pub(super) fn each_bucket_once(
                     error::quoted(t.namespace.stored_name()),
                     error::quoted(t.key)
                 ),
-                "Name each (policy, key) once; pass a higher cost to take more tokens.",
+                "Name each (policy, key) once (a call on a child also takes from its parent's bucket); \
+                 pass a higher cost to take more tokens.",
             ));
         }
     }
@@ -135,16 +138,20 @@ fn take_pairs(
     for k in &keys {
         valid_keys.push(key_arg(function, "keys", k.as_deref())?);
     }
+    // each policy's key, then each child's key again for its parent
+    let mut keys_of: Vec<usize> = (0..named.len())
+        .map(|i| if valid_keys.len() == 1 { 0 } else { i })
+        .collect();
+    let children: Vec<usize> = (0..named.len())
+        .filter(|&i| named[i].row.parent.is_some())
+        .collect();
+    let parents_keys: Vec<usize> = children.iter().map(|&i| keys_of[i]).collect();
+    keys_of.extend(parents_keys);
+    let (named, _) = with_parents(function, named, vec![0; names.len()])?;
     let targets = named
         .iter()
-        .enumerate()
-        .map(|(i, n)| {
-            policy_target(
-                function,
-                n,
-                valid_keys[if valid_keys.len() == 1 { 0 } else { i }],
-            )
-        })
+        .zip(&keys_of)
+        .map(|(n, &k)| policy_target(function, n, valid_keys[k]))
         .collect::<Result<Vec<Target<'_>>, ErrorReport>>()?;
     each_bucket_once(function, &targets)?;
     let store = one_store(
@@ -347,9 +354,15 @@ mod rate_limit {
         if tokens < 0 {
             return Err(error::out_of_range(F, "tokens", tokens, 0, i64::MAX));
         }
-        let t = policy_target(F, &named, key)?;
-        let o = store::refund(F, store_of(Some(&named)), &t, tokens)?;
-        to_row(F, &crate::api::combine(&[t], &[o]))
+        let parent = parent_of(F, &named)?;
+        let targets = family_targets(F, &named, parent.as_deref(), key)?;
+        let store = store_of(Some(&named));
+        let mut outcomes: [Option<Outcome>; 2] = [None; 2];
+        for i in lock_order(&targets) {
+            outcomes[i] = Some(store::refund(F, store, &targets[i], tokens)?);
+        }
+        let outcomes: Vec<Outcome> = outcomes.into_iter().flatten().collect();
+        to_row(F, &crate::api::combine(&targets, &outcomes))
     }
 
     /// Charges `cost` tokens to the bucket of `key` under `policy` after the fact: always taken, down to
@@ -375,9 +388,18 @@ mod rate_limit {
             return Err(error::out_of_range(F, "cost", cost, 0, i64::MAX)
                 .set_hint("To give tokens back, use rate_limit.refund."));
         }
-        let t = policy_target(F, &named, key)?;
-        let o = store::charge(F, store_of(Some(&named)), &t, cost, named.max_debt)?;
-        to_row(F, &crate::api::combine(&[t], &[o]))
+        let parent = parent_of(F, &named)?;
+        let targets = family_targets(F, &named, parent.as_deref(), key)?;
+        let store = store_of(Some(&named));
+        // each bucket down to its own policy's max_debt, in the lock order of every call
+        let debts = [Some(named.max_debt), parent.as_ref().map(|p| p.max_debt)];
+        let debts: Vec<i64> = debts.into_iter().flatten().collect();
+        let mut outcomes: [Option<Outcome>; 2] = [None; 2];
+        for i in lock_order(&targets) {
+            outcomes[i] = Some(store::charge(F, store, &targets[i], cost, debts[i])?);
+        }
+        let outcomes: Vec<Outcome> = outcomes.into_iter().flatten().collect();
+        to_row(F, &crate::api::combine(&targets, &outcomes))
     }
 
     /// Deletes the bucket of `key` under `policy` (it is full again); true if it existed. Owner only.

@@ -29,6 +29,7 @@ pub mod allow;
 pub mod batch;
 pub mod blocks;
 pub mod bookings;
+pub mod family;
 pub mod internal;
 pub mod json_arg;
 pub mod leases;

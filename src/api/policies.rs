@@ -180,11 +180,13 @@ mod rate_limit {
             adaptive_min: None,
             latency_target: None,
             meters: None,
+            parent: None,
         };
         let options = options.map(|o| options::parse(F, &o.0)).transpose()?;
         options::apply(F, &mut row, options.as_ref())?;
         let (named, row) = policies::checked(F, row)?;
         crate::bounds::policy(F, &named.policy, max_debt, &named.blocking)?;
+        policies::family::check(F, &row)?;
         if !row.insert(F)? {
             return Err(policies::row::duplicate(F, name));
         }
@@ -270,6 +272,7 @@ mod rate_limit {
         if sets_the_bound {
             crate::bounds::policy(F, &named.policy, named.max_debt, &named.blocking)?;
         }
+        policies::family::check(F, &row)?;
         row.update(F)
     }
 
@@ -286,6 +289,7 @@ mod rate_limit {
             &args,
         )?;
         if dropped > 0 {
+            policies::family::refuse_orphans(F, name)?;
             // only a policy's own namespace and its lease slots' (name U+001F slot): never the '#'-named
             // ones of ad-hoc and request buckets
             spi_run(

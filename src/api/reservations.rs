@@ -7,10 +7,14 @@
 use pgrx::datum::Interval;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
+use std::rc::Rc;
 
+use super::family::{lock_order, with_parents};
 use super::json_arg::JsonbText;
 use super::leases::random_bits;
+use super::limits::each_bucket_once;
 use super::{combine, key_arg, policy_arg, policy_target, store_of, to_row};
+use crate::decision::Decision;
 use crate::error;
 use crate::policies::{self, Named};
 use crate::store;
@@ -212,6 +216,88 @@ pub(super) fn new_reservation_id(function: &'static str) -> Result<i64, ErrorRep
     Ok(i64::try_from(random_bits(function)? >> 2).unwrap_or(0) + 1)
 }
 
+/// The buckets of `key` under each of `named`, each once (22023).
+fn targets_of<'a>(
+    function: &'static str,
+    named: &'a [Rc<Named>],
+    key: &'a str,
+) -> Result<Vec<Target<'a>>, ErrorReport> {
+    let targets = named
+        .iter()
+        .map(|n| policy_target(function, n, key))
+        .collect::<Result<Vec<Target<'_>>, ErrorReport>>()?;
+    each_bucket_once(function, &targets)?;
+    Ok(targets)
+}
+
+/// Reserves `estimates[i]` tokens of `key` under `named[i]` (every policy in one store), and each child's
+/// estimate under its parent too, all or nothing, for `hold_us`: the decision over every bucket, with the
+/// reservation's id in `lease` when recorded. The body of `reserve_many`, and of `reserve` on a child.
+pub(super) fn reserve_over(
+    function: &'static str,
+    named: Vec<Rc<Named>>,
+    key: &str,
+    estimates: Vec<i64>,
+    hold_us: i64,
+) -> Result<Decision, ErrorReport> {
+    let (named, estimates) = with_parents(function, named, estimates)?;
+    let targets = targets_of(function, &named, key)?;
+    let id = new_reservation_id(function)?;
+    let names: Vec<String> = named
+        .iter()
+        .map(|n| reservation_namespace(&n.name, id))
+        .collect();
+    let held = targets
+        .iter()
+        .zip(&names)
+        .map(|(t, name)| held_bucket(function, t, name, hold_us))
+        .collect::<Result<Vec<Target<'_>>, ErrorReport>>()?;
+    let store = store_of(Some(&named[0]));
+    let (outcomes, recorded) = store::reserve_many(function, store, &targets, &held, &estimates)?;
+    let mut d = combine(&targets, &outcomes);
+    d.lease = recorded.then_some(id);
+    Ok(d)
+}
+
+/// Settles reservation `reservation` of `key` under each of `named` on `actuals[i]` tokens (and each
+/// child's under its parent too), every reservation first and then every key's bucket, in the lock
+/// order: the decision over every bucket afterwards, `allowed` when this call settled the reservation
+/// under at least one of them. The body of `settle_many`, and of `settle` on a child.
+pub(super) fn settle_over(
+    function: &'static str,
+    named: Vec<Rc<Named>>,
+    key: &str,
+    reservation: i64,
+    actuals: Vec<i64>,
+) -> Result<Decision, ErrorReport> {
+    let (named, actuals) = with_parents(function, named, actuals)?;
+    let targets = targets_of(function, &named, key)?;
+    let store = store_of(Some(&named[0]));
+    let order = lock_order(&targets);
+    let names: Vec<String> = order
+        .iter()
+        .map(|&i| reservation_namespace(&named[i].name, reservation))
+        .collect();
+    let held = order
+        .iter()
+        .zip(&names)
+        .map(|(&i, name)| held_bucket(function, &targets[i], name, 1))
+        .collect::<Result<Vec<Target<'_>>, ErrorReport>>()?;
+    let ordered: Vec<Target<'_>> = order.iter().map(|&i| targets[i]).collect();
+    let actuals: Vec<i64> = order.iter().map(|&i| actuals[i]).collect();
+    let max_debts: Vec<i64> = order.iter().map(|&i| named[i].max_debt).collect();
+    let settled = store::settle_many(function, store, &ordered, &held, &actuals, &max_debts)?;
+    let mut outcomes = vec![settled[0].0; targets.len()];
+    for (&i, (outcome, _)) in order.iter().zip(&settled) {
+        outcomes[i] = *outcome;
+    }
+    let settled_any = settled.iter().any(|(_, done)| *done);
+    let mut d = combine(&targets, &outcomes);
+    d.allowed = settled_any;
+    d.lease = settled_any.then_some(reservation);
+    Ok(d)
+}
+
 /// Reservations of tokens, in schema `rate_limit`.
 #[pg_schema]
 mod rate_limit {
@@ -236,6 +322,9 @@ mod rate_limit {
         let key = key_arg(F, "key", key)?;
         let estimate = tokens_or_amounts(F, &named, &ESTIMATE, estimate, amounts.as_ref())?;
         let hold = hold_arg(F, hold)?;
+        if named.row.parent.is_some() {
+            return to_row(F, &reserve_over(F, vec![named], key, vec![estimate], hold)?);
+        }
         let t = policy_target(F, &named, key)?;
         let id = new_reservation_id(F)?;
         let name = reservation_namespace(&named.name, id);
@@ -265,6 +354,12 @@ mod rate_limit {
         let key = key_arg(F, "key", key)?;
         let reservation = reservation_arg(F, reservation, "rate_limit.reserve")?;
         let actual = tokens_or_amounts(F, &named, &ACTUAL, actual, amounts.as_ref())?;
+        if named.row.parent.is_some() {
+            return to_row(
+                F,
+                &settle_over(F, vec![named], key, reservation, vec![actual])?,
+            );
+        }
         let t = policy_target(F, &named, key)?;
         let name = reservation_namespace(&named.name, reservation);
         let r = held_bucket(F, &t, &name, 1)?;

@@ -9,21 +9,18 @@ use pgrx::prelude::*;
 use std::rc::Rc;
 
 use super::json_arg::JsonbText;
-use super::limits::{each_bucket_once, one_store, policy_count};
+use super::limits::{one_store, policy_count};
 use super::reservations::{
-    held_bucket, hold_arg, new_reservation_id, reservation_arg, tokens_or_amounts, TokensArgument,
+    hold_arg, reservation_arg, reserve_over, settle_over, tokens_or_amounts, TokensArgument,
     ACTUAL, ESTIMATE,
 };
-use super::{combine, key_arg, policy_arg, policy_target, store_of, to_row};
+use super::{key_arg, policy_arg, to_row};
 use crate::error;
 use crate::policies::Named;
-use crate::store;
-use rate_limit_model::algorithm::reservation_namespace;
-use rate_limit_model::target::Target;
 
 /// The policies of a call over several limits: not NULL (22004), 1 to [`rate_limit_model::target::MAX_TARGETS`] (22023), each a
 /// policy ([`policy_arg`]), all in one store (0A000: all or nothing holds within one store). A policy named
-/// twice is refused once its buckets are known ([`targets_of`]).
+/// twice is refused once its buckets are known (`targets_of`).
 fn policies_arg(
     function: &'static str,
     policies: Option<Vec<Option<String>>>,
@@ -106,34 +103,6 @@ fn tokens_of_each(
         .collect()
 }
 
-/// The buckets of `key` under each of `named`, each once (22023).
-fn targets_of<'a>(
-    function: &'static str,
-    named: &'a [Rc<Named>],
-    key: &'a str,
-) -> Result<Vec<Target<'a>>, ErrorReport> {
-    let targets = named
-        .iter()
-        .map(|n| policy_target(function, n, key))
-        .collect::<Result<Vec<Target<'_>>, ErrorReport>>()?;
-    each_bucket_once(function, &targets)?;
-    Ok(targets)
-}
-
-/// The order a call over several limits settles them in: its policies' buckets' (namespace, key) order
-/// (one key: their namespaces'), the order every call locks buckets in.
-fn lock_order(targets: &[Target<'_>]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..targets.len()).collect();
-    order.sort_by(|&a, &b| {
-        targets[a]
-            .namespace
-            .stored_name()
-            .as_bytes()
-            .cmp(targets[b].namespace.stored_name().as_bytes())
-    });
-    order
-}
-
 /// Reservations over several limits, in schema `rate_limit`.
 #[pg_schema]
 mod rate_limit {
@@ -164,22 +133,7 @@ mod rate_limit {
             amounts.as_ref(),
         )?;
         let hold = hold_arg(F, hold)?;
-        let targets = targets_of(F, &named, key)?;
-        let id = new_reservation_id(F)?;
-        let names: Vec<String> = named
-            .iter()
-            .map(|n| reservation_namespace(&n.name, id))
-            .collect();
-        let held = targets
-            .iter()
-            .zip(&names)
-            .map(|(t, name)| held_bucket(F, t, name, hold))
-            .collect::<Result<Vec<Target<'_>>, ErrorReport>>()?;
-        let store = store_of(Some(&named[0]));
-        let (outcomes, recorded) = store::reserve_many(F, store, &targets, &held, &estimates)?;
-        let mut d = combine(&targets, &outcomes);
-        d.lease = recorded.then_some(id);
-        to_row(F, &d)
+        to_row(F, &reserve_over(F, named, key, estimates, hold)?)
     }
 
     /// Settles reservation `reservation` of `key` under each of `policies` on what the work used:
@@ -201,31 +155,6 @@ mod rate_limit {
         let key = key_arg(F, "key", key)?;
         let reservation = reservation_arg(F, reservation, "rate_limit.reserve_many")?;
         let actuals = tokens_of_each(F, &named, &ACTUAL, "actuals", actuals, amounts.as_ref())?;
-        let targets = targets_of(F, &named, key)?;
-        let store = store_of(Some(&named[0]));
-        // every reservation first, then every key's bucket, in the lock order
-        let order = lock_order(&targets);
-        let names: Vec<String> = order
-            .iter()
-            .map(|&i| reservation_namespace(&named[i].name, reservation))
-            .collect();
-        let held = order
-            .iter()
-            .zip(&names)
-            .map(|(&i, name)| held_bucket(F, &targets[i], name, 1))
-            .collect::<Result<Vec<Target<'_>>, ErrorReport>>()?;
-        let ordered: Vec<Target<'_>> = order.iter().map(|&i| targets[i]).collect();
-        let actuals: Vec<i64> = order.iter().map(|&i| actuals[i]).collect();
-        let max_debts: Vec<i64> = order.iter().map(|&i| named[i].max_debt).collect();
-        let settled = store::settle_many(F, store, &ordered, &held, &actuals, &max_debts)?;
-        let mut outcomes = vec![settled[0].0; targets.len()];
-        for (&i, (outcome, _)) in order.iter().zip(&settled) {
-            outcomes[i] = *outcome;
-        }
-        let settled_any = settled.iter().any(|(_, done)| *done);
-        let mut d = combine(&targets, &outcomes);
-        d.allowed = settled_any;
-        d.lease = settled_any.then_some(reservation);
-        to_row(F, &d)
+        to_row(F, &settle_over(F, named, key, reservation, actuals)?)
     }
 }

@@ -32,6 +32,7 @@ use rate_limit_model::algorithm::{Adaptive, Policy};
 use rate_limit_model::target::Blocking;
 
 mod checks;
+pub mod family;
 pub mod options;
 pub mod overrides;
 pub mod row;

@@ -51,7 +51,7 @@ fn read_interval(function: &'static str, text: &str) -> Result<pgrx::datum::Inte
 }
 
 /// Every option `options` takes, in the order the reference lists them.
-pub const OPTIONS: &[PolicyOption] = &[DESCRIPTION, LATENCY_TARGET, ADAPTIVE_MIN, METERS];
+pub const OPTIONS: &[PolicyOption] = &[DESCRIPTION, LATENCY_TARGET, ADAPTIVE_MIN, METERS, PARENT];
 
 /// Free text for the people who run a policy (why it exists, who owns it); no effect on decisions.
 const DESCRIPTION: PolicyOption = PolicyOption {
@@ -86,6 +86,17 @@ const METERS: PolicyOption = PolicyOption {
             (0 to 1000000, exact to the millionth), or null",
     example: "{\"input\": 0.2, \"output\": 1}",
     set: set_meters,
+};
+
+/// Makes the policy a child of another: a call on it also takes from the parent's bucket of the same key,
+/// all or nothing (checked against the other policies by [`super::family::check`]).
+const PARENT: PolicyOption = PolicyOption {
+    name: "parent",
+    takes:
+        "the name of another policy that limits tokens, in the same store and without a parent of \
+            its own, or null",
+    example: "\"tenant\"",
+    set: set_parent,
 };
 
 /// The most characters of a policy's description.
@@ -287,6 +298,25 @@ fn set_adaptive_min(
                 .ok_or_else(|| wrong_value(function, &ADAPTIVE_MIN, value))?,
         ),
         other => return Err(wrong_value(function, &ADAPTIVE_MIN, other)),
+    };
+    Ok(())
+}
+
+/// Sets [`PARENT`]: a string that can name a policy ([`super::check_name`]); which policy it names is
+/// checked by [`super::family::check`].
+fn set_parent(
+    function: &'static str,
+    row: &mut Row,
+    value: &Value,
+    _: &Readers,
+) -> Result<(), ErrorReport> {
+    row.parent = match value {
+        Value::Null => None,
+        Value::String(s) => {
+            super::check_name(function, s)?;
+            Some(s.clone())
+        }
+        other => return Err(wrong_value(function, &PARENT, other)),
     };
     Ok(())
 }

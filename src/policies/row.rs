@@ -17,12 +17,12 @@ use rate_limit_model::algorithm::Algorithm;
 use rate_limit_model::meters::Meters;
 
 /// The columns of `rate_limit.policies`, in the order of [`Row`]'s fields and of its writer's parameters,
-/// but the last, `meters`: a `jsonb`, read as its text and written from text (pgrx's `JsonB` panics on
+/// but `meters`, written and read after them: a `jsonb`, read as its text and written from text (pgrx's `JsonB` panics on
 /// a value nested past `serde_json`'s limit, [`crate::api::json_arg`]).
 const COLUMNS: &str =
     "name, algorithm, rate, per, burst, store, created_at, changed_at, shadow, max_debt, \
                        time_zone, anchor, block_after, block_for, blocks_by_hand, description, \
-                       adaptive_min, latency_target";
+                       adaptive_min, latency_target, parent";
 
 /// A policy as stored: each column with its type. Read from the table it is as the table's constraints
 /// allow; made by a caller it is checked by [`super::checked`] before it is written.
@@ -68,6 +68,9 @@ pub struct Row {
     pub latency_target: Option<Interval>,
     /// Its weighted meters (option `meters`): what a unit of each named quantity costs in tokens.
     pub meters: Option<Meters>,
+    /// The policy whose bucket of a key a call on this one also takes from (option `parent`,
+    /// [`super::family`]).
+    pub parent: Option<String>,
 }
 
 /// Whether a read locks the row against concurrent changes.
@@ -101,7 +104,7 @@ impl Row {
                 return Ok(None);
             }
             let row = table.first();
-            Ok::<_, pgrx::spi::SpiError>(Some((columns(&row)?, row.get::<pg_sys::Oid>(20)?)))
+            Ok::<_, pgrx::spi::SpiError>(Some((columns(&row)?, row.get::<pg_sys::Oid>(21)?)))
         };
         // a plain read runs read-only, on the active snapshot (the cache pushes the latest one); a locking
         // read is a write to SPI
@@ -126,7 +129,7 @@ impl Row {
         let query = format!(
             "INSERT INTO rate_limit.policies ({COLUMNS}, meters) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
-                     $19::pg_catalog.jsonb) \
+                     $19, $20::pg_catalog.jsonb) \
              ON CONFLICT (name) DO NOTHING RETURNING 1"
         );
         Ok(self.write(function, &query)? > 0)
@@ -139,7 +142,7 @@ impl Row {
                      store = $6, changed_at = $8, shadow = $9, max_debt = $10, time_zone = $11, \
                      anchor = $12, block_after = $13, block_for = $14, blocks_by_hand = $15, \
                      description = $16, adaptive_min = $17, latency_target = $18, \
-                     meters = $19::pg_catalog.jsonb \
+                     parent = $19, meters = $20::pg_catalog.jsonb \
                      WHERE name OPERATOR(pg_catalog.=) $1 RETURNING 1";
         match self.write(function, query)? {
             0 => Err(unknown(function, &self.name)),
@@ -147,12 +150,12 @@ impl Row {
         }
     }
 
-    /// Runs `query` with the row's columns as `$1` … `$18`, in [`COLUMNS`]' order, and its meters as `$19`
+    /// Runs `query` with the row's columns as `$1` … `$19`, in [`COLUMNS`]' order, and its meters as `$20`
     /// (their JSON text); the rows it returned.
     fn write(&self, function: &'static str, query: &str) -> Result<usize, ErrorReport> {
         let store = self.store.map(|s| s.name());
         let meters = self.meters.as_ref().map(|m| m.to_json().to_string());
-        let args: [DatumWithOid<'_>; 19] = [
+        let args: [DatumWithOid<'_>; 20] = [
             self.name.as_str().into(),
             self.algorithm.name().into(),
             self.rate.into(),
@@ -171,6 +174,7 @@ impl Row {
             self.description.as_deref().into(),
             self.adaptive_min.into(),
             self.latency_target.into(),
+            self.parent.as_deref().into(),
             meters.as_deref().into(),
         ];
         Spi::connect_mut(|client| client.update(query, None, &args).map(|t| t.len()))
@@ -226,6 +230,7 @@ impl Row {
             adaptive_min: c.adaptive_min,
             latency_target: c.latency_target,
             meters,
+            parent: c.parent,
         })
     }
 }
@@ -250,10 +255,11 @@ struct Columns {
     description: Option<String>,
     adaptive_min: Option<i64>,
     latency_target: Option<Interval>,
+    parent: Option<String>,
     meters: Option<String>,
 }
 
-/// The first 19 columns of the row `row` is on, in [`COLUMNS`]' order.
+/// The first 20 columns of the row `row` is on: [`COLUMNS`], then `meters`.
 fn columns(row: &SpiTupleTable<'_>) -> SpiResult<Columns> {
     Ok(Columns {
         name: row.get(1)?,
@@ -274,7 +280,8 @@ fn columns(row: &SpiTupleTable<'_>) -> SpiResult<Columns> {
         description: row.get(16)?,
         adaptive_min: row.get(17)?,
         latency_target: row.get(18)?,
-        meters: row.get(19)?,
+        parent: row.get(19)?,
+        meters: row.get(20)?,
     })
 }
 

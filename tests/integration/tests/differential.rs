@@ -44,7 +44,7 @@ impl Rng {
 }
 
 /// The policies both databases start with: every algorithm, debt, a penalty box, shadow mode, leases
-/// fixed and adaptive.
+/// fixed and adaptive, a child (`kid`, whose calls also take from `tb`).
 const SETUP: &str = "
 SELECT rate_limit.create_policy('tb', 3, '7 seconds', burst => 5, max_debt => 4,
     options => '{\"meters\": {\"input\": 0.25, \"output\": 1.5}}');
@@ -58,6 +58,8 @@ SELECT rate_limit.create_policy('pen', 2, '5 seconds', burst => 2, block_after =
 SELECT rate_limit.create_policy('pen_w', 3, '4 seconds', algorithm => 'sliding_window', block_after => 2,
                                 block_for => '9 seconds');
 SELECT rate_limit.create_policy('sh', 2, '10 seconds', shadow => true);
+SELECT rate_limit.create_policy('kid', 2, '5 seconds', burst => 3, max_debt => 2,
+    options => '{\"parent\": \"tb\"}');
 SELECT rate_limit.create_policy('conc', 2, '30 seconds', algorithm => 'concurrency');
 SELECT rate_limit.create_policy('conc_a', 4, '20 seconds', algorithm => 'concurrency',
                                 options => '{\"latency_target\": \"1 second\", \"adaptive_min\": 1}');
@@ -65,7 +67,7 @@ SELECT rate_limit.create_policy('conc_a', 4, '20 seconds', algorithm => 'concurr
 
 /// Policies that take tokens, and the keys every call picks from.
 const TOKEN_POLICIES: &[&str] = &[
-    "tb", "tb_fast", "fw", "sw", "cal", "cal_m", "pen", "pen_w", "sh",
+    "tb", "tb_fast", "fw", "sw", "cal", "cal_m", "pen", "pen_w", "sh", "kid",
 ];
 const KEYS: &[&str] = &["a", "b", "c", "d", "e"];
 /// The concurrency policies: fixed leases, and adaptive ones.
