@@ -2,7 +2,7 @@
 # build, its own copy of PostgreSQL 15, 1 000 000 memory buckets, 100 000 keys), 100 000 random keys of
 # policy `bench` (mostly granted). Writes bench/results/reservations.md.
 #
-#   bench/run.sh reservations                           (about 25 minutes with the release build: 11
+#   bench/run.sh reservations                           (about 25 minutes with the release build: 12
 #                                                        scenarios × 2 stores × BENCH_ROUNDS rounds of
 #                                                        BENCH_SECONDS s)
 #   BENCH_ROUNDS=5 BENCH_SECONDS=10 BENCH_CLIENTS=8 bench/run.sh reservations
@@ -16,12 +16,14 @@
 # second); a reserve and its settle by amounts of weighted meters (policy `bench` given meters
 # {"input": 0.5, "output": 1}: 2 input units reserved, 1 used, 1 token each way); over two limits, a
 # take_many of policies `bench` and `bench_b` (the same numbers), a reserve_many of them, and a
-# reserve_many with its settle_many. Every figure is a ratio within one round (rounds interleaved, so drift of
+# reserve_many with its settle_many; a take on `bench_child` (bench's numbers, a child of `bench_b`: its
+# call takes from both, as the take_many does). Every figure is a ratio within one round (rounds interleaved, so drift of
 # this noisy machine cancels out). Goal (issue 43): each new call at least 0.85 of take. reserve and book are one
 # call against one take; settle's time is the reserve-and-settle transaction's less the reserve's, against a
 # take's (each from its scenario's TPS in the same round); and a reservation's whole round trip (reserve and
 # settle) against two takes, the same two statements' shape; a reserve_many against a take_many of the same two
-# policies (the call it replaces), and its settle_many as a settle is. pgbench -M prepared over Unix sockets,
+# policies (the call it replaces), and its settle_many as a settle is; a take on a child against that
+# take_many (the same two buckets). pgbench -M prepared over Unix sockets,
 # synchronous_commit = off (the table store measures the extension, not fsync).
 SECONDS_PER_ROUND=${BENCH_SECONDS:-10}
 ROUNDS=${BENCH_ROUNDS:-5}
@@ -43,6 +45,10 @@ psql_at bench "$PORT" -d bench -qAtc \
 psql_at bench "$PORT" -d bench -qAtc \
   "SELECT rate_limit.create_policy('bench_b', 2, '1 second', burst => 120)
    WHERE NOT EXISTS (SELECT FROM rate_limit.policies WHERE name = 'bench_b')" >/dev/null
+# a child of bench_b with bench's numbers: a take on it takes from both, as take_many of bench and bench_b
+psql_at bench "$PORT" -d bench -qAtc \
+  "SELECT rate_limit.create_policy('bench_child', 2, '1 second', burst => 120, options => '{\"parent\": \"bench_b\"}')
+   WHERE NOT EXISTS (SELECT FROM rate_limit.policies WHERE name = 'bench_child')" >/dev/null
 # the weighted meters of the amounts scenario (no effect on a take)
 psql_at bench "$PORT" -d bench -qAtc \
   "SELECT rate_limit.alter_policy('bench', options => '{\"meters\": {\"input\": 0.5, \"output\": 1}}')
@@ -59,6 +65,7 @@ SCENARIOS=(
   "book reservations/book_random.sql"
   "book_ahead reservations/book_ahead_random.sql"
   "take_many reservations/take_many_random.sql"
+  "take_child reservations/take_child_random.sql"
   "reserve_many reservations/reserve_many_random.sql"
   "reserve_settle_many reservations/reserve_settle_many_random.sql"
 )
@@ -109,6 +116,7 @@ labels = [("take", "`take('bench', key)`"),
           ("book", "`book('bench', key)` (for now)"),
           ("book_ahead", "`book('bench_ahead', key, 2)` (for a second later, recorded)"),
           ("take_many", "`take_many(ARRAY['bench', 'bench_b'], ARRAY[key])`"),
+          ("take_child", "`take('bench_child', key)` (a child of `bench_b`: two buckets)"),
           ("reserve_many", "`reserve_many(ARRAY['bench', 'bench_b'], key, ARRAY[1])`"),
           ("reserve_settle_many", "`reserve_many(…)` then `settle_many(ARRAY['bench', 'bench_b'], key, id, ARRAY[1])`")]
 for store in ("table", "memory"):
@@ -127,6 +135,7 @@ for store in ("table", "memory"):
     ahead = [t(r, "take") / t(r, "book_ahead") for r in R]
     many = [t(r, "take_many") / t(r, "reserve_many") for r in R]
     many_settle = [t(r, "take_many") / max(t(r, "reserve_settle_many") - t(r, "reserve_many"), 1e-12) for r in R]
+    child = [t(r, "take_many") / t(r, "take_child") for r in R]
     for name, v in [("reserve: a take's time ÷ a reserve's", reserve),
                     ("book (for now): a take's time ÷ a booking's", book),
                     ("book ahead: a take's time ÷ a booking's", ahead),
@@ -135,7 +144,8 @@ for store in ("table", "memory"):
                     ("a round by amounts ÷ the same in tokens (the price of weighing)", amounts),
                     ("a round by amounts ÷ two takes", amounts_pair),
                     ("reserve_many: a take_many's time ÷ a reserve_many's (two policies)", many),
-                    ("settle_many: a take_many's time ÷ (reserve_many and settle_many − reserve_many)", many_settle)]:
+                    ("settle_many: a take_many's time ÷ (reserve_many and settle_many − reserve_many)", many_settle),
+                    ("a take on a child: a take_many's time (the same two buckets) ÷ the child's take", child)]:
         m = statistics.median(v)
         print(f"| {name} | {store} | {fmt(v)} | {'met' if m >= 0.85 else 'NOT met'} |")
 PY

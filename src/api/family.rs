@@ -10,6 +10,7 @@ use pgrx::PgSqlErrorCode;
 use super::{policy_arg, policy_target};
 use crate::error;
 use crate::policies::Named;
+use rate_limit_model::algorithm::Outcome;
 use rate_limit_model::pipeline::PerTarget;
 use rate_limit_model::target::{Target, MAX_TARGETS};
 
@@ -99,4 +100,18 @@ pub fn lock_order(targets: &[Target<'_>]) -> Vec<usize> {
             .cmp(targets[b].namespace.stored_name().as_bytes())
     });
     order
+}
+
+/// Runs `write` on each of `targets` (its index, the target) in the lock order ([`lock_order`]): their
+/// outcomes, in `targets`' order. A call that writes several buckets one by one (a charge, a refund)
+/// locks them as every other call does.
+pub fn in_lock_order(
+    targets: &[Target<'_>],
+    mut write: impl FnMut(usize, &Target<'_>) -> Result<Outcome, ErrorReport>,
+) -> Result<Vec<Outcome>, ErrorReport> {
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; targets.len()];
+    for i in lock_order(targets) {
+        outcomes[i] = Some(write(i, &targets[i])?);
+    }
+    Ok(outcomes.into_iter().flatten().collect())
 }

@@ -8,7 +8,7 @@ use pgrx::heap_tuple::PgHeapTuple;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 
-use super::family::{family_targets, lock_order, parent_of, with_parents};
+use super::family::{family_targets, in_lock_order, parent_of, with_parents};
 use super::{
     combine, decide, key_arg, policy_arg, policy_target, store_of, take_answered, to_row,
     with_override,
@@ -357,11 +357,7 @@ mod rate_limit {
         let parent = parent_of(F, &named)?;
         let targets = family_targets(F, &named, parent.as_deref(), key)?;
         let store = store_of(Some(&named));
-        let mut outcomes: [Option<Outcome>; 2] = [None; 2];
-        for i in lock_order(&targets) {
-            outcomes[i] = Some(store::refund(F, store, &targets[i], tokens)?);
-        }
-        let outcomes: Vec<Outcome> = outcomes.into_iter().flatten().collect();
+        let outcomes = in_lock_order(&targets, |_, t| store::refund(F, store, t, tokens))?;
         to_row(F, &crate::api::combine(&targets, &outcomes))
     }
 
@@ -394,11 +390,7 @@ mod rate_limit {
         // each bucket down to its own policy's max_debt, in the lock order of every call
         let debts = [Some(named.max_debt), parent.as_ref().map(|p| p.max_debt)];
         let debts: Vec<i64> = debts.into_iter().flatten().collect();
-        let mut outcomes: [Option<Outcome>; 2] = [None; 2];
-        for i in lock_order(&targets) {
-            outcomes[i] = Some(store::charge(F, store, &targets[i], cost, debts[i])?);
-        }
-        let outcomes: Vec<Outcome> = outcomes.into_iter().flatten().collect();
+        let outcomes = in_lock_order(&targets, |i, t| store::charge(F, store, t, cost, debts[i]))?;
         to_row(F, &crate::api::combine(&targets, &outcomes))
     }
 

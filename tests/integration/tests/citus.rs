@@ -728,6 +728,59 @@ fn take_many_over_both_workers_is_all_or_nothing() {
     assert_eq!((left(&mut c, &a), left(&mut c, &b)), (1, 0));
 }
 
+/// A parent and two children made on the coordinator, in each store: connections on every node calling
+/// the children of one key (on a worker) are granted exactly the parent's burst between them, none of
+/// the children more than its own.
+#[test]
+fn children_called_from_every_node_share_exactly_their_parents_burst() {
+    let Some(nodes) = cluster() else { return };
+    let mut c = connect(&nodes[0]);
+    for store in ["table", "memory"] {
+        let (pool, kids) = (
+            format!("pool_{store}"),
+            [format!("kid_a_{store}"), format!("kid_b_{store}")],
+        );
+        c.execute(
+            "SELECT rate_limit.create_policy($1, 10, '80 days', store => $2)",
+            &[&pool, &store],
+        )
+        .expect("the parent");
+        for kid in &kids {
+            c.execute(
+                "SELECT rate_limit.create_policy($1, 7, '80 days', store => $2, \
+                 options => jsonb_build_object('parent', $3::text))",
+                &[kid, &store, &pool],
+            )
+            .expect("a child");
+        }
+        let key = key_on_worker(&mut c, nodes, 1, &fresh_name("fam"));
+        let handles: Vec<_> = (0..nodes.len() * 2)
+            .map(|i| {
+                let mut c = connect(&nodes[i % nodes.len()]);
+                let (kid, key) = (kids[i % 2].clone(), key.clone());
+                std::thread::spawn(move || {
+                    let mut granted = 0i64;
+                    for _ in 0..10 {
+                        let allowed: bool = c
+                            .query_one("SELECT allowed FROM rate_limit.take($1, $2)", &[&kid, &key])
+                            .expect("take")
+                            .get(0);
+                        granted += i64::from(allowed);
+                    }
+                    (i % 2, granted)
+                })
+            })
+            .collect();
+        let mut by_kid = [0i64; 2];
+        for h in handles {
+            let (kid, granted) = h.join().expect("a connection");
+            by_kid[kid] += granted;
+        }
+        assert_eq!(by_kid[0] + by_kid[1], 10, "{store}: {by_kid:?}");
+        assert!(by_kid.iter().all(|&g| g <= 7), "{store}: {by_kid:?}");
+    }
+}
+
 /// An override set on the coordinator (a reference table's row) is used at once by every node, for delegated
 /// calls on the key's node and for calls that run where they arrive; cleared, the key follows its policy.
 #[test]

@@ -274,6 +274,51 @@ fn a_calendar_quota_is_made_on_every_partition_through_the_router() {
     }
 }
 
+/// A parent and its children made through the router on every partition: a call on a child takes from the
+/// parent's bucket of its key on the key's partition, and the router keeps the family's SQLSTATEs.
+#[test]
+fn parent_policies_are_made_on_every_partition_and_shared_through_the_router() {
+    let Some((_one, servers)) = router() else {
+        return;
+    };
+    let mut r = connect(&servers[0], ROUTER);
+    let pool = fresh_name("pool");
+    let (search, export) = (fresh_name("search"), fresh_name("export"));
+    r.query(
+        "SELECT rate_limit.create_policy($1, 10, '80 days')",
+        &[&pool],
+    )
+    .expect("the parent");
+    for child in [&search, &export] {
+        r.query(
+            "SELECT rate_limit.create_policy($1, 8, '80 days', \
+             options => jsonb_build_object('parent', $2::text))",
+            &[child, &pool],
+        )
+        .expect("a child");
+    }
+    for key in [key_on(&mut r, 0, "f"), key_on(&mut r, 1, "g")] {
+        let take = |r: &mut Client, policy: &str, cost: i32| -> (bool, String) {
+            let row = r
+                .query_one(
+                    "SELECT allowed, policy FROM rate_limit.take($1, $2, $3)",
+                    &[&policy, &key, &cost],
+                )
+                .expect("take");
+            (row.get(0), row.get(1))
+        };
+        assert_eq!(take(&mut r, &search, 6), (true, search.clone()), "{key}");
+        // the pool has 4 left: export's 5 are denied by it
+        assert_eq!(take(&mut r, &export, 5), (false, pool.clone()), "{key}");
+        assert!(take(&mut r, &export, 4).0, "{key}");
+        assert_eq!(take(&mut r, &search, 1), (false, pool.clone()), "{key}");
+    }
+    let e = r
+        .query("SELECT rate_limit.drop_policy($1)", &[&pool])
+        .expect_err("a parent with children");
+    assert_eq!(code(&e), "2BP01");
+}
+
 /// Leases acquired and released through the router, on a key of each partition.
 #[test]
 fn leases_are_acquired_and_released_through_the_router() {
