@@ -76,6 +76,13 @@ pub const BOUNDS: &[Bound] = &[
         test: "reservations.rs: a_plain_role_settles_its_own_reservation_once_and_no_other; meters.rs: every_misuse_of_meters_and_amounts_gets_its_sqlstate; reservations_many.rs: every_misuse_of_reservations_over_several_policies_gets_its_sqlstate",
     },
     Bound {
+        resource: "a parent's bucket of a key (parent policies)",
+        who: "any role calling a child policy (`take`, `take_many`, `reserve`, `charge` and the others that count the parent)",
+        bound: "one more bucket per policy a call names, the parent's of the same key (at most 16 in one call, 22023 beyond), purged once full and counted in the role's shares in the memory store like any other; a child's calls never take more from the pool than it holds nor more than the child's own numbers allow; one level and at most 16 children per parent, both the owner's (`create_policy`, `alter_policy`), who alone can name or change a parent",
+        enforced_by: "`src/policies/family.rs` (at `create_policy` / `alter_policy`), `src/api/family.rs`",
+        test: "hierarchy.rs: every_misuse_of_a_parent_gets_its_sqlstate, a_parent_grants_exactly_its_burst_to_children_under_16_connections",
+    },
+    Bound {
         resource: "booking",
         who: "any role (`book`)",
         bound: "how far ahead a key's tokens can be booked is its policy's `max_debt` (the owner's; 0, the default, books only what the bucket holds) and the caller's `max_delay` (at most 1 day, 22023 beyond): a role books no more of a key than a `charge` could take from it; a booking for later is one bucket beside its key's, held until its time and then full, so purged, counted in the role's shares in the memory store like any other; a cancel needs its id (62 random bits), gives back at most its own booking's tokens, once, and only when nothing was booked after them",

@@ -7,6 +7,8 @@
 //!   several) each count the parent as `take` does;
 //! - from 16 connections over three children that all want more than the parent holds, the parent grants
 //!   exactly its burst and no child more than its own;
+//! - an override of the parent for one key sets that tenant's pool; a role with only LOGIN calls the
+//!   children and cannot name, change or drop a parent (42501);
 //! - every misuse of `parent` gets its SQLSTATE (no parent, itself, two levels, leases, two stores, a
 //!   seventeenth child, a drop that would orphan children, a call that does not take from a parent yet).
 
@@ -185,6 +187,70 @@ fn exact_values(store: &str) {
 fn a_child_takes_from_its_parent_all_or_nothing_and_the_tighter_level_decides() {
     for store in stores() {
         exact_values(store);
+    }
+}
+
+/// A tenant's own pool (an override of the parent for its key) and a role with only LOGIN: it calls the
+/// children, and can neither give a policy a parent nor take one away.
+fn overrides_and_roles(store: &str) {
+    let db = family("override", store);
+    let mut c = db.connect();
+    c.batch_execute(
+        "SET rate_limit.max_policy_refill_time = '200000d'; \
+         SELECT rate_limit.set_override('tenant', 'vip', rate => 20, burst => 20)",
+    )
+    .expect("a bigger pool for vip");
+    let mut role = db.connect_as_login_role("rl_family");
+    let take = |c: &mut Client, policy: &str, key: &str| -> (bool, String) {
+        let row = c
+            .query_one(
+                "SELECT allowed, policy FROM rate_limit.take($1, $2, 6)",
+                &[&policy, &key],
+            )
+            .expect("take");
+        (row.get(0), row.get(1))
+    };
+    // the pool of 10: export's 6 after search's 6 are denied by it
+    assert_eq!(
+        take(&mut role, "search", "k"),
+        (true, "search".into()),
+        "{store}"
+    );
+    assert_eq!(
+        take(&mut role, "export", "k"),
+        (false, "tenant".into()),
+        "{store}"
+    );
+    // vip's pool of 20: both children's 6
+    assert_eq!(
+        take(&mut role, "search", "vip"),
+        (true, "search".into()),
+        "{store}"
+    );
+    assert_eq!(
+        take(&mut role, "export", "vip"),
+        (true, "export".into()),
+        "{store}"
+    );
+    assert_eq!(all_left(&mut c, "vip"), (8, 0, 0), "{store}");
+    for sql in [
+        "SELECT rate_limit.create_policy('mine', 100, '1 hour', options => '{\"parent\": \"tenant\"}')",
+        "SELECT rate_limit.alter_policy('search', options => '{\"parent\": null}')",
+        "SELECT rate_limit.drop_policy('tenant')",
+    ] {
+        let e = role.batch_execute(sql).expect_err("the owner's");
+        assert_eq!(
+            e.code().map(|s| s.code()),
+            Some("42501"),
+            "{store}: {sql}"
+        );
+    }
+}
+
+#[test]
+fn a_tenants_override_of_the_parent_sets_its_pool_and_only_the_owner_names_parents() {
+    for store in stores() {
+        overrides_and_roles(store);
     }
 }
 
